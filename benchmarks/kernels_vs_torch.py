@@ -1,0 +1,59 @@
+"""Heuristic default vs searched best vs torch eager vs torch.compile, with % of the measured copy bandwidth.
+All timed with the same GpuTimer in one run on one GPU."""
+from __future__ import annotations
+
+import torch
+
+from common import copy_bandwidth, environment, write
+from flytune_nb.bench import GpuTimer
+from flytune_nb.device import current_device
+from flytune_nb.registry import get_kernel
+from flytune_nb.trial import search
+
+CASES = [("rmsnorm", m, n) for m in (1, 64, 4096) for n in (4096, 8192)] + \
+        [("fused_add_rmsnorm", m, n) for m in (1, 64, 4096) for n in (4096, 8192)]
+
+
+def main():
+    dev = current_device()
+    bw = copy_bandwidth()
+    timer = GpuTimer(dev)
+    payload = {"env": environment(), "copy_bandwidth_Bps": bw, "cases": []}
+    rows = []
+    for kernel, M, N in CASES:
+        spec = get_kernel(kernel)
+        shape = {"M": M, "N": N}
+        r = search(spec, shape, "bf16", dev, timer)
+        inputs = spec.make_inputs(shape, "bf16", dev)
+        snap = spec.snapshot(inputs)
+        setup = (lambda: spec.reset(inputs, snap)) if spec.mutates else None
+        base = spec.extra["baseline"]
+        eager = timer.measure(lambda: base(inputs), setup).p50
+        compiled_fn = torch.compile(base)
+        for _ in range(3):
+            compiled_fn(inputs)
+        compiled = timer.measure(lambda: compiled_fn(inputs), setup).p50
+        nbytes = spec.bytes(shape, "bf16")
+        best, default = r.best.p50, r.default_trial.p50
+        pct = lambda ms: nbytes / (ms * 1e-3) / bw  # noqa: E731
+        case = {"kernel": kernel, "shape": shape, "default": str(r.default), "default_ms": default,
+                "best": str(r.best.config), "best_ms": best, "eager_ms": eager, "compile_ms": compiled,
+                "n_configs": len(r.trials), "n_ok": sum(t.ok for t in r.trials), "bytes": nbytes}
+        payload["cases"].append(case)
+        rows.append(f"| {kernel} | {M} | {N} | {len(r.trials)} | {default * 1e3:.2f} | {best * 1e3:.2f} "
+                    f"({pct(best):.0%}) | {default / best:.2f}x | {eager * 1e3:.2f} | {compiled * 1e3:.2f} | "
+                    f"{compiled / best:.2f}x | `{r.best.config}` |")
+    env = payload["env"]
+    md = "\n".join([
+        "# rmsnorm / fused_add_rmsnorm, bf16: heuristic default vs searched best vs torch",
+        f"{env['device']} ({env['arch']}), {env['date']}, torch {env['torch']}, triton {env['triton']}, "
+        f"flytune_nb {env['flytune_nb']}; measured copy bandwidth {bw / 1e12:.2f} TB/s (read+write)", "",
+        "| kernel | M | N | configs | default (us) | best (us, % of copy BW) | best vs default | torch eager (us) "
+        "| torch.compile (us) | best vs compile | best config |",
+        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+        "All p50 of flytune's GpuTimer (L2 flushed between reps). In-place residual restored before every rep."])
+    write("kernels_vs_torch", payload, md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Timing one launch: device events per rep, L2 flushed between reps, median with p20/p80.
+
+GPU: warm up for ``warmup_ms`` (clocks ramp from idle: the H200 reads 345 MHz idle and 1980 MHz under load), size
+the rep count from a short estimate, then per rep: run ``setup`` (restore in-place inputs), zero a flush buffer twice
+the device's L2 (so every rep reads from HBM, as the first call of a real step does), record events around ``fn``
+alone. All events are read after one synchronise, so the host never stalls between reps.
+
+``graph=True`` captures ``inner`` calls in one CUDA graph and times replays (SGLang does this with 10): for tiny
+kernels whose launch overhead would otherwise dominate. It cannot run ``setup`` between the captured calls, so the
+tuner uses it only for kernels that mutate nothing.
+
+CPU (Triton interpreter): a wall-clock timer with few reps; those numbers are labelled interpreter timings and only
+good for exercising the machinery.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .device import DeviceInfo
+
+
+@dataclass(frozen=True)
+class Timing:
+    p20: float  # milliseconds
+    p50: float
+    p80: float
+    reps: int
+    method: str  # "events" | "graph" | "wall"
+
+    @property
+    def spread(self) -> float:
+        return (self.p80 - self.p20) / self.p50 if self.p50 else math.inf
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated quantile of an already sorted list (numpy's default method)."""
+    if not sorted_values:
+        return math.nan
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarise(samples: list[float], method: str) -> Timing:
+    s = sorted(samples)
+    return Timing(quantile(s, 0.2), quantile(s, 0.5), quantile(s, 0.8), len(s), method)
+
+
+class CpuTimer:
+    """Wall clock for the interpreter: an interpreted launch of 64x1024 costs ~0.1 s, so 1 warm-up + 3 reps."""
+
+    def __init__(self, reps: int = 3, warmup: int = 1) -> None:
+        self.reps, self.warmup = reps, warmup
+
+    def measure(self, fn: Callable[[], object], setup: Callable[[], object] | None = None) -> Timing:
+        for _ in range(self.warmup):
+            if setup:
+                setup()
+            fn()
+        samples = []
+        for _ in range(self.reps):
+            if setup:
+                setup()
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+        return summarise(samples, "wall")
+
+
+class GpuTimer:
+    def __init__(self, device: DeviceInfo, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_reps: int = 20,
+                 max_reps: int = 1000, flush: bool = True, graph: bool = False, inner: int = 10) -> None:
+        import torch
+
+        self.device = device
+        self.warmup_ms, self.rep_ms = warmup_ms, rep_ms
+        self.min_reps, self.max_reps = min_reps, max_reps
+        self.graph, self.inner = graph, inner
+        self._torch = torch
+        # 2x L2 so that the flush evicts everything even with an adaptive replacement policy; 32 MiB floor when the
+        # driver does not report L2 (older ROCm).
+        n_bytes = max(2 * device.l2_bytes, 32 << 20) if flush else 0
+        self._flush = torch.empty(n_bytes // 4, dtype=torch.int32, device=device.torch_device) if flush else None
+
+    def _flush_l2(self) -> None:
+        if self._flush is not None:
+            self._flush.zero_()
+
+    def measure(self, fn: Callable[[], object], setup: Callable[[], object] | None = None) -> Timing:
+        torch = self._torch
+        if self.graph:
+            fn = self._capture(fn, setup)
+            setup, per_call = None, self.inner
+        else:
+            per_call = 1
+        # Warm-up by time, and estimate one call from the last few.
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        n_warm = 0
+        while True:
+            if setup:
+                setup()
+            self._flush_l2()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            n_warm += 1
+            if n_warm >= 3 and (time.perf_counter() - t0) * 1e3 >= self.warmup_ms:
+                break
+        est = max(start.elapsed_time(end), 1e-3)
+        reps = int(min(self.max_reps, max(self.min_reps, self.rep_ms / est)))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            if setup:
+                setup()
+            self._flush_l2()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        samples = [s.elapsed_time(e) / per_call for s, e in zip(starts, ends)]
+        return summarise(samples, "graph" if self.graph else "events")
+
+    def _capture(self, fn: Callable[[], object], setup: Callable[[], object] | None) -> Callable[[], object]:
+        torch = self._torch
+        if setup is not None:
+            raise ValueError("graph replay cannot restore in-place inputs between captured calls")
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()  # compile + allocate outside the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(self.inner):
+                fn()
+        return g.replay
+
+
+def make_timer(device: DeviceInfo, **kwargs):
+    """The right timer for the device; GPU kwargs are ignored by the interpreter timer and vice versa."""
+    if device.is_gpu:
+        return GpuTimer(device, **{k: v for k, v in kwargs.items() if k != "reps"})
+    return CpuTimer(reps=kwargs.get("reps", 3))

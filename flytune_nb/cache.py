@@ -1,0 +1,57 @@
+"""On-disk cache of tuned winners: one small JSON file per tuning-key digest.
+
+Writes are atomic (temp file + ``os.replace`` in the same folder) under a file lock, so two processes tuning the same
+kernel leave one valid file, never a torn one. A corrupt or unreadable file is a miss with a warning, never an error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from filelock import FileLock
+
+from .config import Config, ConfigError
+
+
+def default_dir() -> Path:
+    env = os.environ.get("FLYTUNE_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "flytune_nb"
+
+
+class DiskCache:
+    def __init__(self, root: str | os.PathLike | None = None) -> None:
+        self.root = Path(root) if root is not None else default_dir()
+
+    def path(self, kernel: str, digest: str) -> Path:
+        return self.root / kernel / f"{digest}.json"
+
+    def get(self, kernel: str, digest: str) -> Config | None:
+        p = self.path(kernel, digest)
+        if not p.exists():
+            return None
+        try:
+            return Config.from_dict(json.loads(p.read_text())["config"])
+        except (OSError, ValueError, KeyError, TypeError, ConfigError) as e:
+            warnings.warn(f"ignoring unreadable tuning cache file {p}: {e}", RuntimeWarning, stacklevel=2)
+            return None
+
+    def put(self, kernel: str, digest: str, config: Config, meta: dict | None = None) -> Path:
+        p = self.path(kernel, digest)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        body = {"config": config.to_dict(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(meta or {})}
+        with FileLock(str(p) + ".lock"):
+            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(body, f, sort_keys=True, indent=1, default=str)
+                os.replace(tmp, p)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return p

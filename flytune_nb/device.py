@@ -1,0 +1,95 @@
+"""Which device we are tuning on: backend, SGLang-style name, arch, SM/CU count, L2 size.
+
+The name is what SGLang writes into artifact file names: ``torch.cuda.get_device_name(0)`` with spaces replaced by
+``_`` (``NVIDIA_H200``, ``AMD_Instinct_MI300X``). Without a GPU, Triton runs through its interpreter and every timing is
+labelled ``CPU_interpreter`` so that it can never be mistaken for (or exported as) a GPU result.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+INTERPRETER_NAME = "CPU_interpreter"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    backend: str  # "cuda" | "hip" | "interpreter"
+    name: str  # SGLang-normalised, e.g. NVIDIA_H200
+    arch: str  # sm_90 | gfx942 | cpu
+    sm_count: int  # SMs (NVIDIA) / CUs (AMD) / CPU cores (interpreter)
+    l2_bytes: int  # 0 when unknown
+    total_memory: int  # bytes; 0 when unknown
+    torch_device: str = "cpu"  # where inputs are allocated: "cuda:0" or "cpu"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.backend in ("cuda", "hip")
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.arch}, {self.backend})"
+
+
+def normalise_name(raw: str) -> str:
+    """SGLang's rule: spaces become underscores. Anything outside ``[A-Za-z0-9._-]`` is also replaced, because the
+    name becomes part of a file name and must not carry a path separator."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", raw.strip().replace(" ", "_"))
+
+
+def from_properties(props: Any, *, hip: bool, index: int = 0) -> DeviceInfo:
+    """Build a DeviceInfo from ``torch.cuda.get_device_properties`` (or any object with the same attributes, which is
+    how the HIP branch is tested without an AMD GPU)."""
+    if hip:
+        # gcnArchName looks like "gfx942:sramecc+:xnack-"; the features after ':' do not change codegen choices we key on.
+        arch = str(getattr(props, "gcnArchName", "") or "gfx_unknown").split(":")[0]
+        backend = "hip"
+    else:
+        arch = f"sm_{props.major}{props.minor}"
+        backend = "cuda"
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    return DeviceInfo(
+        backend=backend,
+        name=normalise_name(props.name),
+        arch=arch,
+        sm_count=int(props.multi_processor_count),
+        l2_bytes=l2,
+        total_memory=int(getattr(props, "total_memory", 0) or 0),
+        torch_device=f"cuda:{index}",
+    )
+
+
+def interpreter_device() -> DeviceInfo:
+    return DeviceInfo("interpreter", INTERPRETER_NAME, "cpu", os.cpu_count() or 1, 0, 0, "cpu")
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def ensure_backend() -> None:
+    """Switch Triton to its interpreter when there is no GPU.
+
+    Must run before any ``@triton.jit`` function is defined: Triton reads TRITON_INTERPRET at decoration time. The
+    registry calls this before importing a kernel folder.
+    """
+    if interpreting():
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+@lru_cache(maxsize=None)
+def current_device(index: int = 0) -> DeviceInfo:
+    ensure_backend()
+    if interpreting():
+        return interpreter_device()
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    return from_properties(props, hip=bool(getattr(torch.version, "hip", None)), index=index)

@@ -1,0 +1,41 @@
+"""Dtype names: users type ``bf16``; torch wants ``torch.bfloat16``; artifacts write ``bf16``."""
+from __future__ import annotations
+
+import torch
+
+_ALIASES = {
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32",
+}
+_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_SHORT = {v: k for k, v in _TORCH.items()}
+
+# ||out - ref|| / ||ref|| against an fp32 (or better) reference. Set a few times the storage rounding error:
+# bf16 keeps 8 significant bits (2^-9 ~ 2e-3 relative per element), fp16 11 bits (2^-12 ~ 2.4e-4), fp32 24 bits.
+# A wrong kernel (a missed row, a wrong eps, an unwritten element) lands orders of magnitude above these.
+DEFAULT_TOLERANCE = {"bf16": 1.6e-2, "fp16": 2e-3, "fp32": 1e-5}
+
+
+class DtypeError(ValueError):
+    pass
+
+
+def canonical(name: str | torch.dtype) -> str:
+    """``"bfloat16"``, ``"bf16"`` or ``torch.bfloat16`` -> ``"bf16"``."""
+    if isinstance(name, torch.dtype):
+        if name in _SHORT:
+            return _SHORT[name]
+        raise DtypeError(f"unsupported dtype {name}; supported: {', '.join(_TORCH)}")
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key not in _ALIASES:
+        raise DtypeError(f"unknown dtype {name!r}; supported: {', '.join(_TORCH)} (aliases: {', '.join(sorted(_ALIASES))})")
+    return _ALIASES[key]
+
+
+def to_torch(name: str | torch.dtype) -> torch.dtype:
+    return _TORCH[canonical(name)]
+
+
+def itemsize(name: str | torch.dtype) -> int:
+    return to_torch(name).itemsize

@@ -1,0 +1,139 @@
+"""The tuning key: everything that, if it changed, must force a re-tune (DESIGN §5).
+
+shape, dtype, stride class per dim of every tensor input, device name + arch, a fingerprint of the kernel folder's
+source, toolchain versions, and the env variables that change codegen. Strides collapse to {0, 1, other} as quack
+does: broadcast vs contiguous vs strided changes the best kernel, 4096 vs 8192 does not.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from .device import DeviceInfo
+
+# Variables that change what Triton generates (beyond those Triton itself reports as cache-invalidating).
+CODEGEN_ENV = (
+    "TRITON_INTERPRET",
+    "TRITON_DEFAULT_FP_FUSION",
+    "TRITON_F32_DEFAULT",
+    "TRITON_HIP_USE_BLOCK_PINGPONG",
+    "TRITON_HIP_USE_IN_THREAD_TRANSPOSE",
+    "AMDGCN_USE_BUFFER_OPS",
+    "TRITON_ENABLE_FAST_MATH",
+    "DISABLE_LLVM_OPT",
+    "MLIR_ENABLE_REMARK",
+    "NVPTX_ENABLE_DUMP",
+    "HIP_VISIBLE_DEVICES",
+)
+
+
+def stride_class(stride: int) -> int:
+    """0 broadcast, 1 contiguous, 2 anything else."""
+    return stride if stride < 2 else 2
+
+
+def stride_classes(inputs: Mapping[str, Any]) -> tuple:
+    out = []
+    for name in sorted(inputs):
+        t = inputs[name]
+        if hasattr(t, "stride") and hasattr(t, "dim"):
+            out.append((name, tuple(stride_class(s) for s in t.stride())))
+    return tuple(out)
+
+
+def source_fingerprint(folder: Path | None) -> str:
+    """sha256 over every .py file under the kernel folder (relative path + bytes). Editing one line changes it."""
+    if folder is None:
+        return "none"
+    return _fingerprint(str(Path(folder).resolve()), _mtimes(Path(folder)))
+
+
+def _mtimes(folder: Path) -> tuple:
+    # The mtime signature lets the (cached) hash notice edits made while a notebook is open.
+    return tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*.py")))
+
+
+@lru_cache(maxsize=64)
+def _fingerprint(folder: str, _sig: tuple) -> str:
+    h = hashlib.sha256()
+    root = Path(folder)
+    for p in sorted(root.rglob("*.py")):
+        if "__pycache__" in p.parts:
+            continue
+        h.update(str(p.relative_to(root)).encode())
+        h.update(b"\0")
+        h.update(p.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def toolchain() -> dict[str, str]:
+    import torch
+    import triton
+
+    from . import __version__
+
+    return {
+        "flytune_nb": __version__,
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda or ""),
+        "hip": str(getattr(torch.version, "hip", None) or ""),
+    }
+
+
+def codegen_env() -> dict[str, str]:
+    env = {k: os.environ[k] for k in CODEGEN_ENV if k in os.environ}
+    try:  # Triton's own list (TRITON_*, MLIR_*, LLVM_* that invalidate its compile cache)
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        env.update({k: str(v) for k, v in get_cache_invalidating_env_vars().items()})
+    except Exception:  # noqa: BLE001 - older/newer Triton without the helper: our list still applies
+        pass
+    return dict(sorted(env.items()))
+
+
+@dataclass(frozen=True)
+class TuningKey:
+    kernel: str
+    shape: tuple  # ((axis, value), ...) in axis order
+    dtype: str
+    strides: tuple  # ((input name, (class per dim, ...)), ...)
+    device: str
+    arch: str
+    source: str
+    toolchain: tuple
+    env: tuple
+
+    @property
+    def digest(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["shape"] = dict(self.shape)
+        d["strides"] = {k: list(v) for k, v in self.strides}
+        d["toolchain"] = dict(self.toolchain)
+        d["env"] = dict(self.env)
+        return d
+
+
+def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, Any] | None,
+             device: DeviceInfo) -> TuningKey:
+    return TuningKey(
+        kernel=spec.name,
+        shape=tuple((a, int(shape[a])) for a in spec.axes),
+        dtype=dtype,
+        strides=stride_classes(inputs or {}),
+        device=device.name,
+        arch=device.arch,
+        source=source_fingerprint(spec.source_dir),
+        toolchain=tuple(toolchain().items()),
+        env=tuple(codegen_env().items()),
+    )

@@ -1,0 +1,94 @@
+"""KernelSpec: the plugin contract. A kernel is a folder exposing one ``SPEC``; adding one never edits the core.
+
+Nothing here assumes Triton: ``run`` is any callable that launches something built from a config.
+See docs/kernel-plugins.md for the contract explained with a worked example.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from . import dtypes
+from .config import Config
+from .device import DeviceInfo
+
+Shape = Mapping[str, int]
+Inputs = dict  # name -> torch.Tensor (or scalar)
+
+
+class SpecError(ValueError):
+    """A KernelSpec that breaks the contract (e.g. its batch axis is not one of its axes)."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    axes: tuple[str, ...]  # shape axes, e.g. ("M", "N")
+    batch_axis: str  # the axis that is the inner key of an exported file (SGLang's M)
+    dtypes: tuple[str, ...]  # canonical short names: "bf16", "fp16", "fp32"
+    make_inputs: Callable[[Shape, str, DeviceInfo], Inputs]  # fresh random inputs (never zeros) + output buffers
+    run: Callable[[Inputs, Config], Any]  # launch; returns output tensor or tuple of tensors
+    reference: Callable[[Inputs], Any]  # torch result in fp32 or better, same structure as run's
+    configs: Callable[[Shape, str, DeviceInfo], Sequence[Config]]  # the pruned search space
+    default: Callable[[Shape, str, DeviceInfo], Config]  # the heuristic: zero-search config
+    shape_of: Callable[[Inputs], dict]  # recover the shape from real call inputs
+    outputs: tuple[str, ...] = ()  # input names that are pure outputs: poisoned with NaN before a checked launch
+    mutates: tuple[str, ...] = ()  # written in place: snapshotted and restored before every rep (restore_value)
+    zeroes: tuple[str, ...] = ()  # accumulated into: zeroed before every rep and before the real call (reset_to_zero)
+    bytes: Callable[[Shape, str], float] | None = None  # minimum bytes moved, for roofline %
+    flops: Callable[[Shape, str], float] | None = None
+    tolerance: Callable[[str], float] | None = None  # rel-error bound per dtype, when the default table is not right
+    source_dir: Path | None = None  # folder fingerprinted into the tuning key
+    description: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise SpecError(f"kernel name must be letters, digits and '_', got {self.name!r}")
+        if self.batch_axis not in self.axes:
+            raise SpecError(f"{self.name}: batch axis {self.batch_axis!r} is not one of its axes {self.axes}")
+        object.__setattr__(self, "axes", tuple(self.axes))
+        object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in self.dtypes))
+        overlap = set(self.outputs) & set(self.mutates)
+        if overlap:
+            raise SpecError(f"{self.name}: {sorted(overlap)} cannot be both a pure output and mutated in place")
+
+    # -- helpers the core uses -----------------------------------------------------------------------------------
+    def check_shape(self, shape: Shape) -> dict[str, int]:
+        """Validate a shape dict against the axes; returns it in axis order with int values."""
+        if not isinstance(shape, Mapping):
+            raise SpecError(f"{self.name}: a shape is a mapping of {self.axes}, got {shape!r}")
+        missing = [a for a in self.axes if a not in shape]
+        extra = [a for a in shape if a not in self.axes]
+        if missing or extra:
+            raise SpecError(f"{self.name}: shape needs axes {list(self.axes)}; missing {missing}, unknown {extra}")
+        out = {}
+        for a in self.axes:
+            v = shape[a]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"{self.name}: axis {a} must be a positive integer, got {v!r}")
+            out[a] = v
+        return out
+
+    def check_dtype(self, dtype: Any) -> str:
+        d = dtypes.canonical(dtype)
+        if d not in self.dtypes:
+            raise dtypes.DtypeError(f"{self.name} supports {', '.join(self.dtypes)}; got {d}")
+        return d
+
+    def tol(self, dtype: str) -> float:
+        if self.tolerance is not None:
+            return float(self.tolerance(dtype))
+        return dtypes.DEFAULT_TOLERANCE[dtypes.canonical(dtype)]
+
+    def reset(self, inputs: Inputs, snapshot: Mapping[str, Any] | None) -> None:
+        """Put in-place state back: restore ``mutates`` from ``snapshot`` and zero ``zeroes``."""
+        if snapshot:
+            for name, saved in snapshot.items():
+                inputs[name].copy_(saved)
+        for name in self.zeroes:
+            inputs[name].zero_()
+
+    def snapshot(self, inputs: Inputs) -> dict[str, Any]:
+        return {name: inputs[name].clone() for name in self.mutates}

@@ -1,0 +1,131 @@
+"""The run path (DESIGN §5): in-memory cache -> disk cache -> offline artifact -> heuristic default -> search.
+
+Normal calls never search. Search runs only when asked: ``FLYTUNE_AUTOTUNE=1``, ``tuned(k, autotune=True)`` or an
+explicit ``.tune(...)``. After a search on the caller's own tensors, every in-place input is restored, and ``zeroes``
+are reset before every real call too (Triton's open bug #7181 is the counter-example).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from .bench import make_timer
+from .cache import DiskCache
+from .config import Config
+from .device import DeviceInfo, current_device
+from .key import codegen_env, make_key, stride_classes
+from .trial import SearchResult, search
+
+# Set by the artifacts module (issue 4): fn(spec, shape, dtype, device) -> Config | None.
+_artifact_lookup: Callable | None = None
+
+
+def set_artifact_lookup(fn: Callable | None) -> None:
+    global _artifact_lookup
+    _artifact_lookup = fn
+
+
+def autotune_requested() -> bool:
+    return os.environ.get("FLYTUNE_AUTOTUNE", "0") not in ("", "0")
+
+
+class TunedKernel:
+    """``op = tuned("rmsnorm"); y = op(x=x, weight=w)`` — resolves a config per shape, then launches.
+
+    ``last_source`` says where the last call's config came from: memory | disk | artifact | default | search.
+    """
+
+    def __init__(self, spec, *, device: DeviceInfo | None = None, cache_dir=None, autotune: bool | None = None,
+                 restore: bool = True, timer=None, listener: Callable | None = None,
+                 artifact_lookup: Callable | None = None) -> None:
+        self.spec = spec
+        self.device = device or current_device()
+        self.disk = DiskCache(cache_dir)
+        self.autotune = autotune
+        self.restore = restore
+        self.timer = timer
+        self.listener = listener
+        self.artifact_lookup = artifact_lookup
+        self._memory: dict[tuple, tuple[Config, str]] = {}
+        self.last_source: str | None = None
+        self.last_result: SearchResult | None = None
+
+    # -- the hot path --------------------------------------------------------------------------------------------
+    def __call__(self, **inputs: Any) -> Any:
+        config = self.config_for(inputs)
+        self.spec.reset(inputs, None)  # zero the accumulators on the real call, not only while benchmarking
+        return self.spec.run(inputs, config)
+
+    def config_for(self, inputs: dict) -> Config:
+        spec = self.spec
+        shape = spec.check_shape(spec.shape_of(inputs))
+        dtype = spec.check_dtype(_dtype_of(inputs))
+        fast = (tuple(shape.items()), dtype, stride_classes(inputs), tuple(codegen_env().items()))
+        hit = self._memory.get(fast)
+        if hit is not None:
+            self.last_source = "memory"
+            return hit[0]
+        config, source = self._resolve(shape, dtype, inputs)
+        # A default is remembered too, so the next call with this shape is a dict lookup; a later explicit tune
+        # overwrites it.
+        self._memory[fast] = (config, source)
+        self.last_source = source
+        return config
+
+    def _resolve(self, shape: dict, dtype: str, inputs: dict) -> tuple[Config, str]:
+        key = make_key(self.spec, shape, dtype, inputs, self.device)
+        cached = self.disk.get(self.spec.name, key.digest)
+        if cached is not None:
+            return cached, "disk"
+        want_search = self.autotune if self.autotune is not None else autotune_requested()
+        if want_search:
+            result = self._search(shape, dtype, inputs, key)
+            return result.require_best().config, "search"
+        lookup = self.artifact_lookup or _artifact_lookup
+        if lookup is not None:
+            found = lookup(self.spec, shape, dtype, self.device)
+            if found is not None:
+                return found, "artifact"
+        return self.spec.default(shape, dtype, self.device), "default"
+
+    # -- explicit tuning -----------------------------------------------------------------------------------------
+    def tune(self, **inputs: Any) -> SearchResult:
+        """Search now on these inputs (restored afterwards), store the winner in memory and on disk."""
+        spec = self.spec
+        shape = spec.check_shape(spec.shape_of(inputs))
+        dtype = spec.check_dtype(_dtype_of(inputs))
+        key = make_key(spec, shape, dtype, inputs, self.device)
+        result = self._search(shape, dtype, inputs, key)
+        fast = (tuple(shape.items()), dtype, stride_classes(inputs), tuple(codegen_env().items()))
+        self._memory[fast] = (result.require_best().config, "search")
+        return result
+
+    def _search(self, shape: dict, dtype: str, inputs: dict, key) -> SearchResult:
+        timer = self.timer or make_timer(self.device)
+        result = search(self.spec, shape, dtype, self.device, timer, inputs=inputs, restore=self.restore,
+                        listener=self.listener)
+        self.last_result = result
+        best = result.require_best()
+        self.disk.put(self.spec.name, key.digest, best.config,
+                      {"key": key.to_dict(), "p50_ms": best.p50, "default": result.default.to_dict(),
+                       "default_p50_ms": getattr(result.default_trial, "p50", None)})
+        return result
+
+    def clear(self) -> None:
+        """Forget in-memory decisions (e.g. after editing the heuristic in a notebook)."""
+        self._memory.clear()
+
+
+def _dtype_of(inputs: dict):
+    for v in inputs.values():
+        if hasattr(v, "dtype") and getattr(v, "is_floating_point", lambda: False)():
+            return v.dtype
+    raise ValueError("no floating-point tensor among the inputs to take the dtype from")
+
+
+def tuned(kernel, **kwargs) -> TunedKernel:
+    """``tuned("rmsnorm")`` or ``tuned(spec)``; kwargs as for TunedKernel."""
+    from .registry import get_kernel
+
+    spec = get_kernel(kernel) if isinstance(kernel, str) else kernel
+    return TunedKernel(spec, **kwargs)

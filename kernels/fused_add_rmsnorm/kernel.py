@@ -1,0 +1,77 @@
+"""Fused residual add + RMSNorm in Triton, one program per row:
+    residual <- residual + x      (in place, stored in the input dtype)
+    y        <- rmsnorm(residual) * w
+
+The norm is taken over the *stored* (rounded) residual in both forms, so single-pass and looped configs agree bit
+for bit on what the next layer will read. Per element it moves 3 reads (x, r, w amortised) + 2 writes (r, y).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from flytune_nb.config import Config
+from flytune_nb.device import current_device
+
+
+@triton.jit
+def fused_add_rmsnorm_kernel(X, R, W, Y, stride_x, stride_r, stride_y, N, eps,
+                             BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row, r_row, y_row = X + row * stride_x, R + row * stride_r, Y + row * stride_y
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)
+        mask = cols < N
+        z = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32) + \
+            tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
+        z = z.to(R.dtype.element_ty)
+        tl.store(r_row + cols, z, mask=mask)
+        z = z.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(z * z, axis=0) / N + eps)
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, (z * rstd * w).to(Y.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for off in range(0, N, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            z = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32) + \
+                tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
+            z = z.to(R.dtype.element_ty)
+            tl.store(r_row + cols, z, mask=mask)
+            z = z.to(tl.float32)
+            acc += z * z
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
+        for off in range(0, N, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            z = tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_row + cols, (z * rstd * w).to(Y.dtype.element_ty), mask=mask)
+
+
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+                      eps: float = 1e-6, *, config: Config) -> tuple[torch.Tensor, torch.Tensor]:
+    """Updates ``residual`` in place and returns ``(y, residual)``. Last dims must be contiguous; ``residual`` must
+    be a view we can write through (it is not copied)."""
+    N = x.shape[-1]
+    if residual.shape != x.shape:
+        raise ValueError(f"residual shape {tuple(residual.shape)} != x shape {tuple(x.shape)}")
+    if weight.shape != (N,):
+        raise ValueError(f"weight must have shape ({N},), got {tuple(weight.shape)}")
+    if residual.stride(-1) != 1:
+        raise ValueError("residual's last dim must be contiguous: it is updated in place")
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if weight.stride(0) != 1:  # e.g. a broadcast (stride-0) weight: the kernel reads it with unit stride
+        weight = weight.contiguous()
+    x2, r2 = x.reshape(-1, N), residual.view(-1, N)
+    if out is None:
+        out = torch.empty_like(x)
+    y2 = out.view(-1, N)
+    block = config["BLOCK_N"]
+    fused_add_rmsnorm_kernel[(x2.shape[0],)](
+        x2, r2, weight, y2, x2.stride(0), r2.stride(0), y2.stride(0), N, eps, BLOCK_N=block,
+        SINGLE_PASS=block >= N, **config.launch_options(current_device().backend))
+    return out, residual

@@ -1,0 +1,61 @@
+"""RMSNorm in Triton: y = x * rsqrt(mean(x^2) + eps) * w, one program per row.
+
+BLOCK_N >= N: single pass — the row is loaded once into registers, reduced, scaled and stored (2 bytes moved per
+element per direction, the minimum). BLOCK_N < N: looped — one pass to reduce, a second to scale; x is read twice,
+but nothing spills for very wide rows.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from flytune_nb.config import Config
+from flytune_nb.device import current_device
+
+
+@triton.jit
+def rmsnorm_kernel(X, W, Y, stride_x, stride_y, N, eps, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x
+    y_row = Y + row * stride_y
+    if SINGLE_PASS:
+        cols = tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for off in range(0, N, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+            acc += x * x
+        rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
+        for off in range(0, N, BLOCK_N):
+            cols = off + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None, eps: float = 1e-6, *,
+            config: Config) -> torch.Tensor:
+    """Launch with an explicit config. ``x`` is (..., N); rows may be strided, the last dim must be contiguous."""
+    N = x.shape[-1]
+    if weight.shape != (N,):
+        raise ValueError(f"weight must have shape ({N},), got {tuple(weight.shape)}")
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if weight.stride(0) != 1:  # e.g. a broadcast (stride-0) weight: the kernel reads it with unit stride
+        weight = weight.contiguous()
+    x2 = x.reshape(-1, N)
+    if out is None:
+        out = torch.empty_like(x)
+    y2 = out.view(-1, N)
+    block = config["BLOCK_N"]
+    rmsnorm_kernel[(x2.shape[0],)](x2, weight, y2, x2.stride(0), y2.stride(0), N, eps, BLOCK_N=block,
+                                   SINGLE_PASS=block >= N, **config.launch_options(current_device().backend))
+    return out

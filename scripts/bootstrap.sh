@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Create .venv if missing and install flytune_nb into it (editable, with dev extras).
+#
+# torch: if the Python that creates the venv already imports a CUDA or ROCm build of torch (e.g. conda's pytorch),
+# the venv is made with --system-site-packages and that torch is used as is. Otherwise the CPU build torch==2.13.0 is
+# installed (on our machines pip takes it from local disk; an unpinned torch would pull a multi-GB CUDA build).
+# Force a choice with FLYTUNE_TORCH=system (reuse) or FLYTUNE_TORCH=cpu (install the pinned CPU build).
+set -euo pipefail
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+TORCH_PIN=${TORCH_PIN:-torch==2.13.0}
+# Triton for the CPU path: the interpreter of the version the H200 image runs, so CPU and GPU read the same Triton.
+TRITON_PIN=${TRITON_PIN:-triton==3.6.0}
+
+gpu_torch() {
+  "$PYTHON" -c 'import sys, torch; sys.exit(0 if (torch.version.cuda or getattr(torch.version, "hip", None)) else 1)' \
+    >/dev/null 2>&1
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  mode=${FLYTUNE_TORCH:-auto}
+  if [ "$mode" = system ] || { [ "$mode" = auto ] && gpu_torch; }; then
+    echo "bootstrap: reusing the GPU build of torch importable from $PYTHON (--system-site-packages)"
+    "$PYTHON" -m venv --system-site-packages "$VENV"
+  else
+    "$PYTHON" -m venv "$VENV"
+  fi
+fi
+PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
+  echo "bootstrap: installing $TORCH_PIN"
+  "${PIP[@]}" "$TORCH_PIN"
+fi
+if ! "$VENV/bin/python" -c 'import triton' >/dev/null 2>&1; then
+  echo "bootstrap: installing $TRITON_PIN"
+  "${PIP[@]}" "$TRITON_PIN"
+fi
+"${PIP[@]}" -e '.[dev]'
+"$VENV/bin/python" -c 'import torch, triton, flytune_nb; print(f"bootstrap: flytune_nb {flytune_nb.__version__}, torch {torch.__version__}, triton {triton.__version__}")'

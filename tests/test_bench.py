@@ -1,0 +1,26 @@
+import time
+
+import pytest
+
+from flytune_nb.bench import CpuTimer, make_timer, quantile, summarise
+
+
+def test_quantile_matches_linear_interpolation():
+    s = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert quantile(s, 0.5) == 3.0 and quantile(s, 0.2) == pytest.approx(1.8) and quantile(s, 0.8) == pytest.approx(4.2)
+    t = summarise([5.0, 1.0, 3.0], "wall")
+    assert (t.p20, t.p50, t.p80, t.reps) == (pytest.approx(1.8), 3.0, pytest.approx(4.2), 3)
+
+
+def test_cpu_timer_measures_wall_time_and_runs_setup_before_every_rep():
+    calls = []
+    timer = CpuTimer(reps=4, warmup=1)
+    t = timer.measure(lambda: (calls.append("run"), time.sleep(0.02)), setup=lambda: calls.append("setup"))
+    assert calls == ["setup", "run"] * 5
+    assert 19.0 <= t.p20 <= t.p50 <= t.p80 < 60.0 and t.method == "wall"
+
+
+def test_make_timer_on_the_interpreter_is_the_cpu_timer(dev):
+    if dev.is_gpu:
+        pytest.skip("interpreter only")
+    assert isinstance(make_timer(dev, reps=5), CpuTimer) and make_timer(dev, reps=5).reps == 5

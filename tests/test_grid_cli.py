@@ -1,0 +1,59 @@
+import pytest
+
+from flytune_nb.cli import main
+from flytune_nb.grid import SGLANG_BATCH_SIZES, GridError, parse_grid
+from tests.conftest import PLUGINS
+
+
+def test_grid_is_the_cartesian_product_in_axis_order():
+    assert parse_grid("N=4096,8192 M=1,64", ("M", "N")) == [
+        {"M": 1, "N": 4096}, {"M": 1, "N": 8192}, {"M": 64, "N": 4096}, {"M": 64, "N": 8192}]
+    assert parse_grid({"M": [1, 2], "N": 8}, ("M", "N")) == [{"M": 1, "N": 8}, {"M": 2, "N": 8}]
+    assert [s["M"] for s in parse_grid("M=sglang N=4096", ("M", "N"))] == list(SGLANG_BATCH_SIZES)
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("M=1,x N=4", "'x' is not a positive integer"),
+    ("M=0 N=4", "'0'|>= 1"),
+    ("M=1", "missing \\['N'\\]"),
+    ("M=1 N=2 K=3", "unknown \\['K'\\]"),
+    ("M1 N=2", "is not AXIS=v1,v2"),
+    ("M= N=2", "no values"),
+    ("M=1 M=2 N=2", "given twice"),
+    ("M=-4 N=2", "not a positive integer"),
+])
+def test_bad_grids_say_what_is_wrong(text, msg):
+    with pytest.raises(GridError, match=msg):
+        parse_grid(text, ("M", "N"))
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["sweep", "rmsnrom", "--grid", "M=1 N=8"], "Did you mean 'rmsnorm'"),
+    (["sweep", "rmsnorm", "--grid", "M=1,a N=8"], "not a positive integer"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--strategy", "magic"], "unknown strategy"),
+    (["sweep", "rmsnorm", "--grid", "M=100000000 N=100000000"], "needs ~.* GiB"),
+])
+def test_cli_user_errors_are_one_line_and_exit_2(argv, msg, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("flytune: error:")
+    assert __import__("re").search(msg, err), err
+
+
+def test_cli_kernels_lists_axes_dtypes_and_space(capsys):
+    assert main(["kernels", "--path", PLUGINS]) == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("rmsnorm "))
+    assert "M,N" in line and "bf16,fp16,fp32" in line and "@ M=4096 N=4096" in line
+    assert any(l.startswith("toy ") for l in out.splitlines())
+
+
+def test_cli_sweep_prints_trials_and_summary(capsys):
+    rc = main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64,100", "--dtype", "fp32"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "N=64 fp32 on CPU_interpreter" in out
+    assert out.count("wrong") >= 4 and "launch_error" in out  # failures listed with their status
+    summary = out[out.index("shape "):]
+    assert summary.count("2/8") == 2  # two shapes, 2 of 8 configs passed each

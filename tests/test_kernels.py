@@ -1,0 +1,75 @@
+"""rmsnorm and fused_add_rmsnorm: every config of the pruned space is correct (interpreter on CPU, small shapes),
+both the single-pass and the looped form, and the heuristic default is always in the space."""
+import pytest
+import torch
+
+from flytune_nb.check import compare
+from flytune_nb.config import Config
+from flytune_nb.registry import get_kernel
+from flytune_nb.trial import evaluate
+
+KERNELS = ("rmsnorm", "fused_add_rmsnorm")
+
+
+def _distinct_blocks(space):
+    """One config per BLOCK_N (the interpreter ignores warps/stages, so that is what changes the computation)."""
+    return list({c["BLOCK_N"]: c for c in space}.values())
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("N", [1, 100, 1000])
+def test_every_block_form_is_correct(kernel, dtype, N, dev, cpu_timer):
+    spec = get_kernel(kernel)
+    shape = {"M": 3, "N": N}
+    space = spec.configs(shape, dtype, dev)
+    assert space, "empty space"
+    for cfg in _distinct_blocks(space):
+        t = evaluate(spec, shape, dtype, cfg, dev, cpu_timer)
+        assert t.ok, (cfg, t.status, t.reason)
+        assert t.rel_error <= spec.tol(dtype)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("N", [1, 7, 100, 1000, 4096, 5120, 8192, 32768, 65536, 262144])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_default_is_in_the_space_and_space_is_pruned(kernel, N, dtype, dev):
+    spec = get_kernel(kernel)
+    shape = {"M": 64, "N": N}
+    space = spec.configs(shape, dtype, dev)
+    assert spec.default(shape, dtype, dev) in space
+    assert len(space) == len(set(space)) <= 100
+    for c in space:
+        threads = c.num_warps * 32
+        assert c["BLOCK_N"] / threads <= 64  # pruned: no config that must spill
+
+
+def test_wrong_eps_or_missing_weight_is_caught_by_the_check(dev):
+    """The reference is sharp enough to catch the mistakes kernels actually make."""
+    spec = get_kernel("rmsnorm")
+    inputs = spec.make_inputs({"M": 4, "N": 256}, "fp32", dev)
+    ref = spec.reference(inputs)
+    no_weight = spec.reference(dict(inputs, weight=torch.ones_like(inputs["weight"])))
+    assert not compare(no_weight, ref, spec.tol("fp32")).ok
+    big_eps = spec.reference(dict(inputs, eps=1e-1))
+    assert not compare(big_eps, ref, spec.tol("fp32")).ok
+
+
+def test_rows_may_be_strided_and_batch_dims_flatten(dev):
+    spec = get_kernel("rmsnorm")
+    wide = torch.randn(2, 3, 128)
+    x = wide[..., :100]  # row stride 128, last dim contiguous
+    w = torch.randn(100)
+    out = torch.empty(2, 3, 100)
+    spec.run({"x": x, "weight": w, "out": out}, Config({"BLOCK_N": 128}, num_warps=1))
+    assert compare(out, spec.reference({"x": x, "weight": w}), 1e-5).ok
+
+
+def test_fused_add_rmsnorm_updates_residual_in_place(dev):
+    spec = get_kernel("fused_add_rmsnorm")
+    inputs = spec.make_inputs({"M": 4, "N": 300}, "fp32", dev)
+    x, r0 = inputs["x"].clone(), inputs["residual"].clone()
+    y, r = spec.run(inputs, Config({"BLOCK_N": 256}, num_warps=1, num_stages=2))
+    assert r.data_ptr() == inputs["residual"].data_ptr()
+    torch.testing.assert_close(r, x + r0)
+    assert compare(y, spec.reference({**inputs, "x": x, "residual": r0})[0], 1e-5).ok

@@ -1,0 +1,126 @@
+"""The run path: memory -> disk -> artifact -> default; search only when asked."""
+import json
+
+import pytest
+import torch
+
+import flytune_nb.tuner as tuner_mod
+from flytune_nb.bench import CpuTimer
+from flytune_nb.cache import DiskCache
+from flytune_nb.config import Config
+from flytune_nb.registry import get_kernel
+from flytune_nb.trial import NoValidConfig
+from flytune_nb.tuner import TunedKernel, tuned
+
+SHAPE = {"M": 4, "N": 200}
+
+
+@pytest.fixture
+def spec():
+    return get_kernel("rmsnorm")
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """Counts searches (each evaluate is one trial)."""
+    calls = []
+    real = tuner_mod.search
+
+    def spy(*a, **k):
+        calls.append(a[1])
+        return real(*a, **k)
+
+    monkeypatch.setattr(tuner_mod, "search", spy)
+    return calls
+
+
+def _check_output(spec, inputs, out):
+    ref = spec.reference(inputs)
+    assert torch.linalg.vector_norm(out.double() - ref) / torch.linalg.vector_norm(ref) < spec.tol("fp32")
+
+
+def test_normal_calls_never_search_and_use_the_default(spec, dev, tmp_path, counting):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    out = op(**inputs)
+    assert op.last_source == "default" and counting == []
+    _check_output(spec, inputs, out)
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "memory" and counting == []
+
+
+def test_autotune_env_searches_once_then_memory_then_disk(spec, dev, tmp_path, counting, monkeypatch):
+    monkeypatch.setenv("FLYTUNE_AUTOTUNE", "1")
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path, timer=CpuTimer(reps=1, warmup=0))
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    _check_output(spec, inputs, op(**inputs))
+    assert op.last_source == "search" and len(counting) == 1
+    best = op.last_result.best.config
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "memory" and len(counting) == 1
+    # A new process (new TunedKernel) finds the winner on disk, still with no search.
+    op2 = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    assert op2.config_for(spec.make_inputs(SHAPE, "fp32", dev)) == best
+    assert op2.last_source == "disk" and len(counting) == 1
+    files = list(tmp_path.rglob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["config"] == best.to_dict()
+
+
+def test_artifact_beats_default_and_cache_beats_artifact(spec, dev, tmp_path, counting):
+    from_artifact = Config({"BLOCK_N": 256}, num_warps=2, num_stages=2)
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path, artifact_lookup=lambda *a: from_artifact)
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    _check_output(spec, inputs, op(**inputs))
+    assert op.last_source == "artifact" and op.config_for(inputs) == from_artifact
+    op.tune(**spec.make_inputs(SHAPE, "fp32", dev))
+    op2 = TunedKernel(spec, device=dev, cache_dir=tmp_path, artifact_lookup=lambda *a: from_artifact)
+    op2.config_for(inputs)
+    assert op2.last_source == "disk"
+    # An artifact hook that has nothing for this shape falls through to the heuristic.
+    op3 = TunedKernel(spec, device=dev, cache_dir=tmp_path / "other", artifact_lookup=lambda *a: None)
+    assert op3.config_for(inputs) == spec.default(SHAPE, "fp32", dev) and op3.last_source == "default"
+
+
+def test_changed_shape_or_layout_resolves_again(spec, dev, tmp_path):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    op(**spec.make_inputs({"M": 4, "N": 5000}, "fp32", dev))
+    assert op.last_source == "default"
+    x = torch.randn(4, 400)[:, :200]  # row stride 400 vs 200: same class ("other"), same entry
+    op(x=x, weight=torch.randn(200), out=torch.empty(4, 200))
+    assert op.last_source == "memory"
+    inputs = dict(x=torch.randn(4, 200), weight=torch.randn(1).expand(200), out=torch.empty(4, 200))
+    out = op(**inputs)  # broadcast weight: stride class 0, a new entry
+    assert op.last_source == "default"
+    _check_output(spec, inputs, out)
+
+
+def test_corrupt_disk_cache_file_is_a_miss_with_a_warning(spec, dev, tmp_path):
+    cache = DiskCache(tmp_path)
+    p = cache.put("rmsnorm", "abc", Config({"BLOCK_N": 256}))
+    p.write_text("{ torn")
+    with pytest.warns(RuntimeWarning, match="unreadable"):
+        assert cache.get("rmsnorm", "abc") is None
+    p.write_text(json.dumps({"config": {"BLOCK_N": "x"}}))
+    with pytest.warns(RuntimeWarning):
+        assert cache.get("rmsnorm", "abc") is None
+
+
+def test_all_configs_failing_raises_a_clear_error(dev, tmp_path):
+    from tests.conftest import PLUGINS
+
+    toy = get_kernel("toy", [PLUGINS])
+    import dataclasses
+
+    broken = dataclasses.replace(toy, configs=lambda *a: [Config({"BLOCK": 64, "MODE": 1}, num_warps=1)],
+                                 default=lambda *a: Config({"BLOCK": 64, "MODE": 2}, num_warps=1))
+    op = TunedKernel(broken, device=dev, cache_dir=tmp_path, autotune=True)
+    with pytest.raises(NoValidConfig, match="none of 2 configs passed"):
+        op(**toy.make_inputs({"N": 64}, "fp32", dev))
+    assert list(tmp_path.rglob("*.json")) == []  # nothing cached
+
+
+def test_tuned_by_name_and_unknown_name(dev):
+    assert tuned("rmsnorm").spec.name == "rmsnorm"
+    with pytest.raises(LookupError, match="Did you mean 'rmsnorm'"):
+        tuned("rmsnrom")
