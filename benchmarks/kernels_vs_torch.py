@@ -28,7 +28,7 @@ def main():
         inputs = spec.make_inputs(shape, "bf16", dev)
         snap = spec.snapshot(inputs)
         setup = (lambda: spec.reset(inputs, snap)) if spec.mutates else None
-        base = spec.extra["baseline"]
+        base = spec.baseline
         eager = timer.measure(lambda: base(inputs), setup).p50
         compiled_fn = torch.compile(base)
         for _ in range(3):

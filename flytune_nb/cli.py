@@ -6,12 +6,14 @@ import argparse
 import sys
 
 EXIT_USAGE = 2
+DEFAULT_DB = "flytune_results.db"
 
 # The embedded default for `make demo` / `flytune demo`: a small rmsnorm sweep. On a GPU, decode (M=1) to prefill
 # (M=4096) batch sizes at N=4096: 47 configs x 3 shapes, about a minute on the H200, most of it compiling (one
 # N, so each config compiles once). On the interpreter, tiny shapes that finish in ~10 s on 2 cores.
 DEMO_GPU = ("rmsnorm", "M=1,64,4096 N=4096", "bf16")
 DEMO_CPU = ("rmsnorm", "M=4,16 N=1024", "bf16")
+DEMO_DB = "flytune_demo.db"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -19,14 +21,22 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     k = sub.add_parser("kernels", help="list kernels: name, axes, dtypes, space size")
     k.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
-    s = sub.add_parser("sweep", help="sweep a kernel over a shape grid")
+    s = sub.add_parser("sweep", help="sweep a kernel over a shape grid (resumable; results in --db)")
     s.add_argument("kernel")
     s.add_argument("--grid", required=True, help='e.g. "M=1,64,4096 N=4096,8192" (M=sglang for SGLang sizes)')
     s.add_argument("--dtype", action="append", default=None, help="bf16 | fp16 | fp32 (repeatable)")
+    s.add_argument("--strategy", default="exhaustive", help="exhaustive | random | halving | surrogate")
     s.add_argument("--budget", type=int, default=None, help="at most this many configs per shape")
-    s.add_argument("--strategy", default="exhaustive")
+    s.add_argument("--db", default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds one trial may take before it is killed")
+    s.add_argument("--gpus", default=None, help="GPU indices, one worker each, e.g. 0,1,2,3")
+    s.add_argument("--ray", default=None, metavar="ADDRESS", help="use Ray actors (auto | local | host:port)")
+    s.add_argument("--no-isolate", action="store_true", help="run trials in this process (no crash isolation)")
+    s.add_argument("--no-precompile", action="store_true", help="do not compile candidates in a pool first")
+    s.add_argument("--baselines", default=None, help="torch_eager,torch_compile (default: both on GPU) or none")
     s.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
     s.add_argument("--all-trials", action="store_true", help="print every config of every shape")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
     d = sub.add_parser("demo", help="the embedded default sweep (GPU if present, else the Triton interpreter)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -39,20 +49,27 @@ def main(argv: list[str] | None = None) -> int:
     from .grid import GridError
     from .registry import KernelNotFound, RegistryError
     from .spec import SpecError
-    from .sweep import ShapeTooLarge
+    from .store import StoreError
+    from .sweep import ShapeTooLarge, SweepError
 
     try:
         if args.cmd == "kernels":
             return cmd_kernels(args)
         if args.cmd == "sweep":
-            return cmd_sweep(args.kernel, args.grid, args.dtype or ["bf16"], args.budget, args.strategy, args.path,
-                             all_trials=args.all_trials)
+            return cmd_sweep(args)
         if args.cmd == "demo":
             return cmd_demo(quiet=args.quiet)
     except (KernelNotFound, RegistryError, GridError, DtypeError, SpecError, ShapeTooLarge, ConfigError,
             ValueError) as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except (SweepError, StoreError) as e:
+        print(f"flytune: failed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("flytune: interrupted; everything measured so far is in the results store (re-run to resume)",
+              file=sys.stderr)
+        return 130
     return 0
 
 
@@ -74,29 +91,42 @@ def cmd_kernels(args) -> int:
     return 0
 
 
-def cmd_sweep(kernel: str, grid: str, dtypes: list[str], budget, strategy: str, paths, *, all_trials=False,
-              quiet=False) -> int:
-    from .device import current_device
-    from .grid import parse_grid
-    from .progress import TqdmListener
-    from .registry import get_kernel
-    from .report import summary_table, trials_table
-    from .strategies import get_strategy
-    from .sweep import sweep
+def _ints(text: str | None, what: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{what} must be comma-separated integers, got {text!r}") from None
 
-    spec = get_kernel(kernel, paths)
-    shapes = parse_grid(grid, spec.axes)
-    strat = get_strategy(strategy)
-    dev = current_device()
-    print(f"flytune: {spec.name} on {dev.label}: {len(shapes)} shapes x {len(dtypes)} dtypes", flush=True)
-    listeners = [] if quiet else [TqdmListener()]
-    results = sweep(spec, shapes, dtypes, device=dev, strategy=strat, budget=budget, listeners=listeners)
-    for r in (results if all_trials else results[:1]):
+
+def cmd_sweep(args) -> int:
+    from .progress import TqdmListener
+    from .report import summary_table, trials_table
+    from .sweep import Sweep
+
+    baselines = None
+    if args.baselines is not None:
+        baselines = () if args.baselines.strip().lower() == "none" else tuple(
+            b.strip() for b in args.baselines.split(",") if b.strip())
+        bad = [b for b in baselines if b not in ("torch_eager", "torch_compile")]
+        if bad:
+            raise ValueError(f"unknown baseline {bad[0]!r}; use torch_eager, torch_compile or none")
+    sw = Sweep(args.kernel, args.grid, args.dtype or ["bf16"], db=args.db, paths=args.path, strategy=args.strategy,
+               budget=args.budget, timeout=args.timeout, isolate=not args.no_isolate,
+               precompile=False if args.no_precompile else None, baselines=baselines,
+               gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()])
+    n = len(sw.shapes) * len(sw.dtypes)
+    print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
+          f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
+          flush=True)
+    results = sw.run()
+    for r in (results if args.all_trials else results[:1]):
         print()
-        print(trials_table(r, spec))
+        print(trials_table(r, sw.spec))
     print()
     print(summary_table(results))
-    if dev.backend == "interpreter":
+    if results and results[0].device.backend == "interpreter":
         print("\n(timings are Triton-interpreter wall-clock times on the CPU: they exercise the machinery, "
               "they say nothing about GPU speed)")
     return 0 if all(r.best is not None for r in results) else 1
@@ -106,7 +136,8 @@ def cmd_demo(quiet: bool = False) -> int:
     from .device import current_device
 
     kernel, grid, dtype = DEMO_GPU if current_device().is_gpu else DEMO_CPU
-    return cmd_sweep(kernel, grid, [dtype], None, "exhaustive", [], quiet=quiet)
+    argv = ["sweep", kernel, "--grid", grid, "--dtype", dtype, "--db", DEMO_DB] + (["--quiet"] if quiet else [])
+    return main(argv)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ must not abort a two-hour sweep.
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
@@ -59,8 +60,13 @@ class Emitter:
 
     def __init__(self, listeners: Iterable[Callable] = ()) -> None:
         self.listeners = [l for l in listeners if l is not None]
+        self._lock = threading.Lock()  # a multi-GPU sweep emits from one thread per GPU
 
     def __call__(self, event: Event) -> None:
+        with self._lock:
+            self._emit(event)
+
+    def _emit(self, event: Event) -> None:
         for listener in list(self.listeners):
             try:
                 listener(event)

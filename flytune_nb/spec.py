@@ -39,6 +39,7 @@ class KernelSpec:
     bytes: Callable[[Shape, str], float] | None = None  # minimum bytes moved, for roofline %
     flops: Callable[[Shape, str], float] | None = None
     tolerance: Callable[[str], float] | None = None  # rel-error bound per dtype, when the default table is not right
+    baseline: Callable[[Inputs], Any] | None = None  # eager torch as a user would write it: timed eager + compiled
     source_dir: Path | None = None  # folder fingerprinted into the tuning key
     description: str = ""
     extra: dict = field(default_factory=dict)

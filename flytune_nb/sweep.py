@@ -1,57 +1,274 @@
-"""A sweep: shape grid x dtypes, one search per (shape, dtype), in this process.
+"""The sweep engine: shape grid x dtypes x a search strategy, measured in workers, stored row by row.
 
-This is the minimal in-process engine the core needs for ``make demo`` and ``flytune sweep``; the results store,
-worker isolation and resume come with the sweep-engine issue and slot in behind the same events.
+Headless; it speaks only through events. The caller (a notebook kernel, the CLI, papermill) never runs a kernel
+itself: every task goes to a lane (a worker process per GPU, or a Ray actor), so a config that crashes or hangs the
+device costs one worker, which is restarted. Every finished trial is committed to the results store before the next
+starts; re-running the same sweep against the same store replays what is stored and measures only the rest.
 """
 from __future__ import annotations
 
+import math
+import queue
+import threading
+from dataclasses import replace
+from pathlib import Path
 from typing import Callable, Iterable
 
-from .bench import make_timer
-from .device import DeviceInfo, current_device
-from .events import Emitter, SweepDone
-from .trial import SearchResult, search
+from .config import Config
+from .device import DeviceInfo
+from .memory import ShapeTooLarge
+from .events import Emitter, ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
+from .grid import parse_grid
+from .registry import get_kernel
+from .store import Store
+from .strategies import SEEDED, get_strategy
+from .tasks import trial_from_dict
+from .trial import SearchResult, Trial, explore, planned
+from .worker import WorkerCrashed, WorkerError, WorkerTimeout, local_lanes
 
 
-class ShapeTooLarge(ValueError):
+class SweepError(RuntimeError):
+    """A failure that is not one config's: the kernel's make_inputs/reference raised, a worker cannot start, ..."""
+
+
+class _Stopped(Exception):
     pass
 
 
-def check_fits(spec, shape: dict, dtype: str, device: DeviceInfo) -> None:
-    """Refuse shapes whose inputs cannot fit, before allocating anything. ``bytes`` is the minimum traffic, which for
-    these kernels is about the inputs' size; 3x leaves room for the reference copy and the L2 flush buffer."""
-    if spec.bytes is None:
-        return
-    need = 3 * spec.bytes(shape, dtype)
-    have = device.total_memory if device.is_gpu else _host_memory()
-    if have and need > have:
-        raise ShapeTooLarge(f"{spec.name} {shape} {dtype} needs ~{need / 2**30:.1f} GiB; "
-                            f"{device.name} has {have / 2**30:.1f} GiB")
+class Sweep:
+    """``Sweep("rmsnorm", "M=1,64 N=4096", ["bf16"], db="runs.db").run()``.
+
+    isolate: run trials in worker processes (default) or in this process (fast, for tests and tiny sweeps).
+    precompile: compile each shape's candidates in a process pool first (default: on GPUs only).
+    baselines: names among ``torch_eager``, ``torch_compile`` (default: both on GPUs, eager on the interpreter).
+    gpus: GPU indices for one worker each; ray: a Ray address ("auto", "local" or host:port) for one actor per GPU.
+    """
+
+    def __init__(self, kernel, grid, dtypes: Iterable[str] = ("bf16",), *, db: str | Path | Store | None = None,
+                 paths: Iterable[str] = (), strategy: str = "exhaustive", budget: int | None = None,
+                 timeout: float = 120.0, isolate: bool = True, precompile: bool | None = None,
+                 baselines: Iterable[str] | None = None, gpus: Iterable[int] | None = None, ray: str | None = None,
+                 timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0) -> None:
+        self.paths = tuple(str(p) for p in paths)
+        self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
+        if not isinstance(kernel, str):
+            if self.spec.source_dir is not None:
+                self.paths = tuple(dict.fromkeys(self.paths + (str(self.spec.source_dir.parent),)))
+            if isolate or ray is not None:
+                # Workers load kernels by name from their folder; a spec object built or edited in this process
+                # (dataclasses.replace, a notebook edit) exists only here.
+                try:
+                    same = get_kernel(self.spec.name, list(self.paths)) is self.spec
+                except LookupError:
+                    same = False
+                if not same:
+                    raise ValueError(f"{self.spec.name}: a spec object that is not its folder's SPEC can only run "
+                                     f"in this process (isolate=False); workers load kernels by name")
+        self._override = not isinstance(kernel, str) and not isolate and ray is None
+        self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
+        self.shapes = [self.spec.check_shape(s) for s in self.shapes]
+        if not self.shapes:
+            raise ValueError("the grid is empty")
+        self.dtypes = [self.spec.check_dtype(d) for d in dtypes]
+        if not self.dtypes:
+            raise ValueError("no dtype given")
+        self.strategy_name = strategy
+        self.strategy = get_strategy(strategy)
+        if budget is not None and budget < 1:
+            raise ValueError(f"budget must be >= 1, got {budget}")
+        self.budget, self.timeout, self.isolate, self.seed = budget, float(timeout), isolate, seed
+        self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
+        self.gpus = list(gpus) if gpus is not None else None
+        self.timer = dict(timer or {})
+        self.emit = Emitter(listeners)
+        self._db = db
+        self.store: Store | None = db if isinstance(db, Store) else None
+        self._stop = threading.Event()
+        self.results: list[SearchResult] = []
+        self.run_id: str | None = None
+
+    # -- control -------------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the sweep to stop after the trial in flight (everything measured stays in the store)."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # -- the run -------------------------------------------------------------------------------------------------
+    def run(self) -> list[SearchResult]:
+        from . import tasks
+
+        tasks._OVERRIDES.pop(self.spec.name, None)
+        if self._override:
+            tasks._OVERRIDES[self.spec.name] = self.spec
+        lanes = self._lanes()
+        try:
+            plans = self._plan(lanes[0])  # user errors (too large, broken plugin) surface here, before any write
+            if self.store is None:
+                self.store = Store(self._db if self._db is not None else ":memory:")
+            device = plans[0]["device"]
+            self.run_id = self.store.start_run(self.spec.name, [dict(s) for s in self.shapes], self.dtypes,
+                                               self.strategy_name, self.budget, device["name"])
+            precompiler = self._precompiler(device)
+            jobs: queue.Queue = queue.Queue()
+            for p in plans:
+                jobs.put(p)
+            results: dict[int, SearchResult] = {}
+            errors: list[BaseException] = []
+
+            def drain(lane):
+                while not self._stop.is_set() and not errors:
+                    try:
+                        plan = jobs.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        results[plan["index"]] = self._run_shape(lane, plan, precompiler)
+                    except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
+                        errors.append(e)
+
+            threads = [threading.Thread(target=drain, args=(lane,), daemon=True) for lane in lanes]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if precompiler is not None:
+                precompiler.close()
+            if errors:
+                raise errors[0]
+            self.results = [results[i] for i in sorted(results)]
+            self.store.finish_run(self.run_id)
+            self.emit(SweepDone(self.spec.name, self.results))
+            return self.results
+        finally:
+            for lane in lanes:
+                lane.close()
+            tasks._OVERRIDES.pop(self.spec.name, None)
+
+    def _lanes(self) -> list:
+        if self.ray is not None:
+            from .ray_lane import ray_lanes
+
+            return ray_lanes(self.ray, self.gpus)
+        return local_lanes(self.gpus, self.isolate)
+
+    def _plan(self, lane) -> list[dict]:
+        plans = []
+        for dtype in self.dtypes:
+            for shape in self.shapes:
+                try:
+                    d = lane.call("describe", dict(kernel=self.spec.name, paths=self.paths, shape=shape, dtype=dtype),
+                                  timeout=max(self.timeout, 300.0))
+                except (WorkerError, WorkerCrashed, WorkerTimeout) as e:
+                    raise SweepError(f"{self.spec.name} {shape} {dtype}: cannot prepare the shape: "
+                                     f"{str(e).splitlines()[0]}") from e
+                if d.get("too_large"):
+                    raise ShapeTooLarge(d["too_large"])
+                plans.append({**d, "shape": shape, "dtype": dtype, "index": len(plans), "device": d["device"]})
+        return plans
+
+    def _precompiler(self, device: dict):
+        enabled = self.precompile if self.precompile is not None else device["backend"] in ("cuda", "hip")
+        if not enabled or self.ray is not None:
+            return None
+        from .precompile import Precompiler
+
+        env = {}
+        if self.gpus:  # compile for the first GPU of the sweep; the binaries are the same for identical GPUs
+            env = {"CUDA_VISIBLE_DEVICES": str(self.gpus[0]), "HIP_VISIBLE_DEVICES": str(self.gpus[0])}
+            env.pop("HIP_VISIBLE_DEVICES" if device["backend"] == "cuda" else "CUDA_VISIBLE_DEVICES")
+        return Precompiler(env=env)
+
+    def _timer(self, fidelity: str, device: dict) -> tuple:
+        t = dict(self.timer)
+        if fidelity == "quick":  # successive halving's cheap round: an eighth of the timing budget
+            t.update(rep_ms=t.get("rep_ms", 100.0) / 8, warmup_ms=5.0, min_reps=5, reps=1)
+        return tuple(sorted(t.items()))
+
+    def _run_shape(self, lane, plan: dict, precompiler) -> SearchResult:
+        spec, shape, dtype, key = self.spec, plan["shape"], plan["dtype"], plan["key"]
+        device = DeviceInfo(**plan["device"])
+        default = Config.from_dict(plan["default"])
+        space = [Config.from_dict(c) for c in plan["space"]]
+        stored = self.store.trials_for(key)
+        result = SearchResult(spec.name, shape, dtype, device, default)
+        total = planned(space, default, self.budget)
+        toolchain = plan["key_fields"]["toolchain"]
+
+        if precompiler is not None:
+            todo = [c.to_dict() for c in dict.fromkeys([default] + space) if (c, "full") not in stored]
+            if todo:
+                precompiler.run(spec.name, self.paths, shape, dtype, todo, timeout=max(600.0, self.timeout))
+
+        def evaluate(config: Config, fidelity: str = "full") -> Trial:
+            if self._stop.is_set():
+                raise _Stopped
+            i = len(result.trials)
+            trial = stored.get((config, fidelity))
+            if trial is None:
+                self.emit(TrialStarted(spec.name, shape, dtype, config, i, total))
+                trial = self._measure(lane, shape, dtype, config, fidelity, device)
+                self.store.add(trial, key=key, run_id=self.run_id, arch=device.arch, toolchain=toolchain)
+                stored[(config, fidelity)] = trial
+            result.trials.append(trial)
+            self.emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))
+            return trial
+
+        strategy = self.strategy
+        if self.strategy_name in SEEDED:  # same key -> same draws, so a resumed sweep re-draws what it stored
+            seed = self.seed ^ int(key[:8], 16)
+            strategy = lambda s, e, b: self.strategy(s, e, b, seed=seed)  # noqa: E731
+        try:
+            explore(default, space, evaluate, strategy, self.budget)
+        except _Stopped:
+            result.stopped = True
+        if not result.stopped:
+            result.baselines = self._baselines(lane, plan, device)
+        self.emit(ShapeDone(spec.name, result))
+        return result
+
+    def _measure(self, lane, shape, dtype, config: Config, fidelity: str, device: DeviceInfo) -> Trial:
+        base = dict(kernel=self.spec.name, shape=dict(shape), dtype=dtype, config=config, device=device.name,
+                    fidelity=fidelity)
+        try:
+            d = lane.call("trial", dict(kernel=self.spec.name, paths=self.paths, shape=shape, dtype=dtype,
+                                        config=config.to_dict(), timer=self._timer(fidelity, device)),
+                          timeout=self.timeout)
+        except WorkerTimeout as e:
+            return Trial(**base, status="timeout", reason=str(e))
+        except WorkerCrashed as e:
+            return Trial(**base, status="crashed", reason=str(e))
+        except WorkerError as e:
+            raise SweepError(f"{self.spec.name} {shape} {dtype}: {str(e).splitlines()[0]}") from e
+        return replace(trial_from_dict(d), fidelity=fidelity)
+
+    def _baselines(self, lane, plan: dict, device: DeviceInfo) -> dict:
+        if not plan["has_baseline"]:
+            return {}
+        names = self.baseline_names
+        if names is None:
+            names = ("torch_eager", "torch_compile") if device.is_gpu else ("torch_eager",)
+        names = tuple(names)
+        have = self.store.baselines_for(plan["key"])
+        missing = tuple(n for n in names if n not in have)
+        if missing:
+            try:
+                rows = lane.call("baselines", dict(kernel=self.spec.name, paths=self.paths, shape=plan["shape"],
+                                                   dtype=plan["dtype"], names=missing,
+                                                   timer=self._timer("full", device)),
+                                 timeout=max(self.timeout, 600.0))  # torch.compile's first call takes a while
+            except (WorkerTimeout, WorkerCrashed) as e:
+                rows = [{"name": n, "status": "error", "reason": str(e), "p20": math.inf, "p50": math.inf,
+                         "p80": math.inf} for n in missing]
+            for r in rows:
+                self.store.add_baseline(key=plan["key"], run_id=self.run_id, kernel=self.spec.name,
+                                        shape=plan["shape"], dtype=plan["dtype"], device=device.name, **r)
+            have = self.store.baselines_for(plan["key"])
+        return {n: have[n] for n in names if n in have}
 
 
-def _host_memory() -> int:
-    try:
-        import os
-
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def sweep(spec, shapes: Iterable[dict], dtypes: Iterable[str], *, device: DeviceInfo | None = None, timer=None,
-          strategy: Callable | None = None, budget: int | None = None,
-          listeners: Iterable[Callable] = ()) -> list[SearchResult]:
-    device = device or current_device()
-    shapes = [spec.check_shape(s) for s in shapes]
-    dtypes = [spec.check_dtype(d) for d in dtypes]
-    for s in shapes:
-        for d in dtypes:
-            check_fits(spec, s, d, device)
-    timer = timer or make_timer(device)
-    emit = Emitter(listeners)
-    results = []
-    for d in dtypes:
-        for s in shapes:
-            results.append(search(spec, s, d, device, timer, strategy=strategy, budget=budget, listener=emit))
-    emit(SweepDone(spec.name, results))
-    return results
+def sweep(kernel, grid, dtypes: Iterable[str] = ("bf16",), **kwargs) -> list[SearchResult]:
+    """One-call form of ``Sweep(...).run()``."""
+    return Sweep(kernel, grid, dtypes, **kwargs).run()

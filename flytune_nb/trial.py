@@ -35,6 +35,7 @@ class Trial:
     reps: int = 0
     method: str = ""
     device: str = ""
+    fidelity: str = "full"  # "quick" for successive halving's cheap first round
 
     @property
     def ok(self) -> bool:
@@ -127,14 +128,18 @@ class SearchResult:
     default: Config
     trials: list = field(default_factory=list)
 
+    baselines: dict = field(default_factory=dict)  # name -> {"status", "p50", ...}: torch_eager, torch_compile
+    stopped: bool = False
+
     @property
     def best(self) -> Trial | None:
-        ok = [t for t in self.trials if t.ok]
+        """Fastest correct trial; full-fidelity timings win over quick ones (successive halving's first round)."""
+        ok = [t for t in self.trials if t.ok and t.fidelity == "full"] or [t for t in self.trials if t.ok]
         return min(ok, key=lambda t: t.p50) if ok else None
 
     @property
     def default_trial(self) -> Trial | None:
-        return next((t for t in self.trials if t.config == self.default), None)
+        return next((t for t in self.trials if t.config == self.default and t.fidelity == "full"), None)
 
     @property
     def speedup(self) -> float:
@@ -163,24 +168,34 @@ def search(spec, shape: dict, dtype: str, device: DeviceInfo, timer, *, configs:
     shape = spec.check_shape(shape)
     dtype = spec.check_dtype(dtype)
     default = spec.default(shape, dtype, device)
-    space = list(dict.fromkeys(configs if configs is not None else spec.configs(shape, dtype, device)))
-    if default in space:
-        space.remove(default)
-    space.insert(0, default)
+    space = configs if configs is not None else spec.configs(shape, dtype, device)
     emit = listener if isinstance(listener, Emitter) else Emitter([listener] if listener else [])
     result = SearchResult(spec.name, shape, dtype, device, default)
-    total = len(space) if budget is None else min(len(space), budget)
+    total = planned(space, default, budget)
 
-    def run_one(config: Config) -> Trial:
+    def run_one(config: Config, fidelity: str = "full") -> Trial:
         i = len(result.trials)
         emit(TrialStarted(spec.name, shape, dtype, config, i, total))
         trial = evaluate(spec, shape, dtype, config, device, timer, inputs=inputs, restore=restore)
         result.trials.append(trial)
-        event = TrialDone if trial.ok else TrialFailed
-        emit(event(spec.name, trial, i, total, result.best))
+        emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))
         return trial
 
-    (strategy or exhaustive)(space, run_one, budget)
+    explore(default, space, run_one, strategy or exhaustive, budget)
     emit(ShapeDone(spec.name, result))
     return result
+
+
+def planned(space: Sequence[Config], default: Config, budget: int | None) -> int:
+    n = len(set(space) | {default})
+    return n if budget is None else min(n, max(1, budget))
+
+
+def explore(default: Config, space: Sequence[Config], evaluate: Callable, strategy: Callable,
+            budget: int | None) -> None:
+    """The heuristic default is always measured first (so every result can say how far it is from the best); the
+    strategy then searches the rest of the space with what is left of the budget."""
+    evaluate(default)
+    rest = [c for c in dict.fromkeys(space) if c != default]
+    strategy(rest, evaluate, None if budget is None else max(0, budget - 1))
 

@@ -21,7 +21,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
-    """Every test gets its own tuning cache, and never searches unless it asks to."""
+    """Every test gets its own tuning cache and working directory (results stores land there), and never searches
+    unless it asks to."""
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("FLYTUNE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("FLYTUNE_AUTOTUNE", raising=False)
     monkeypatch.delenv("FLYTUNE_KERNEL_PATH", raising=False)

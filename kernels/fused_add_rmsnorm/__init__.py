@@ -58,5 +58,5 @@ SPEC = KernelSpec(
     bytes=lambda s, d: (4 * s["M"] * s["N"] + s["N"]) * itemsize(d),  # read x, r; write r, y; read w once
     flops=lambda s, d: 5 * s["M"] * s["N"],
     description="Residual add (in place) fused with RMSNorm; returns (y, residual).",
-    extra={"baseline": baseline},
+    baseline=baseline,
 )

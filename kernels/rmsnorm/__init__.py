@@ -55,5 +55,5 @@ SPEC = KernelSpec(
     bytes=lambda s, d: (2 * s["M"] * s["N"] + s["N"]) * itemsize(d),  # read x, write y, read w once
     flops=lambda s, d: 4 * s["M"] * s["N"],
     description="RMSNorm over the last axis (one program per row; single-pass or looped).",
-    extra={"baseline": baseline},
+    baseline=baseline,
 )

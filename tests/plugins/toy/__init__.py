@@ -19,5 +19,5 @@ SPEC = KernelSpec(
     name="toy", axes=("N",), batch_axis="N", dtypes=("fp32", "bf16"),
     make_inputs=make_inputs, run=lambda i, c: scale(i["x"], i["out"], c), reference=lambda i: scale_ref(i["x"]),
     configs=configs, default=default, shape_of=lambda i: {"N": i["x"].numel()}, outputs=("out",),
-    bytes=lambda s, d: 8 * s["N"],
+    bytes=lambda s, d: 8 * s["N"], baseline=lambda i: i["x"] * 2,
 )

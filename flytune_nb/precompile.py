@@ -1,0 +1,66 @@
+"""Compile a shape's candidates in a process pool before timing, so the timing worker never waits on the compiler.
+
+Each pool process launches a candidate once on real-shaped inputs (tasks.compile_one); that fills Triton's on-disk
+cache (shared by every process of the user: ~/.triton/cache or TRITON_CACHE_DIR), and the timing worker's first launch
+of the same config is then a cache load. The pool is bounded by the cores and kept for the whole sweep (spawning a
+process that imports torch costs seconds). A pool that breaks (a config that crashes the device) or stalls only ends
+precompilation for that shape: the timing worker then compiles the rest itself and records the real failure.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import warnings
+
+from .tasks import compile_one
+
+
+class Precompiler:
+    def __init__(self, workers: int | None = None, env: dict | None = None) -> None:
+        self.workers = max(1, workers or min(16, os.cpu_count() or 1))
+        self.env = env or {}
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def _get_pool(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            old = {k: os.environ.get(k) for k in self.env}
+            os.environ.update(self.env)  # spawned children copy the environment at start
+            try:
+                self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+            finally:
+                for k, v in old.items():
+                    os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        return self._pool
+
+    def run(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
+            timeout: float = 600.0) -> dict:
+        """Returns {"ok": n, "failed": n, "wall_s": s}; never raises for a config's own failure."""
+        import time
+
+        t0 = time.perf_counter()
+        pool = self._get_pool()
+        futs = [pool.submit(compile_one, kernel, paths, shape, dtype, c) for c in configs]
+        done, pending = cf.wait(futs, timeout=timeout)
+        ok = failed = 0
+        for f in done:
+            try:
+                status, _ = f.result()
+                ok += status == "ok"
+                failed += status != "ok"
+            except Exception:  # noqa: BLE001 - BrokenProcessPool: a config took the pool process down
+                failed += 1
+        if pending or any(f.exception() is not None for f in done):
+            warnings.warn(f"precompile of {kernel} {shape} stopped early ({len(pending)} pending, pool broken or "
+                          f"stalled); the timing worker compiles the rest", RuntimeWarning, stacklevel=2)
+            self.close(kill=True)
+        return {"ok": ok, "failed": failed + len(pending), "wall_s": time.perf_counter() - t0}
+
+    def close(self, kill: bool = False) -> None:
+        if self._pool is None:
+            return
+        if kill:
+            for p in list(getattr(self._pool, "_processes", {}).values()):
+                p.kill()
+        self._pool.shutdown(wait=not kill, cancel_futures=True)
+        self._pool = None

@@ -1,0 +1,49 @@
+"""Surrogate search with Optuna's TPE sampler (a tree-structured Parzen estimator), not a home-made optimiser.
+
+Every knob of the space (BLOCK_N, num_warps, ...) becomes a categorical parameter. A combination that is not in the
+pruned space is told to the sampler as a failure and costs no evaluation; a repeat is answered from memory. After
+``budget`` distinct evaluations it stops. The first quarter of the budget is random start-up, as TPE needs.
+"""
+from __future__ import annotations
+
+import math
+import random as _random
+from typing import Callable, Sequence
+
+PENALTY = 1e9  # what a failing config scores for the sampler (TPE wants finite values)
+
+
+def surrogate(space: Sequence, evaluate: Callable, budget: int | None = None, seed: int = 0) -> list:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = list(space)
+    n = len(space) if budget is None else min(len(space), max(0, int(budget)))
+    if n == 0:
+        return []
+    dicts = [c.to_dict() for c in space]
+    knobs = sorted({k for d in dicts for k in d})
+    choices = {k: sorted({d.get(k) for d in dicts}, key=lambda v: (v is None, v)) for k in knobs}
+    by_combo = {tuple(d.get(k) for k in knobs): c for d, c in zip(dicts, space)}
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, n // 4), multivariate=True)
+    study = optuna.create_study(direction="minimize", sampler=sampler)
+    seen: dict = {}
+    out = []
+    for _ in range(50 * n):  # bounded: proposals outside the space are cheap but must not loop forever
+        if len(out) >= n:
+            break
+        t = study.ask()
+        combo = tuple(t.suggest_categorical(k, choices[k]) for k in knobs)
+        config = by_combo.get(combo)
+        if config is None:
+            study.tell(t, state=optuna.trial.TrialState.FAIL)
+            continue
+        if config not in seen:
+            seen[config] = evaluate(config)
+            out.append(seen[config])
+        score = seen[config].score
+        study.tell(t, score if math.isfinite(score) else PENALTY)
+    rest = [c for c in space if c not in seen]  # the sampler got stuck (tiny space): fill the budget at random
+    for c in _random.Random(seed).sample(rest, min(len(rest), n - len(out))):
+        out.append(evaluate(c))
+    return out

@@ -1,0 +1,133 @@
+"""What a worker does, as plain functions of plain (picklable) arguments: the same code runs in-process, in a spawned
+worker process, in a precompile pool and in a Ray actor. Results are dicts, so they cross any process boundary.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+from functools import lru_cache
+
+from .config import Config
+from .trial import Trial
+
+
+# name -> a KernelSpec object given directly to an in-process Sweep (e.g. with an edited heuristic); set and cleared
+# by Sweep.run. Worker processes never see it: they load kernels by name.
+_OVERRIDES: dict = {}
+
+
+def _spec(kernel: str, paths: tuple):
+    if kernel in _OVERRIDES:
+        return _OVERRIDES[kernel]
+    return _load(kernel, paths)
+
+
+@lru_cache(maxsize=None)
+def _load(kernel: str, paths: tuple):
+    from .registry import get_kernel
+
+    return get_kernel(kernel, list(paths))
+
+
+@lru_cache(maxsize=None)
+def _timer(items: tuple):
+    from .bench import make_timer
+    from .device import current_device
+
+    return make_timer(current_device(), **dict(items))
+
+
+def trial_to_dict(t: Trial) -> dict:
+    d = asdict(t)
+    d["config"] = t.config.to_dict()
+    return d
+
+
+def trial_from_dict(d: dict) -> Trial:
+    return Trial(**{**d, "config": Config.from_dict(d["config"])})
+
+
+def describe(kernel: str, paths: tuple, shape: dict, dtype: str) -> dict:
+    """Everything the parent needs to plan a shape without touching the GPU itself: key, device, default, space."""
+    from .device import current_device
+    from .key import make_key
+
+    from .memory import ShapeTooLarge, check_fits
+
+    spec, dev = _spec(kernel, paths), current_device()
+    shape, dtype = spec.check_shape(shape), spec.check_dtype(dtype)
+    try:
+        check_fits(spec, shape, dtype, dev)
+    except ShapeTooLarge as e:
+        return {"too_large": str(e)}
+    inputs = spec.make_inputs(shape, dtype, dev)
+    key = make_key(spec, shape, dtype, inputs, dev)
+    return {"key": key.digest, "key_fields": key.to_dict(), "device": asdict(dev),
+            "default": spec.default(shape, dtype, dev).to_dict(),
+            "space": [c.to_dict() for c in dict.fromkeys(spec.configs(shape, dtype, dev))],
+            "has_baseline": spec.baseline is not None}
+
+
+def trial(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, timer: tuple = ()) -> dict:
+    from .device import current_device
+    from .trial import evaluate
+
+    spec, dev = _spec(kernel, paths), current_device()
+    t = evaluate(spec, shape, dtype, Config.from_dict(config), dev, _timer(timer))
+    return trial_to_dict(t)
+
+
+def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict) -> tuple[str, float]:
+    """Precompile by launching once on real-shaped inputs: generic (no per-kernel hook), and it fills Triton's
+    on-disk cache exactly as the timing worker's first launch will look it up (same args, same specialisation)."""
+    from .device import current_device
+
+    spec, dev = _spec(kernel, paths), current_device()
+    t0 = time.perf_counter()
+    try:
+        spec.run(spec.make_inputs(shape, dtype, dev), Config.from_dict(config))
+        if dev.is_gpu:
+            import torch
+
+            torch.cuda.synchronize()
+        return "ok", time.perf_counter() - t0
+    except Exception as e:  # noqa: BLE001 - the timing worker records the real failure
+        return f"{type(e).__name__}: {e}"[:200], time.perf_counter() - t0
+
+
+def baselines(kernel: str, paths: tuple, shape: dict, dtype: str, names: tuple, timer: tuple = ()) -> list[dict]:
+    """Time the kernel's torch baseline eagerly and under torch.compile, with the same timer as the trials."""
+    from .device import current_device
+
+    spec, dev = _spec(kernel, paths), current_device()
+    if spec.baseline is None:
+        return []
+    inputs = spec.make_inputs(shape, dtype, dev)
+    snap = spec.snapshot(inputs)
+    setup = (lambda: spec.reset(inputs, snap)) if (spec.mutates or spec.zeroes) else None
+    out = []
+    for name in names:
+        try:
+            fn = spec.baseline
+            if name == "torch_compile":
+                import torch
+
+                fn = torch.compile(spec.baseline, dynamic=False)
+                fn(inputs)  # compile outside the timing
+                if setup:
+                    setup()
+            elif name != "torch_eager":
+                raise ValueError(f"unknown baseline {name!r}")
+            t = _timer(timer).measure(lambda: fn(inputs), setup)
+            out.append({"name": name, "status": "ok", "reason": "", "p20": t.p20, "p50": t.p50, "p80": t.p80})
+        except Exception as e:  # noqa: BLE001 - a baseline that cannot run is recorded, not fatal
+            out.append({"name": name, "status": "error", "reason": f"{type(e).__name__}: {str(e)[:200]}",
+                        "p20": math.inf, "p50": math.inf, "p80": math.inf})
+        finally:
+            if setup:
+                setup()
+    return out
+
+
+HANDLERS = {"describe": describe, "trial": trial, "baselines": baselines, "compile_one": compile_one}

@@ -1,0 +1,153 @@
+"""Lanes: where tasks run. One lane per GPU.
+
+- InProcessLane: in this process (fast; a crash here is a crash of the caller).
+- ProcessLane: a spawned worker process (aiter's choice: spawn, a fresh process after any fault). A config that
+  aborts, segfaults or corrupts the device kills only the worker; one that hangs past the timeout is killed. Both are
+  reported as WorkerCrashed / WorkerTimeout, and the next call starts a fresh worker.
+- RayLane (flytune_nb.ray_lane): a Ray actor per GPU, for several machines.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import traceback
+
+
+class WorkerCrashed(RuntimeError):
+    pass
+
+
+class WorkerTimeout(RuntimeError):
+    pass
+
+
+class WorkerError(RuntimeError):
+    """A task raised in the worker outside a config's own launch (a plugin or flytune bug): not per-config data."""
+
+
+STARTUP_TIMEOUT_S = 300.0  # importing torch + triton on a loaded 2-core machine can take ~10 s; a GPU context more
+
+
+def _worker_main(conn, env: dict) -> None:
+    os.environ.update(env)
+    from .device import ensure_backend
+
+    ensure_backend()
+    from .tasks import HANDLERS
+
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            op, kwargs = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        try:
+            conn.send(("ok", HANDLERS[op](**kwargs)))
+        except Exception as e:  # noqa: BLE001 - shipped to the parent, which decides
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "worker stopped answering"
+    if code < 0:
+        try:
+            return f"worker killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"
+
+
+class InProcessLane:
+    name = "in-process"
+
+    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        from .tasks import HANDLERS
+
+        try:
+            return HANDLERS[op](**kwargs)
+        except Exception as e:  # noqa: BLE001 - same contract as the process lane
+            raise WorkerError(f"{type(e).__name__}: {e}") from e
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessLane:
+    def __init__(self, env: dict | None = None, name: str = "worker") -> None:
+        self.env = dict(env or {})
+        self.name = name
+        self.proc = None
+        self.conn = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        # The interpreter decision is the parent's: pass it on explicitly (spawn inherits os.environ, but say so).
+        env = {**self.env, **({"TRITON_INTERPRET": os.environ["TRITON_INTERPRET"]}
+                              if "TRITON_INTERPRET" in os.environ else {})}
+        proc = ctx.Process(target=_worker_main, args=(child, env), daemon=True, name=f"flytune-{self.name}")
+        proc.start()
+        child.close()
+        if not parent.poll(STARTUP_TIMEOUT_S):
+            proc.kill()
+            raise WorkerCrashed(f"{self.name}: worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
+        try:
+            parent.recv()
+        except EOFError:
+            proc.join(5)
+            raise WorkerCrashed(f"{self.name}: {_describe_exit(proc.exitcode)} during start-up") from None
+        self.proc, self.conn = proc, parent
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.join(10)
+        if self.conn is not None:
+            self.conn.close()
+        self.proc = self.conn = None
+        self.restarts += 1
+
+    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        self.conn.send((op, kwargs))
+        if not self.conn.poll(timeout):
+            self._kill()
+            raise WorkerTimeout(f"no answer within {timeout:g} s (worker killed)")
+        try:
+            status, value = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(10)
+            reason = _describe_exit(self.proc.exitcode)
+            self._kill()
+            raise WorkerCrashed(reason) from None
+        if status == "error":
+            raise WorkerError(value)
+        return value
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.conn.close()  # the worker sees EOF and returns
+            self.proc.join(5)
+            if self.proc.is_alive():
+                self.proc.kill()
+        self.proc = self.conn = None
+
+
+def local_lanes(gpus: list[int] | None, isolate: bool) -> list:
+    """One lane per GPU index (``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` pin each worker to its GPU)."""
+    if not isolate:
+        if gpus and len(gpus) > 1:
+            raise ValueError("several GPUs need isolated workers (one process per GPU); drop --no-isolate")
+        return [InProcessLane()]
+    if not gpus:
+        return [ProcessLane()]
+    import torch
+
+    # One variable only: ROCm applies HIP_VISIBLE_DEVICES and then CUDA_VISIBLE_DEVICES on top of it, so setting both
+    # to "1" would leave no device at all.
+    var = "HIP_VISIBLE_DEVICES" if getattr(torch.version, "hip", None) else "CUDA_VISIBLE_DEVICES"
+    return [ProcessLane({var: str(g)}, name=f"gpu{g}") for g in gpus]

@@ -1,0 +1,5 @@
+from flytune_nb.config import Config
+
+
+def default(shape, dtype, device):
+    return Config({"MODE": 0, "SLEEP_MS": 0}, num_warps=1)

@@ -1,0 +1,20 @@
+"""Misbehaving configs for the fault-isolation tests. No Triton: the plugin contract only needs a callable.
+MODE 0 works (after sleeping SLEEP_MS), 1 raises, 2 calls os.abort(), 3 hangs, 4 segfaults."""
+import ctypes
+import os
+import time
+
+
+def launch(x, out, config):
+    mode = config["MODE"]
+    if mode == 1:
+        raise RuntimeError("illegal config: simulated launch failure")
+    if mode == 2:
+        os.abort()
+    if mode == 3:
+        time.sleep(3600)
+    if mode == 4:
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    time.sleep(config.get("SLEEP_MS", 0) / 1000)
+    out.copy_(x * 2)
+    return out

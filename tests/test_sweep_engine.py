@@ -1,0 +1,157 @@
+"""The sweep engine: results store, resume, kill -9, fault isolation, scale-out lanes."""
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from flytune_nb.events import TrialStarted
+from flytune_nb.store import Store, StoreError
+from flytune_nb.sweep import Sweep, SweepError
+from tests.conftest import PLUGINS
+
+
+def _count(db, table="trials"):
+    with sqlite3.connect(db) as c:
+        return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def test_in_process_sweep_fills_the_store_and_reads_as_a_dataframe(tmp_path):
+    db = tmp_path / "r.db"
+    results = Sweep("toy", "N=64,100", ["fp32"], db=db, paths=[PLUGINS], isolate=False).run()
+    assert [r.shape for r in results] == [{"N": 64}, {"N": 100}]
+    df = Store(db).frame("toy")
+    assert len(df) == 16 == sum(len(r.trials) for r in results)
+    assert set(df["status"]) == {"ok", "wrong", "launch_error"}
+    assert sorted(df["N"].unique()) == [64, 100]  # shape axes expanded into columns
+    ok = df[df.status == "ok"]
+    assert (ok["p50"] > 0).all() and (ok["rel_error"] < 1e-6).all() and ok["key"].nunique() == 2
+    failed = df[df.status == "launch_error"]
+    assert failed["p50"].isna().all() and failed["reason"].str.contains("simulated out of memory").all()
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # the baseline (torch eager) is stored beside the trials
+    base = Store(db).frame("toy", table="baselines")
+    assert list(base["name"]) == ["torch_eager"] * 2 and (base["p50"] > 0).all()
+    assert results[0].baselines["torch_eager"]["status"] == "ok"
+
+
+def test_rerun_resumes_without_measuring_again(tmp_path):
+    db = tmp_path / "r.db"
+    Sweep("toy", "N=64", ["fp32"], db=db, paths=[PLUGINS], isolate=False).run()
+    events = []
+    r = Sweep("toy", "N=64", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[events.append]).run()
+    assert not [e for e in events if isinstance(e, TrialStarted)]  # nothing measured
+    assert len(r[0].trials) == 8 and r[0].best.config["MODE"] == 0
+    assert _count(db) == 8
+    # A larger grid measures only the new shape.
+    events.clear()
+    Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[events.append]).run()
+    assert len([e for e in events if isinstance(e, TrialStarted)]) == 8 and _count(db) == 16
+
+
+def test_kill_9_loses_nothing_measured(tmp_path):
+    db = tmp_path / "k.db"
+    env = {**os.environ, "FLYTUNE_EVIL_MODES": "0", "FLYTUNE_EVIL_SLEEPS": ",".join(str(i) for i in range(30, 42)),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    cmd = [sys.executable, "-m", "flytune_nb.cli", "sweep", "evil", "--path", PLUGINS, "--grid", "N=32",
+           "--dtype", "fp32", "--db", str(db), "--quiet", "--no-isolate"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if db.exists() and _count(db) >= 4:
+                break
+        except sqlite3.OperationalError:  # the file exists before its schema does
+            pass
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    at_kill = _count(db)
+    assert 4 <= at_kill < 13, at_kill
+    events = []
+    os.environ.update(FLYTUNE_EVIL_MODES="0", FLYTUNE_EVIL_SLEEPS=env["FLYTUNE_EVIL_SLEEPS"])
+    try:
+        r = Sweep("evil", "N=32", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[events.append]).run()
+    finally:
+        os.environ.pop("FLYTUNE_EVIL_MODES")
+        os.environ.pop("FLYTUNE_EVIL_SLEEPS")
+    measured = len([e for e in events if isinstance(e, TrialStarted)])
+    assert _count(db) == 13 == len(r[0].trials)  # default + 12 sleeps, each exactly once
+    assert measured == 13 - at_kill  # only what was not committed (the trial in flight at most) is redone
+
+
+def test_crashes_hangs_and_raises_are_recorded_and_the_sweep_goes_on(tmp_path):
+    db = tmp_path / "e.db"
+    results = Sweep("evil", "N=16", ["fp32"], db=db, paths=[PLUGINS], timeout=4.0, baselines=()).run()
+    by_mode = {}
+    for t in results[0].trials:
+        by_mode.setdefault(t.config["MODE"], []).append(t)
+    assert [t.status for t in by_mode[0]] == ["ok", "ok"]
+    assert by_mode[1][0].status == "launch_error" and "simulated launch failure" in by_mode[1][0].reason
+    assert by_mode[2][0].status == "crashed" and "SIGABRT" in by_mode[2][0].reason
+    assert by_mode[3][0].status == "timeout" and "4 s" in by_mode[3][0].reason
+    assert by_mode[4][0].status == "crashed" and "SIGSEGV" in by_mode[4][0].reason
+    assert results[0].best.config["MODE"] == 0
+    assert _count(db) == 6  # every trial stored, the fatal ones included
+    df = Store(db).frame()
+    assert set(df["status"]) == {"ok", "launch_error", "crashed", "timeout"}
+
+
+def test_two_worker_lanes_share_the_shapes(tmp_path):
+    db = tmp_path / "g.db"
+    os.environ["FLYTUNE_EVIL_MODES"] = "0"
+    try:
+        sw = Sweep("evil", "N=8,16,24,32", ["fp32"], db=db, paths=[PLUGINS], gpus=[0, 1], baselines=())
+        results = sw.run()
+    finally:
+        os.environ.pop("FLYTUNE_EVIL_MODES")
+    assert [r.shape["N"] for r in results] == [8, 16, 24, 32]
+    assert all(r.best is not None for r in results) and _count(db) == 8  # 2 configs x 4 shapes
+
+
+def test_stop_keeps_what_was_measured_and_run_again_resumes(tmp_path):
+    db = tmp_path / "s.db"
+    holder = {}
+
+    def stop_after_three(event):
+        if isinstance(event, TrialStarted) and event.index == 3:
+            holder["sweep"].stop()
+
+    sw = Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[stop_after_three])
+    holder["sweep"] = sw
+    results = sw.run()
+    assert results[0].stopped and len(results) == 1 and _count(db) == 4
+    r = Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False).run()
+    assert len(r) == 2 and _count(db) == 16
+
+
+def test_plugin_bugs_and_bad_stores_are_one_clear_error(tmp_path):
+    import dataclasses
+
+    from flytune_nb.registry import get_kernel
+
+    toy = get_kernel("toy", [PLUGINS])
+    broken = dataclasses.replace(toy, make_inputs=lambda *a: 1 / 0)
+    with pytest.raises(SweepError, match="cannot prepare the shape: ZeroDivisionError"):
+        Sweep(broken, "N=8", ["fp32"], isolate=False).run()
+    bad = tmp_path / "bad.db"
+    bad.write_text("this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a flytune results database"):
+        Store(bad)
+
+
+def test_store_round_trips_inf_and_nan(tmp_path):
+    from flytune_nb.config import Config
+    from flytune_nb.trial import Trial
+
+    s = Store(tmp_path / "x.db")
+    t = Trial("toy", {"N": 4}, "fp32", Config({"BLOCK": 64}), "crashed", "boom")
+    s.add(t, key="k1", run_id="r")
+    back = s.trials_for("k1")[(t.config, "full")]
+    assert back.status == "crashed" and back.p50 == math.inf and math.isnan(back.rel_error)
