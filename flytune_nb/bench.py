@@ -11,9 +11,9 @@ start event, then idles until the launch arrives, and that idle time lands insid
 H200 (2026-11-29), rmsnorm M=1 N=4096 without the spin: p20 12 us, p80 35 us, 7 repeats of the median spread 82%;
 do_bench (whose 256 MiB flush is long enough to hide most of the host time) read 5.6 us.
 
-``graph=True`` captures ``inner`` calls in one CUDA graph and times replays (SGLang does this with 10): for tiny
-kernels whose launch overhead would otherwise dominate. It cannot run ``setup`` between the captured calls, so the
-tuner uses it only for kernels that mutate nothing.
+``graph=True`` (opt-in: ``Sweep(timer={"graph": True})`` or ``GpuTimer(graph=True)``) captures ``inner`` calls in one
+CUDA graph and times replays (SGLang does this with 10): for tiny kernels whose launch overhead would otherwise
+dominate. It cannot run ``setup`` between the captured calls, so it refuses kernels that mutate their inputs.
 
 CPU (Triton interpreter): a wall-clock timer with few reps; those numbers are labelled interpreter timings and only
 good for exercising the machinery.
@@ -89,8 +89,10 @@ class GpuTimer:
         self._torch = torch
         self._cycles_us: float | None = None
         # 2x L2 so that the flush evicts everything even with an adaptive replacement policy; 32 MiB floor when the
-        # driver does not report L2 (older ROCm).
-        n_bytes = max(2 * device.l2_bytes, 32 << 20) if flush else 0
+        # driver does not report L2. AMD Instinct reports only its L2 (4 MiB on MI300X) but keeps a 256 MiB Infinity
+        # Cache behind it, so HIP gets a 512 MiB floor.
+        floor = (512 << 20) if device.backend == "hip" else (32 << 20)
+        n_bytes = max(2 * device.l2_bytes, floor) if flush else 0
         self._flush = torch.empty(n_bytes // 4, dtype=torch.int32, device=device.torch_device) if flush else None
 
     def _flush_l2(self) -> None:

@@ -37,7 +37,8 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return num / denom
 
 
-def compare(outs: Any, refs: Any, tol: float) -> CheckResult:
+def compare(outs: Any, refs: Any, tol: float, elementwise: tuple[float, float] | None = None) -> CheckResult:
+    """Norm check against ``tol`` and, when given, the element-wise bound ``(rtol, atol)``."""
     outs, refs = as_tuple(outs), as_tuple(refs)
     if len(outs) != len(refs):
         return CheckResult(False, math.inf, f"run returned {len(outs)} outputs, reference {len(refs)}")
@@ -50,6 +51,15 @@ def compare(outs: Any, refs: Any, tol: float) -> CheckResult:
             bad = (~torch.isfinite(o.detach().float())).sum().item()
             return CheckResult(False, math.inf, f"output {i}: {bad} of {o.numel()} elements NaN/Inf (unwritten?)")
         worst = max(worst, err)
+        if elementwise is not None:
+            rtol, atol = elementwise
+            o64, r64 = o.detach().to("cpu", torch.float64), r.detach().to("cpu", torch.float64)
+            bad = (o64 - r64).abs() > atol + rtol * r64.abs()
+            if bad.any():
+                i0 = tuple(int(v) for v in bad.nonzero()[0])
+                return CheckResult(False, err, f"output {i}: {int(bad.sum())} of {o.numel()} elements off by more than "
+                                   f"{atol:g} + {rtol:g}*|ref| (first at {i0}: {o64[i0].item():.4g} vs "
+                                   f"{r64[i0].item():.4g})")
     if worst > tol:
         return CheckResult(False, worst, f"rel error {worst:.3g} > tolerance {tol:.3g}")
     return CheckResult(True, worst)

@@ -16,6 +16,16 @@ DEMO_CPU = ("rmsnorm", "M=4,16 N=1024", "bf16")
 DEMO_DB = "flytune_demo.db"
 
 
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flytune", description="Tune GPU kernels; export configs; check regressions.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -26,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--grid", required=True, help='e.g. "M=1,64,4096 N=4096,8192" (M=sglang for SGLang sizes)')
     s.add_argument("--dtype", action="append", default=None, help="bf16 | fp16 | fp32 (repeatable)")
     s.add_argument("--strategy", default="exhaustive", help="exhaustive | random | halving | surrogate")
-    s.add_argument("--budget", type=int, default=None, help="at most this many configs per shape")
+    s.add_argument("--budget", type=_positive, default=None, help="at most this many configs per shape (>= 1)")
     s.add_argument("--db", default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
     s.add_argument("--timeout", type=float, default=120.0, help="seconds one trial may take before it is killed")
     s.add_argument("--gpus", default=None, help="GPU indices, one worker each, e.g. 0,1,2,3")
@@ -79,8 +89,16 @@ def cmd_kernels(args) -> int:
 
     dev = current_device()
     rows = []
+    from .registry import RegistryError
+
+    broken = 0
     for name in list_kernels(args.path):
-        spec = get_kernel(name, args.path)
+        try:
+            spec = get_kernel(name, args.path)
+        except RegistryError as e:  # one broken plugin does not hide the others
+            rows.append([name, "-", "-", "-", f"ERROR: {e}"])
+            broken += 1
+            continue
         example = {a: 4096 for a in spec.axes}
         n = len(spec.configs(example, spec.dtypes[0], dev))
         rows.append([name, ",".join(spec.axes), spec.batch_axis, ",".join(spec.dtypes),
@@ -88,7 +106,7 @@ def cmd_kernels(args) -> int:
     from .report import table
 
     print(table(rows, ["kernel", "axes", "batch", "dtypes", f"space ({dev.name})"]))
-    return 0
+    return 1 if broken else 0
 
 
 def _ints(text: str | None, what: str) -> list[int] | None:

@@ -46,6 +46,9 @@ class Config:
         if clash:
             raise ConfigError(f"{sorted(clash)} are launch options, not kernel parameters")
         object.__setattr__(self, "params", items)
+        for opt in LAUNCH_OPTIONS:
+            if getattr(self, opt) is None:
+                raise ConfigError(f"{opt} must be an integer, got None")
         for opt in LAUNCH_OPTIONS + HIP_OPTIONS:
             value = getattr(self, opt)
             if value is not None:

@@ -37,11 +37,13 @@ def stride_class(stride: int) -> int:
 
 
 def stride_classes(inputs: Mapping[str, Any]) -> tuple:
+    """Per tensor input: (name, dtype, stride class per dim). The dtype of every tensor is in, not only the main
+    one: ``weight`` in fp32 beside ``x`` in bf16 is another kernel specialisation."""
     out = []
     for name in sorted(inputs):
         t = inputs[name]
         if hasattr(t, "stride") and hasattr(t, "dim"):
-            out.append((name, tuple(stride_class(s) for s in t.stride())))
+            out.append((name, str(t.dtype).removeprefix("torch."), tuple(stride_class(s) for s in t.stride())))
     return tuple(out)
 
 
@@ -117,7 +119,7 @@ class TuningKey:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["shape"] = dict(self.shape)
-        d["strides"] = {k: list(v) for k, v in self.strides}
+        d["strides"] = {name: {"dtype": dt, "classes": list(c)} for name, dt, c in self.strides}
         d["toolchain"] = dict(self.toolchain)
         d["env"] = dict(self.env)
         return d
@@ -132,7 +134,7 @@ def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, An
         strides=stride_classes(inputs or {}),
         device=device.name,
         arch=device.arch,
-        source=source_fingerprint(spec.source_dir),
+        source=spec.fingerprint or source_fingerprint(spec.source_dir),
         toolchain=tuple(toolchain().items()),
         env=tuple(codegen_env().items()),
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .device import ensure_backend
+from .key import source_fingerprint
 from .spec import KernelSpec
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "kernels"
@@ -73,8 +74,11 @@ def load_folder(folder: Path) -> KernelSpec:
         raise RegistryError(f"kernel folder {folder} lacks {', '.join(missing)}; every kernel folder holds "
                             f"{', '.join(PARTS)} (see docs/kernel-plugins.md)")
     ensure_backend()  # TRITON_INTERPRET must be set before the folder's @triton.jit runs
-    # One module per folder: two folders with the same kernel name (a user's edited copy) never replace each other.
-    modname = f"{_PACKAGE}.{folder.name}_{hashlib.sha1(str(folder).encode()).hexdigest()[:8]}"
+    # One module per folder *and source version*: two folders with the same kernel name never replace each other, and
+    # a folder edited on disk is imported afresh, so the fingerprint in the tuning key is always that of the code
+    # that actually runs (never a new fingerprint on old, already-imported code).
+    fingerprint = source_fingerprint(folder)
+    modname = f"{_PACKAGE}.{folder.name}_{hashlib.sha1(str(folder).encode()).hexdigest()[:8]}_{fingerprint[:8]}"
     mod = sys.modules.get(modname)
     if mod is None:
         if _PACKAGE not in sys.modules:
@@ -87,9 +91,9 @@ def load_folder(folder: Path) -> KernelSpec:
         sys.modules[modname] = mod
         try:
             spec.loader.exec_module(mod)
-        except BaseException:
+        except Exception as e:  # a plugin that does not import is reported by name, not as a traceback
             sys.modules.pop(modname, None)
-            raise
+            raise RegistryError(f"kernel folder {folder} failed to import: {type(e).__name__}: {e}") from e
     kspec = getattr(mod, "SPEC", None)
     if not isinstance(kspec, KernelSpec):
         raise RegistryError(f"{folder}/__init__.py must define SPEC = KernelSpec(...); found {type(kspec).__name__}")
@@ -97,4 +101,6 @@ def load_folder(folder: Path) -> KernelSpec:
         raise RegistryError(f"{folder}: SPEC.name is {kspec.name!r} but the folder is {folder.name!r}; make them equal")
     if kspec.source_dir is None:
         object.__setattr__(kspec, "source_dir", folder)
+    if not kspec.fingerprint:
+        object.__setattr__(kspec, "fingerprint", fingerprint)
     return kspec

@@ -41,6 +41,8 @@ class KernelSpec:
     tolerance: Callable[[str], float] | None = None  # rel-error bound per dtype, when the default table is not right
     baseline: Callable[[Inputs], Any] | None = None  # eager torch as a user would write it: timed eager + compiled
     source_dir: Path | None = None  # folder fingerprinted into the tuning key
+    dtype_from: str = ""  # the input whose dtype is "the" dtype of a real call (default: first floating tensor)
+    fingerprint: str = ""  # hash of source_dir as it was when this spec was imported (set by the registry)
     description: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -82,6 +84,12 @@ class KernelSpec:
         if self.tolerance is not None:
             return float(self.tolerance(dtype))
         return dtypes.DEFAULT_TOLERANCE[dtypes.canonical(dtype)]
+
+    def element_tol(self, dtype: str) -> tuple[float, float] | None:
+        """(rtol, atol) per element; None when the kernel sets its own norm ``tolerance`` (it knows better)."""
+        if self.tolerance is not None:
+            return None
+        return dtypes.ELEMENT_TOLERANCE[dtypes.canonical(dtype)]
 
     def reset(self, inputs: Inputs, snapshot: Mapping[str, Any] | None) -> None:
         """Put in-place state back: restore ``mutates`` from ``snapshot`` and zero ``zeroes``."""

@@ -89,7 +89,7 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
     except Exception as e:  # noqa: BLE001 - a config's failure is data (see module doc)
         return Trial(**base, status=classify(e), reason=f"{type(e).__name__}: {_first_line(e)}")
     compile_s = time.perf_counter() - t0
-    verdict = check.compare(out, ref, spec.tol(dtype))
+    verdict = check.compare(out, ref, spec.tol(dtype), spec.element_tol(dtype))
     if not verdict.ok:
         return Trial(**base, status="wrong", reason=verdict.reason, rel_error=verdict.rel_error, compile_s=compile_s)
 

@@ -53,16 +53,21 @@ class TunedKernel:
     # -- the hot path --------------------------------------------------------------------------------------------
     def __call__(self, **inputs: Any) -> Any:
         config = self.config_for(inputs)
-        self.spec.reset(inputs, None)  # zero the accumulators on the real call, not only while benchmarking
-        return self.spec.run(inputs, config)
+        try:
+            self.spec.reset(inputs, None)  # zero the accumulators on the real call, not only while benchmarking
+            return self.spec.run(inputs, config)
+        except KeyError as e:
+            raise ValueError(f"{self.spec.name}: missing input {e} (got {', '.join(inputs)})") from None
 
     def config_for(self, inputs: dict) -> Config:
         spec = self.spec
-        shape = spec.check_shape(spec.shape_of(inputs))
-        dtype = spec.check_dtype(_dtype_of(inputs))
+        shape = _shape_of(spec, inputs)
+        dtype = spec.check_dtype(_dtype_of(spec, inputs))
         fast = (tuple(shape.items()), dtype, stride_classes(inputs), tuple(codegen_env().items()))
         hit = self._memory.get(fast)
-        if hit is not None:
+        # A remembered default/artifact does not stand in the way of a search asked for later in the session
+        # (%env FLYTUNE_AUTOTUNE=1 in a notebook).
+        if hit is not None and not (hit[1] in ("default", "artifact") and self._want_search()):
             self.last_source = "memory"
             return hit[0]
         config, source = self._resolve(shape, dtype, inputs)
@@ -77,8 +82,7 @@ class TunedKernel:
         cached = self.disk.get(self.spec.name, key.digest)
         if cached is not None:
             return cached, "disk"
-        want_search = self.autotune if self.autotune is not None else autotune_requested()
-        if want_search:
+        if self._want_search():
             result = self._search(shape, dtype, inputs, key)
             return result.require_best().config, "search"
         lookup = self.artifact_lookup or _artifact_lookup
@@ -88,12 +92,15 @@ class TunedKernel:
                 return found, "artifact"
         return self.spec.default(shape, dtype, self.device), "default"
 
+    def _want_search(self) -> bool:
+        return self.autotune if self.autotune is not None else autotune_requested()
+
     # -- explicit tuning -----------------------------------------------------------------------------------------
     def tune(self, **inputs: Any) -> SearchResult:
         """Search now on these inputs (restored afterwards), store the winner in memory and on disk."""
         spec = self.spec
-        shape = spec.check_shape(spec.shape_of(inputs))
-        dtype = spec.check_dtype(_dtype_of(inputs))
+        shape = _shape_of(spec, inputs)
+        dtype = spec.check_dtype(_dtype_of(spec, inputs))
         key = make_key(spec, shape, dtype, inputs, self.device)
         result = self._search(shape, dtype, inputs, key)
         fast = (tuple(shape.items()), dtype, stride_classes(inputs), tuple(codegen_env().items()))
@@ -116,11 +123,25 @@ class TunedKernel:
         self._memory.clear()
 
 
-def _dtype_of(inputs: dict):
+def _dtype_of(spec, inputs: dict):
+    if spec.dtype_from:
+        if spec.dtype_from not in inputs:
+            raise ValueError(f"{spec.name}: missing input {spec.dtype_from!r} (got {', '.join(inputs) or 'none'})")
+        return inputs[spec.dtype_from].dtype
     for v in inputs.values():
         if hasattr(v, "dtype") and getattr(v, "is_floating_point", lambda: False)():
             return v.dtype
-    raise ValueError("no floating-point tensor among the inputs to take the dtype from")
+    raise ValueError(f"{spec.name}: no floating-point tensor among the inputs to take the dtype from")
+
+
+def _shape_of(spec, inputs: dict) -> dict:
+    """The spec's shape_of, with a clear message when the call's inputs are not what the kernel expects."""
+    try:
+        shape = spec.shape_of(inputs)
+    except (KeyError, IndexError, AttributeError, ZeroDivisionError, TypeError) as e:
+        raise ValueError(f"{spec.name}: cannot read the shape from inputs ({', '.join(inputs) or 'none'}): "
+                         f"{type(e).__name__}: {e}. Pass tensors by the names its make_inputs uses.") from None
+    return spec.check_shape(shape)
 
 
 def tuned(kernel, **kwargs) -> TunedKernel:

@@ -17,7 +17,7 @@ def test_cpu_timer_measures_wall_time_and_runs_setup_before_every_rep():
     timer = CpuTimer(reps=4, warmup=1)
     t = timer.measure(lambda: (calls.append("run"), time.sleep(0.02)), setup=lambda: calls.append("setup"))
     assert calls == ["setup", "run"] * 5
-    assert 19.0 <= t.p20 <= t.p50 <= t.p80 < 60.0 and t.method == "wall"
+    assert 19.0 <= t.p20 <= t.p50 <= t.p80 < 500.0 and t.method == "wall"  # loose top: CI may be loaded
 
 
 def test_make_timer_on_the_interpreter_is_the_cpu_timer(dev):

@@ -41,6 +41,7 @@ def test_hip_only_options_never_reach_cuda():
 
 @pytest.mark.parametrize("bad", [
     {"BLOCK_N": "big"}, {"BLOCK_N": 1.5}, {"BLOCK_N": True}, {"num_warps": 3}, {"num_stages": 0},
+    {"num_warps": None}, {"BLOCK_N": None},
 ])
 def test_bad_values_are_rejected_with_a_clear_message(bad):
     with pytest.raises(ConfigError):

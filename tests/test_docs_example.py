@@ -32,3 +32,18 @@ def test_shell_usage_from_the_page(tmp_path, monkeypatch, capsys):
     assert main(["sweep", "silu_mul", "--grid", "M=1,2 N=300", "--dtype", "bf16"]) == 0
     out = capsys.readouterr().out
     assert "silu_mul M=1 N=300 bf16 on" in out and out.count(" ok ") >= 4
+
+
+def test_the_example_heuristic_is_in_its_space_for_every_size(tmp_path):
+    from flytune_nb.device import current_device
+    from flytune_nb.registry import get_kernel
+
+    for kind, name, body in BLOCK.findall(DOC.read_text()):
+        if kind == "file":
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_text(body)
+    spec, dev = get_kernel("silu_mul", [tmp_path]), current_device()
+    for M in (1, 3, 64, 4096):
+        for N in (1, 8, 100, 1000, 4096, 14336):
+            shape = {"M": M, "N": N}
+            assert spec.default(shape, "bf16", dev) in spec.configs(shape, "bf16", dev), shape

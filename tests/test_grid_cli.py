@@ -57,3 +57,20 @@ def test_cli_sweep_prints_trials_and_summary(capsys):
     assert out.count("wrong") >= 4 and "launch_error" in out  # failures listed with their status
     summary = out[out.index("shape "):]
     assert summary.count("2/8") == 2  # two shapes, 2 of 8 configs passed each
+
+
+def test_budget_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "rmsnorm", "--grid", "M=1 N=8", "--budget", "0"])
+    assert e.value.code == 2 and "must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_a_broken_plugin_does_not_hide_the_others(tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(f"{PLUGINS}/toy", tmp_path / "broken")
+    (tmp_path / "broken" / "kernel.py").write_text("def oops(:\n")
+    assert main(["kernels", "--path", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR: kernel folder" in out and "SyntaxError" in out and any(l.startswith("rmsnorm ") for l in
+                                                                         out.splitlines())

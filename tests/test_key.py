@@ -67,8 +67,12 @@ def test_source_fingerprint_axis(tmp_path):
     spec_copy = load_folder(copy)
     before = _key(spec_copy)
     heuristic = copy / "heuristic.py"
-    heuristic.write_text(heuristic.read_text() + "\n# an edit\n")
-    assert _key(spec_copy) != before
+    heuristic.write_text(heuristic.read_text().replace("num_stages=1)", "num_stages=1)  # edited"))
+    # The spec already imported keeps the key of the code it runs; loading the folder again imports the edit.
+    assert _key(spec_copy) == before
+    edited = load_folder(copy)
+    assert edited is not spec_copy and _key(edited) != before
+    assert "# edited" in (copy / "heuristic.py").read_text()
 
 
 def test_toolchain_axis(spec, monkeypatch):

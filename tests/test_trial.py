@@ -89,3 +89,13 @@ def test_bad_shape_and_dtype_are_clear(toy, dev, cpu_timer):
         search(toy, {"N": 4}, "fp16", dev, cpu_timer)
     with pytest.raises(ValueError, match="unknown dtype"):
         search(toy, {"N": 4}, "float8", dev, cpu_timer)
+
+
+def test_elementwise_bound_catches_one_bad_row_that_the_norm_averages_away():
+    ref = torch.randn(40000, 8, dtype=torch.float64)
+    out = ref.to(torch.bfloat16)
+    out[123] = 0  # one unwritten / misplaced row of 40000
+    norm_only = check.compare(out, ref, 8e-3)
+    assert norm_only.ok  # the norm alone misses it: 1/sqrt(40000) = 5e-3 < 8e-3
+    both = check.compare(out, ref, 8e-3, (1.6e-2, 1.6e-2))
+    assert not both.ok and "first at (123," in both.reason

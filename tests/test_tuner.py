@@ -1,4 +1,5 @@
 """The run path: memory -> disk -> artifact -> default; search only when asked."""
+import dataclasses
 import json
 
 import pytest
@@ -124,3 +125,44 @@ def test_tuned_by_name_and_unknown_name(dev):
     assert tuned("rmsnorm").spec.name == "rmsnorm"
     with pytest.raises(LookupError, match="Did you mean 'rmsnorm'"):
         tuned("rmsnrom")
+
+
+def test_dtype_comes_from_x_whatever_the_keyword_order(spec, dev, tmp_path):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    op.config_for({"weight": torch.randn(64), "x": x, "out": torch.empty_like(x)})
+    key_mixed = list(op._memory)[0]
+    assert key_mixed[1] == "bf16"
+    op.config_for({"x": x, "weight": torch.randn(64, dtype=torch.bfloat16), "out": torch.empty_like(x)})
+    assert op.last_source == "default" and len(op._memory) == 2  # fp32 weight is another specialisation
+
+
+def test_bad_call_inputs_are_one_clear_message(spec, dev, tmp_path):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"cannot read the shape from inputs \(weight\).*KeyError: 'x'"):
+        op(weight=torch.randn(8))
+    with pytest.raises(ValueError, match="missing input 'weight'"):
+        op(x=torch.randn(4, 8))
+    with pytest.raises(ValueError, match="no floating-point tensor"):
+        TunedKernel(dataclasses.replace(spec, dtype_from=""), device=dev, cache_dir=tmp_path)(x=torch.ones(4, 8,
+                                                                                                 dtype=torch.int32))
+    with pytest.raises(ValueError, match="cannot read the shape.*ZeroDivisionError"):
+        op(x=torch.randn(4, 0), weight=torch.randn(0))
+
+
+def test_autotune_asked_later_in_the_session_searches_past_a_remembered_default(spec, dev, tmp_path, monkeypatch,
+                                                                               counting):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path, timer=CpuTimer(reps=1, warmup=0))
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "default"
+    monkeypatch.setenv("FLYTUNE_AUTOTUNE", "1")
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "search" and len(counting) == 1
+
+
+def test_transposed_inputs_run_correctly(spec, dev):
+    x = torch.randn(3, 2, 64).transpose(0, 1)  # last dim contiguous, leading dims permuted
+    w = torch.randn(64)
+    out = spec.run({"x": x, "weight": w}, spec.default({"M": 6, "N": 64}, "fp32", dev))
+    ref = spec.reference({"x": x, "weight": w})
+    assert out.shape == x.shape and torch.allclose(out.double(), ref, atol=1e-5)

@@ -54,6 +54,7 @@ SPEC = KernelSpec(
     default=default,
     shape_of=shape_of,
     outputs=("out",),
+    dtype_from="x",
     mutates=("residual",),
     bytes=lambda s, d: (4 * s["M"] * s["N"] + s["N"]) * itemsize(d),  # read x, r; write r, y; read w once
     flops=lambda s, d: 5 * s["M"] * s["N"],

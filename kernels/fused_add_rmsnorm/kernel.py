@@ -66,9 +66,15 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         x = x.contiguous()
     if weight.stride(0) != 1:  # e.g. a broadcast (stride-0) weight: the kernel reads it with unit stride
         weight = weight.contiguous()
-    x2, r2 = x.reshape(-1, N), residual.view(-1, N)
+    try:
+        r2 = residual.view(-1, N)
+    except RuntimeError:
+        raise ValueError("residual must be viewable as (rows, N) (e.g. contiguous): it is updated in place") from None
+    x2 = x.reshape(-1, N)
     if out is None:
-        out = torch.empty_like(x)
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # not empty_like: that keeps x's permutation
+    elif not out.is_contiguous():
+        raise ValueError("out must be contiguous")
     y2 = out.view(-1, N)
     block = config["BLOCK_N"]
     fused_add_rmsnorm_kernel[(x2.shape[0],)](

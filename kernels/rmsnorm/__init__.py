@@ -52,6 +52,7 @@ SPEC = KernelSpec(
     default=default,
     shape_of=shape_of,
     outputs=("out",),
+    dtype_from="x",
     bytes=lambda s, d: (2 * s["M"] * s["N"] + s["N"]) * itemsize(d),  # read x, write y, read w once
     flops=lambda s, d: 4 * s["M"] * s["N"],
     description="RMSNorm over the last axis (one program per row; single-pass or looped).",

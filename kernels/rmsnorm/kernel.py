@@ -51,9 +51,11 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = No
         x = x.contiguous()
     if weight.stride(0) != 1:  # e.g. a broadcast (stride-0) weight: the kernel reads it with unit stride
         weight = weight.contiguous()
-    x2 = x.reshape(-1, N)
+    x2 = x.reshape(-1, N)  # a view when rows are evenly strided, else a copy
     if out is None:
-        out = torch.empty_like(x)
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # not empty_like: that keeps x's permutation
+    elif not out.is_contiguous():
+        raise ValueError("out must be contiguous")
     y2 = out.view(-1, N)
     block = config["BLOCK_N"]
     rmsnorm_kernel[(x2.shape[0],)](x2, weight, y2, x2.stride(0), y2.stride(0), N, eps, BLOCK_N=block,
