@@ -75,3 +75,18 @@ def test_inplace_restore_on_the_gpu(dev, tmp_path):
     y, r = op(**inputs)
     y_clean, r_clean = spec.run(clean, op.last_result.best.config)
     assert torch.equal(r, r_clean) and torch.equal(y, y_clean)
+
+
+def test_isolated_sweep_with_precompile_and_both_torch_baselines(tmp_path):
+    from flytune_nb.store import Store
+    from flytune_nb.sweep import Sweep
+
+    db = tmp_path / "gpu.db"
+    results = Sweep("fused_add_rmsnorm", "M=1,4096 N=4096", ["bf16"], db=db, timer={"rep_ms": 20}).run()
+    for r in results:
+        assert all(t.ok for t in r.trials), [(str(t.config), t.reason) for t in r.trials if not t.ok]
+        assert set(r.baselines) == {"torch_eager", "torch_compile"}
+        assert all(b["status"] == "ok" and b["p50"] > 0 for b in r.baselines.values())
+    big = results[1]
+    assert big.best.p50 < big.baselines["torch_compile"]["p50"]  # the fused kernel beats the compiled reference
+    assert len(Store(db).frame()) == sum(len(r.trials) for r in results)

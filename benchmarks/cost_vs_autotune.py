@@ -1,0 +1,64 @@
+"""Cost of a tuning pass vs the peer: the same rmsnorm kernel and the same config list, flytune's sweep (isolated
+worker, precompile pool, NaN-poisoned correctness check on every config) vs triton.autotune's first call. Each starts
+from an empty Triton cache. Target: ratio <= 1.0."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from importlib import import_module
+
+import torch
+import triton
+
+from common import environment, write
+from flytune_nb.device import current_device
+from flytune_nb.registry import get_kernel
+from flytune_nb.sweep import Sweep
+
+SHAPE, DTYPE = {"M": 4096, "N": 4096}, "bf16"
+
+
+def fresh_cache() -> None:
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")
+
+
+def main():
+    dev = current_device()
+    spec = get_kernel("rmsnorm")
+    configs = list(dict.fromkeys([spec.default(SHAPE, DTYPE, dev)] + spec.configs(SHAPE, DTYPE, dev)))
+    kmod = import_module(spec.run.__module__ + ".kernel")  # the folder's kernel.py, as the registry loaded it
+
+    fresh_cache()
+    t0 = time.perf_counter()
+    res = Sweep(spec.name, {k: [v] for k, v in SHAPE.items()}, [DTYPE], baselines=()).run()[0]
+    ours = time.perf_counter() - t0
+
+    fresh_cache()
+    N = SHAPE["N"]
+    tconfigs = [triton.Config({"BLOCK_N": c["BLOCK_N"], "SINGLE_PASS": c["BLOCK_N"] >= N},
+                              num_warps=c.num_warps, num_stages=c.num_stages) for c in configs]
+    tuned = triton.autotune(configs=tconfigs, key=["N"])(kmod.rmsnorm_kernel.fn)
+    inputs = spec.make_inputs(SHAPE, DTYPE, dev)
+    x, w, y = inputs["x"], inputs["weight"], inputs["out"]
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    tuned[(SHAPE["M"],)](x, w, y, x.stride(0), y.stride(0), N, 1e-6)
+    torch.cuda.synchronize()
+    theirs = time.perf_counter() - t0
+    env = environment()
+    payload = {"env": env, "shape": SHAPE, "dtype": DTYPE, "configs": len(configs), "flytune_s": ours,
+               "triton_autotune_s": theirs, "ratio": ours / theirs, "flytune_best": str(res.best.config),
+               "flytune_best_us": res.best.p50 * 1e3, "autotune_best": str(tuned.best_config)}
+    md = "\n".join([
+        f"# Tuning cost: rmsnorm M={SHAPE['M']} N={SHAPE['N']} {DTYPE}, {len(configs)} configs, empty Triton cache",
+        f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}, {os.cpu_count()} CPU cores",
+        "", "| | wall time (s) |", "|---|---|",
+        f"| flytune sweep (isolated worker + precompile + correctness per config) | {ours:.1f} |",
+        f"| triton.autotune first call | {theirs:.1f} |", f"| ratio (flytune / autotune) | {ours / theirs:.2f} |",
+        "", f"flytune best: `{res.best.config}` ({res.best.p50 * 1e3:.1f} us); autotune best: `{tuned.best_config}`"])
+    write("cost_vs_autotune", payload, md)
+
+
+if __name__ == "__main__":
+    main()
