@@ -38,7 +38,7 @@ def main():
     N = SHAPE["N"]
     tconfigs = [triton.Config({"BLOCK_N": c["BLOCK_N"], "SINGLE_PASS": c["BLOCK_N"] >= N},
                               num_warps=c.num_warps, num_stages=c.num_stages) for c in configs]
-    tuned = triton.autotune(configs=tconfigs, key=["N"])(kmod.rmsnorm_kernel.fn)
+    tuned = triton.autotune(configs=tconfigs, key=["N"])(kmod.rmsnorm_kernel)
     inputs = spec.make_inputs(SHAPE, DTYPE, dev)
     x, w, y = inputs["x"], inputs["weight"], inputs["out"]
     torch.cuda.synchronize()

@@ -155,3 +155,36 @@ def test_store_round_trips_inf_and_nan(tmp_path):
     s.add(t, key="k1", run_id="r")
     back = s.trials_for("k1")[(t.config, "full")]
     assert back.status == "crashed" and back.p50 == math.inf and math.isnan(back.rel_error)
+
+
+def test_halving_and_surrogate_through_the_engine_store_and_resume(tmp_path):
+    db = tmp_path / "h.db"
+    r = Sweep("rmsnorm", "M=2 N=1000", ["fp32"], db=db, strategy="halving", isolate=False, baselines=()).run()[0]
+    fid = [t.fidelity for t in r.trials]
+    assert fid[0] == "full" and fid.count("quick") == 23  # the default, then every other config of the space quickly
+    assert fid.count("full") == 1 + math.ceil(fid.count("quick") / 4)  # the default, then the top quarter
+    assert r.best.fidelity == "full"
+    df = Store(db).frame()
+    assert set(df["fidelity"]) == {"quick", "full"} and len(df) == len(r.trials)
+    events = []
+    again = Sweep("rmsnorm", "M=2 N=1000", ["fp32"], db=db, strategy="halving", isolate=False, baselines=(),
+                  listeners=[events.append]).run()[0]
+    assert not [e for e in events if isinstance(e, TrialStarted)] and again.best.config == r.best.config
+    s = Sweep("rmsnorm", "M=2 N=1000", ["fp32"], db=db, strategy="surrogate", budget=6, isolate=False,
+              baselines=()).run()[0]
+    assert len(s.trials) == 6 and s.best is not None  # default + 5 proposals, replayed from the store where stored
+
+
+def test_cli_sweep_writes_the_store_and_resumes(tmp_path, capsys):
+    from flytune_nb.cli import main
+
+    db = tmp_path / "cli.db"
+    argv = ["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", str(db), "--quiet",
+            "--no-isolate"]
+    assert main(argv) == 0 and _count(db) == 8
+    assert main(argv + ["--strategy", "random", "--budget", "3"]) == 0 and _count(db) == 8  # all stored already
+    out = capsys.readouterr().out
+    assert "results in" in out and "2/8" in out
+    assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--gpus", "0,x"]) == 2
+    assert "comma-separated integers" in capsys.readouterr().err
+    assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--baselines", "torch_jit"]) == 2
