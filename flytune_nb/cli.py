@@ -47,6 +47,23 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
     s.add_argument("--all-trials", action="store_true", help="print every config of every shape")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    e = sub.add_parser("export", help="write SGLang-format config files from a results store")
+    e.add_argument("--db", required=True, help="results store written by `flytune sweep`")
+    e.add_argument("--out", default="exports", help="config dir (default: exports)")
+    e.add_argument("--kernel", default=None, help="only this kernel")
+    e.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    lk = sub.add_parser("lookup", help="the config a serving run would use, and where it comes from")
+    lk.add_argument("kernel")
+    lk.add_argument("shape", nargs="+", help="axis values, e.g. M=37 N=4096")
+    lk.add_argument("--dtype", default="bf16")
+    lk.add_argument("--device", default=None, help="device name as in file names (default: this machine's)")
+    lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/)")
+    lk.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    c = sub.add_parser("check", help="re-time committed configs on this device; non-zero exit on regression")
+    c.add_argument("dir", nargs="?", default=None, help="config dir (default: the repo's exports/)")
+    c.add_argument("--json", default=None, help="also write the rows as JSON here")
+    c.add_argument("--md", default=None, help="also write a markdown table here")
+    c.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
     d = sub.add_parser("demo", help="the embedded default sweep (GPU if present, else the Triton interpreter)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -59,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from .grid import GridError
     from .registry import KernelNotFound, RegistryError
     from .spec import SpecError
+    from .artifacts import ArtifactError
     from .store import StoreError
     from .sweep import ShapeTooLarge, SweepError
 
@@ -67,10 +85,16 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_kernels(args)
         if args.cmd == "sweep":
             return cmd_sweep(args)
+        if args.cmd == "export":
+            return cmd_export(args)
+        if args.cmd == "lookup":
+            return cmd_lookup(args)
+        if args.cmd == "check":
+            return cmd_check(args)
         if args.cmd == "demo":
             return cmd_demo(quiet=args.quiet)
     except (KernelNotFound, RegistryError, GridError, DtypeError, SpecError, ShapeTooLarge, ConfigError,
-            ValueError) as e:
+            ArtifactError, ValueError) as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (SweepError, StoreError) as e:
@@ -148,6 +172,81 @@ def cmd_sweep(args) -> int:
         print("\n(timings are Triton-interpreter wall-clock times on the CPU: they exercise the machinery, "
               "they say nothing about GPU speed)")
     return 0 if all(r.best is not None for r in results) else 1
+
+
+def cmd_export(args) -> int:
+    from pathlib import Path
+
+    from .artifacts import export
+    from .store import Store
+
+    if not Path(args.db).exists():
+        raise ValueError(f"no results store at {args.db}")
+    written = export(Store(args.db), args.out, kernel=args.kernel, paths=args.path)
+    if not written:
+        print(f"flytune: nothing to export from {args.db} (no passing trials"
+              f"{' for ' + args.kernel if args.kernel else ''})")
+        return 1
+    for p in written:
+        print(p)
+    return 0
+
+
+def cmd_lookup(args) -> int:
+    import dataclasses
+    import warnings
+
+    from .device import current_device
+    from .grid import parse_grid
+    from .lookup import lookup
+    from .registry import get_kernel
+
+    spec = get_kernel(args.kernel, args.path)
+    shapes = parse_grid(" ".join(args.shape), spec.axes)
+    if len(shapes) != 1:
+        raise ValueError("lookup takes one value per axis, e.g. M=37 N=4096")
+    dtype = spec.check_dtype(args.dtype)
+    device = current_device()
+    if args.device:
+        device = dataclasses.replace(device, name=args.device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config, source = lookup(spec, shapes[0], dtype, device=device, directory=args.dir)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    print(f"{config}  (source: {source}, device: {device.name})")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from pathlib import Path
+
+    from .device import current_device
+    from .lookup import config_dir
+    from .regress import check, to_json, to_markdown
+    from .report import table
+
+    directory = Path(args.dir) if args.dir else config_dir()
+    if not directory.is_dir():
+        raise ValueError(f"{directory} is not a folder")
+    dev = current_device()
+    rows = check(directory, device=dev, paths=args.path)
+    if not rows:
+        print(f"flytune check: no committed configs for {dev.name} under {directory}; nothing to check")
+        return 0
+    us = lambda v: "-" if v is None or v != v or v == float("inf") else f"{v * 1e3:.2f}"  # noqa: E731
+    print(table([[r.status, r.kernel, " ".join(f"{k}={v}" for k, v in r.shape.items()), r.dtype, us(r.now_ms),
+                  us(r.then_ms), us(r.default_ms), "-" if r.vs_then is None else f"{r.vs_then:.2f}", r.reason]
+                 for r in rows],
+                ["status", "kernel", "shape", "dtype", "now us", "exported us", "default us", "now/exp", "reason"]))
+    if args.json:
+        Path(args.json).write_text(to_json(rows))
+    if args.md:
+        Path(args.md).write_text(to_markdown(rows, dev.name))
+    n_fail = sum(r.status == "FAIL" for r in rows)
+    n_warn = sum(r.status == "WARN" for r in rows)
+    print(f"\n{len(rows)} configs checked on {dev.name}: {n_fail} FAIL, {n_warn} WARN")
+    return 1 if n_fail else 0
 
 
 def cmd_demo(quiet: bool = False) -> int:

@@ -25,8 +25,8 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS trials (
   id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, dtype TEXT, config TEXT, fidelity TEXT,
   status TEXT, reason TEXT, p20 REAL, p50 REAL, p80 REAL, rel_error REAL, compile_s REAL, reps INTEGER,
-  method TEXT, device TEXT, arch TEXT, toolchain TEXT, key TEXT, created TEXT,
-  UNIQUE(key, config, fidelity));
+  method TEXT, device TEXT, arch TEXT, toolchain TEXT, key TEXT, created TEXT, is_default INTEGER DEFAULT 0,
+  source TEXT, UNIQUE(key, config, fidelity));
 CREATE INDEX IF NOT EXISTS trials_kernel ON trials(kernel, dtype);
 CREATE TABLE IF NOT EXISTS baselines (
   id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, dtype TEXT, name TEXT, status TEXT, reason TEXT,
@@ -56,9 +56,17 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed row survives a process kill
             self._db.executescript(SCHEMA)
+            self._migrate()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
         self._lock = threading.Lock()  # one connection shared by the sweep's per-GPU threads
+
+    def _migrate(self) -> None:
+        """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(trials)")}
+        for column, decl in (("is_default", "INTEGER DEFAULT 0"), ("source", "TEXT")):
+            if column not in have:
+                self._db.execute(f"ALTER TABLE trials ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         self._db.close()
@@ -77,16 +85,19 @@ class Store:
             self._db.execute("UPDATE runs SET finished=? WHERE run_id=?", (_now(), run_id))
 
     # -- trials --------------------------------------------------------------------------------------------------
-    def add(self, trial: Trial, *, key: str, run_id: str, arch: str = "", toolchain: dict | None = None) -> None:
+    def add(self, trial: Trial, *, key: str, run_id: str, arch: str = "", toolchain: dict | None = None,
+            is_default: bool = False, source: str = "") -> None:
+        """``is_default``: this config is the kernel's heuristic for the shape (exports report speed-up over it);
+        ``source``: the kernel-source fingerprint (provenance)."""
         row = (run_id, trial.kernel, _shape_json(trial.shape), trial.dtype, trial.config.to_json(), trial.fidelity,
                trial.status, trial.reason, _num(trial.p20), _num(trial.p50), _num(trial.p80), _num(trial.rel_error),
                _num(trial.compile_s), trial.reps, trial.method, trial.device, arch, json.dumps(toolchain or {}), key,
-               _now())
+               _now(), int(is_default), source)
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO trials (run_id, kernel, shape, dtype, config, fidelity, status, reason, p20, "
-                "p50, p80, rel_error, compile_s, reps, method, device, arch, toolchain, key, created) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+                "p50, p80, rel_error, compile_s, reps, method, device, arch, toolchain, key, created, is_default, "
+                "source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
 
     def trials_for(self, key: str) -> dict[tuple[Config, str], Trial]:
         """Stored trials of one tuning key, by (config, fidelity)."""

@@ -210,7 +210,8 @@ class Sweep:
             if trial is None:
                 self.emit(TrialStarted(spec.name, shape, dtype, config, i, total))
                 trial = self._measure(lane, shape, dtype, config, fidelity, device)
-                self.store.add(trial, key=key, run_id=self.run_id, arch=device.arch, toolchain=toolchain)
+                self.store.add(trial, key=key, run_id=self.run_id, arch=device.arch, toolchain=toolchain,
+                               is_default=config == default, source=plan["key_fields"]["source"])
                 stored[(config, fidelity)] = trial
             result.trials.append(trial)
             self.emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))

@@ -87,9 +87,9 @@ def test_changed_shape_or_layout_resolves_again(spec, dev, tmp_path):
     op(**spec.make_inputs(SHAPE, "fp32", dev))
     op(**spec.make_inputs({"M": 4, "N": 5000}, "fp32", dev))
     assert op.last_source == "default"
-    x = torch.randn(4, 400)[:, :200]  # row stride 400 vs 200: same class ("other"), same entry
-    op(x=x, weight=torch.randn(200), out=torch.empty(4, 200))
-    assert op.last_source == "memory"
+    x = torch.randn(4, 400)[:, :200]  # row stride 400 vs 200: same class ("other"), same tuning key
+    assert op.config_for(dict(x=x, weight=torch.randn(200), out=torch.empty(4, 200))) == op.config_for(
+        spec.make_inputs(SHAPE, "fp32", dev))
     inputs = dict(x=torch.randn(4, 200), weight=torch.randn(1).expand(200), out=torch.empty(4, 200))
     out = op(**inputs)  # broadcast weight: stride class 0, a new entry
     assert op.last_source == "default"
@@ -128,13 +128,14 @@ def test_tuned_by_name_and_unknown_name(dev):
 
 
 def test_dtype_comes_from_x_whatever_the_keyword_order(spec, dev, tmp_path):
-    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    asked = []
+    recording = dataclasses.replace(spec, default=lambda s, d, v: (asked.append(d), spec.default(s, d, v))[1])
+    op = TunedKernel(recording, device=dev, cache_dir=tmp_path)
     x = torch.randn(4, 64, dtype=torch.bfloat16)
     op.config_for({"weight": torch.randn(64), "x": x, "out": torch.empty_like(x)})
-    key_mixed = list(op._memory)[0]
-    assert key_mixed[1] == "bf16"
+    assert asked == ["bf16"]  # from x, though the fp32 weight came first
     op.config_for({"x": x, "weight": torch.randn(64, dtype=torch.bfloat16), "out": torch.empty_like(x)})
-    assert op.last_source == "default" and len(op._memory) == 2  # fp32 weight is another specialisation
+    assert op.last_source == "default" and asked == ["bf16", "bf16"]  # fp32 weight was another specialisation
 
 
 def test_bad_call_inputs_are_one_clear_message(spec, dev, tmp_path):

@@ -1,0 +1,52 @@
+"""Host cost of the serving path: an artifact lookup hit, and the tuned launcher's config resolution (memory hit).
+CPU-only measurement (no kernel launch): run anywhere. Target: a lookup hit <= 2 us."""
+from __future__ import annotations
+
+import platform
+import tempfile
+import timeit
+from pathlib import Path
+
+from common import write
+from flytune_nb.artifacts import file_name, render, triton_dir_name
+from flytune_nb.device import current_device
+from flytune_nb.grid import SGLANG_BATCH_SIZES
+from flytune_nb.lookup import LOOKUP
+from flytune_nb.registry import get_kernel
+from flytune_nb.tuner import TunedKernel
+
+N_CALLS = 200_000
+
+
+def main():
+    import torch
+    import triton
+
+    spec, dev = get_kernel("rmsnorm"), current_device()
+    root = Path(tempfile.mkdtemp())
+    folder = root / "rmsnorm" / triton_dir_name(triton.__version__)
+    folder.mkdir(parents=True)
+    table = {m: spec.default({"M": m, "N": 4096}, "bf16", dev).to_dict() for m in SGLANG_BATCH_SIZES}
+    (folder / file_name(spec, {"M": 1, "N": 4096}, dev.name, "bf16")).write_text(render(table))
+    shape = {"M": 37, "N": 4096}
+    assert LOOKUP(spec, shape, "bf16", dev, str(root)) is not None
+    hit = min(timeit.repeat(lambda: LOOKUP(spec, shape, "bf16", dev, str(root)), number=N_CALLS, repeat=5))
+    op = TunedKernel(spec, device=dev, cache_dir=root / "cache", artifact_lookup=lambda *a: None)
+    x = torch.randn(37, 4096, dtype=torch.bfloat16)
+    inputs = {"x": x, "weight": torch.randn(4096, dtype=torch.bfloat16), "out": torch.empty_like(x)}
+    op.config_for(inputs)
+    resolve = min(timeit.repeat(lambda: op.config_for(inputs), number=N_CALLS // 10, repeat=5))
+    us_hit, us_resolve = hit / N_CALLS * 1e6, resolve / (N_CALLS // 10) * 1e6
+    payload = {"cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+               "lookup_hit_us": us_hit, "tuned_config_for_memory_hit_us": us_resolve, "calls": N_CALLS}
+    md = "\n".join([
+        "# Serving-path host cost (no kernel launch)",
+        f"{platform.machine()} CPU, Python {platform.python_version()}, best of 5 x {N_CALLS} calls", "",
+        "| path | cost per call |", "|---|---|",
+        f"| artifact lookup hit (18 batch sizes, nearest M) | {us_hit:.2f} us |",
+        f"| TunedKernel.config_for, memory hit (shape, dtype, stride classes, env) | {us_resolve:.2f} us |"])
+    write("lookup_cost", payload, md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""SGLang-format config artifacts: names, export from a results store, provenance sidecars.
+
+A file ``<dir>/<kernel>/triton_<X_Y_Z>/<axis>=<v>,...,device_name=<Dev>,dtype=<d>.json`` holds exactly
+``{"<M>": {knob: int, ...}, ...}``: SGLang's loader applies ``int()`` to every key, so nothing else may go in. What we
+know about each entry (device, toolchain, source fingerprint, run, latencies) goes in ``provenance.json`` beside it.
+Writes are atomic (temp file + rename) under a per-directory file lock, and the output is sorted and formatted the
+same way every time, so exporting the same data twice gives byte-identical files.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from filelock import FileLock
+
+SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
+PROVENANCE = "provenance.json"
+LOCK = ".flytune-export.lock"
+
+
+class ArtifactError(ValueError):
+    pass
+
+
+def triton_dir_name(version: str) -> str:
+    """``3.6.0`` -> ``triton_3_6_0`` (SGLang's rule; local suffixes such as ``+git…`` dropped)."""
+    core = re.match(r"^(\d+(?:\.\d+)*)", version)
+    if not core:
+        raise ArtifactError(f"cannot read a Triton version from {version!r}")
+    return "triton_" + core.group(1).replace(".", "_")
+
+
+def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
+    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json``: the non-batch axes in the kernel's order."""
+    if not SAFE.match(device_name):
+        raise ArtifactError(f"device name {device_name!r} may only hold letters, digits, '.', '_' and '-'")
+    parts = [f"{a}={int(shape[a])}" for a in spec.axes if a != spec.batch_axis]
+    return ",".join(parts + [f"device_name={device_name}", f"dtype={dtype}"]) + ".json"
+
+
+def render(table: dict[int, dict]) -> str:
+    """The file's text: batch keys in numeric order, knobs in name order, 4-space indent, trailing newline."""
+    body = {str(m): {k: int(v) for k, v in sorted(table[m].items())} for m in sorted(table)}
+    return json.dumps(body, indent=4) + "\n"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[Path]:
+    """Write the winners of every (kernel, non-batch shape, device, dtype) found in ``store``. Returns the files."""
+    from .registry import get_kernel
+
+    df = store.frame(kernel)
+    if df.empty:
+        return []
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    groups: dict[tuple, dict] = {}
+    for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
+        ok = g[(g["status"] == "ok") & (g["fidelity"] == "full")]
+        if ok.empty:
+            continue
+        spec = get_kernel(kname, list(paths))
+        shape = json.loads(shape_json)
+        m = int(shape[spec.batch_axis])
+        best = ok.loc[ok["p50"].idxmin()]
+        dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
+        toolchain = json.loads(best["toolchain"] or "{}")
+        rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
+        gkey = (kname, dtype, device, tuple(rest.items()), triton_dir_name(toolchain.get("triton", "0")))
+        entry = groups.setdefault(gkey, {"spec": spec, "shape": rest, "by_m": {}})
+        prev = entry["by_m"].get(m)
+        if prev is not None and prev["created"] >= best["created"]:
+            continue  # an older key (edited source, other toolchain) never replaces a newer measurement
+        d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
+        entry["by_m"][m] = {
+            "config": json.loads(best["config"]), "created": best["created"],
+            "prov": {"device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
+                     "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
+                     "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
+                     "rel_error": float(best["rel_error"]), "key": key,
+                     "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None}}
+    for (kname, dtype, device, _, tdir), entry in sorted(groups.items(), key=lambda kv: kv[0]):
+        spec = entry["spec"]
+        folder = out_dir / kname / tdir
+        folder.mkdir(parents=True, exist_ok=True)
+        name = file_name(spec, entry["shape"], device, dtype)
+        with FileLock(str(folder / LOCK)):
+            path = folder / name
+            table = read_table(path) if path.exists() else {}
+            table.update({m: e["config"] for m, e in entry["by_m"].items()})
+            atomic_write(path, render(table))
+            prov_path = folder / PROVENANCE
+            prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
+            per_m = prov.setdefault(name, {})
+            per_m.update({str(m): _clean(e["prov"]) for m, e in entry["by_m"].items()})
+            prov[name] = {k: per_m[k] for k in sorted(per_m, key=int)}
+            atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
+        written.append(path)
+    return written
+
+
+def read_table(path: Path) -> dict[int, dict]:
+    """Strict read of one artifact (export merges into it): raises ArtifactError on anything malformed."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(data, dict) or not data:
+        raise ArtifactError(f"{path}: expected a non-empty JSON object of batch size -> config")
+    table = {}
+    for k, v in data.items():
+        try:
+            m = int(k)
+        except ValueError:
+            raise ArtifactError(f"{path}: key {k!r} is not a batch size (SGLang applies int() to every key)") from None
+        if not isinstance(v, dict) or not v:
+            raise ArtifactError(f"{path}: entry {k!r} is not a config object")
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()):
+            raise ArtifactError(f"{path}: entry {k!r} holds a non-integer knob")
+        table[m] = v
+    return table
+
+
+def _clean(d: dict) -> dict:
+    """JSON has no NaN: unknown numbers become null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+

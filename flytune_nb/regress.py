@@ -1,0 +1,123 @@
+"""Regression guard for committed configs (``flytune check``), after aiter's check_tuned_op_regression.sh — except
+that ours fails: every committed config for the current device is re-timed against its provenance latency and the
+heuristic default. ratio = now / then: WARN above 1.10, FAIL above 1.15 or on any correctness failure.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from .artifacts import PROVENANCE, read_table, triton_dir_name
+from .config import Config
+
+WARN, FAIL = 1.10, 1.15
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    kernel: str
+    file: str
+    shape: dict
+    dtype: str
+    config: str
+    status: str  # OK | WARN | FAIL
+    now_ms: float
+    then_ms: float | None
+    default_ms: float | None
+    vs_then: float | None
+    vs_default: float | None
+    reason: str = ""
+
+
+def parse_name(name: str) -> tuple[dict, str, str]:
+    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json`` -> ({"N": 4096}, "NVIDIA_H200", "bf16")."""
+    fields = dict(p.split("=", 1) for p in name.removesuffix(".json").split(","))
+    device, dtype = fields.pop("device_name"), fields.pop("dtype")
+    return {k: int(v) for k, v in fields.items()}, device, dtype
+
+
+def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
+    """(kernel, file) for every artifact of this device, in the running Triton's folder (else the newest)."""
+    import triton
+
+    out = []
+    for kdir in sorted(p for p in Path(directory).iterdir() if p.is_dir()):
+        tdirs = sorted(kdir.glob("triton_*"), key=lambda d: tuple(int(x) for x in d.name.split("_")[1:]))
+        want = kdir / triton_dir_name(triton.__version__)
+        tdir = want if want.is_dir() else (tdirs[-1] if tdirs else None)
+        if tdir is None:
+            continue
+        for f in sorted(tdir.glob(f"*device_name={device_name},*.json")):
+            out.append((kdir.name, f))
+    return out
+
+
+def default_measure(device) -> Callable:
+    from .bench import make_timer
+    from .trial import evaluate
+
+    timer = make_timer(device)
+    return lambda spec, shape, dtype, config: evaluate(spec, shape, dtype, config, device, timer)
+
+
+def check(directory, *, device=None, measure: Callable | None = None, paths=()) -> list[CheckRow]:
+    from .device import current_device
+    from .registry import get_kernel
+
+    device = device or current_device()
+    measure = measure or default_measure(device)
+    rows = []
+    for kernel, path in files_for(Path(directory), device.name):
+        spec = get_kernel(kernel, list(paths))
+        rest, _, dtype = parse_name(path.name)
+        prov_file = path.parent / PROVENANCE
+        prov = json.loads(prov_file.read_text()).get(path.name, {}) if prov_file.exists() else {}
+        for m, knobs in sorted(read_table(path).items()):
+            shape = spec.check_shape({**rest, spec.batch_axis: m})
+            config = Config.from_dict(knobs)
+            then = (prov.get(str(m)) or {}).get("best_p50_ms")
+            t = measure(spec, shape, dtype, config)
+            d = measure(spec, shape, dtype, spec.default(shape, dtype, device))
+            rows.append(_judge(kernel, path.name, shape, dtype, config, t, d, then))
+    return rows
+
+
+def _judge(kernel, fname, shape, dtype, config, t, d, then) -> CheckRow:
+    base = dict(kernel=kernel, file=fname, shape=shape, dtype=dtype, config=str(config))
+    d_ms = d.p50 if d.ok else None
+    if not t.ok:
+        return CheckRow(**base, status="FAIL", now_ms=math.inf, then_ms=then, default_ms=d_ms, vs_then=None,
+                        vs_default=None, reason=f"{t.status}: {t.reason}")
+    vs_then = t.p50 / then if then else None
+    vs_default = t.p50 / d_ms if d_ms else None
+    status, reason = "OK", ""
+    if vs_then is not None and vs_then > FAIL:
+        status, reason = "FAIL", f"{vs_then:.2f}x slower than when exported"
+    elif vs_then is not None and vs_then > WARN:
+        status, reason = "WARN", f"{vs_then:.2f}x slower than when exported"
+    elif vs_default is not None and vs_default > WARN:
+        status, reason = "WARN", f"{vs_default:.2f}x slower than the heuristic default"
+    return CheckRow(**base, status=status, now_ms=t.p50, then_ms=then, default_ms=d_ms, vs_then=vs_then,
+                    vs_default=vs_default, reason=reason)
+
+
+def to_markdown(rows: list[CheckRow], device_name: str) -> str:
+    lines = [f"# flytune check on {device_name}", "",
+             "| status | kernel | shape | dtype | now (us) | exported (us) | default (us) | now/exported | reason |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    us = lambda v: "-" if v is None or not math.isfinite(v) else f"{v * 1e3:.2f}"  # noqa: E731
+    for r in rows:
+        shape = " ".join(f"{k}={v}" for k, v in r.shape.items())
+        ratio = "-" if r.vs_then is None else f"{r.vs_then:.2f}"
+        lines.append(f"| {r.status} | {r.kernel} | {shape} | {r.dtype} | {us(r.now_ms)} | {us(r.then_ms)} | "
+                     f"{us(r.default_ms)} | {ratio} | {r.reason} |")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(rows: list[CheckRow]) -> str:
+    clean = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(r).items()}
+             for r in rows]
+    return json.dumps(clean, indent=1) + "\n"
