@@ -215,3 +215,29 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "(source: default" in captured.out and "warning: no config file" in captured.err
     assert main(["export", "--db", str(tmp_path / "missing.db")]) == 2
+
+
+def test_committed_h200_exports_are_valid_and_in_the_h200_space():
+    """The configs committed under exports/ come from real H200 sweeps; on a simulated H200 they must be found by
+    lookup (not fall back), be in the kernel's pruned space, and carry provenance for every entry."""
+    from types import SimpleNamespace
+
+    from flytune_nb.device import from_properties
+    from flytune_nb.lookup import BUILTIN_DIR
+
+    h200 = from_properties(SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132,
+                                           L2_cache_size=62914560, total_memory=150109880320), hip=False)
+    files = sorted(BUILTIN_DIR.glob("*/triton_3_6_0/*device_name=NVIDIA_H200*.json"))
+    assert len(files) >= 4
+    for f in files:
+        spec = get_kernel(f.parent.parent.name)
+        table = artifacts.read_table(f)
+        prov = json.loads((f.parent / "provenance.json").read_text())[f.name]
+        rest = {k: int(v) for k, v in (p.split("=") for p in f.name.split(",")[:-2])}
+        for m, knobs in table.items():
+            shape = {**rest, spec.batch_axis: m}
+            assert Config.from_dict(knobs) in spec.configs(shape, "bf16", h200)
+            assert prov[str(m)]["device"] == "NVIDIA_H200" and prov[str(m)]["best_p50_ms"] > 0
+            if triton.__version__.startswith("3.6.0"):
+                assert lookup(spec, shape, "bf16", device=h200, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
+                                                                                          "artifact")
