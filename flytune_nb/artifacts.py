@@ -62,15 +62,14 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[Path]:
-    """Write the winners of every (kernel, non-batch shape, device, dtype) found in ``store``. Returns the files."""
+def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[dict]:
+    """What an export would write: per file {"path", "by_m": {M: config dict}, "prov": {M: provenance}}."""
     from .registry import get_kernel
 
     df = store.frame(kernel)
     if df.empty:
         return []
     out_dir = Path(out_dir)
-    written: list[Path] = []
     groups: dict[tuple, dict] = {}
     for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
         ok = g[(g["status"] == "ok") & (g["fidelity"] == "full")]
@@ -83,34 +82,51 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
         toolchain = json.loads(best["toolchain"] or "{}")
         rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
-        gkey = (kname, dtype, device, tuple(rest.items()), triton_dir_name(toolchain.get("triton", "0")))
-        entry = groups.setdefault(gkey, {"spec": spec, "shape": rest, "by_m": {}})
-        prev = entry["by_m"].get(m)
-        if prev is not None and prev["created"] >= best["created"]:
+        path = out_dir / kname / triton_dir_name(toolchain.get("triton", "0")) / file_name(spec, rest, device, dtype)
+        entry = groups.setdefault(path, {"path": path, "by_m": {}, "prov": {}, "created": {}})
+        if m in entry["created"] and entry["created"][m] >= best["created"]:
             continue  # an older key (edited source, other toolchain) never replaces a newer measurement
         d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
-        entry["by_m"][m] = {
-            "config": json.loads(best["config"]), "created": best["created"],
-            "prov": {"device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
-                     "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
-                     "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
-                     "rel_error": float(best["rel_error"]), "key": key,
-                     "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None}}
-    for (kname, dtype, device, _, tdir), entry in sorted(groups.items(), key=lambda kv: kv[0]):
-        spec = entry["spec"]
-        folder = out_dir / kname / tdir
-        folder.mkdir(parents=True, exist_ok=True)
-        name = file_name(spec, entry["shape"], device, dtype)
-        with FileLock(str(folder / LOCK)):
-            path = folder / name
+        entry["created"][m] = best["created"]
+        entry["by_m"][m] = json.loads(best["config"])
+        entry["prov"][m] = _clean({
+            "device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
+            "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
+            "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
+            "rel_error": float(best["rel_error"]), "key": key,
+            "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None})
+    return [groups[p] for p in sorted(groups)]
+
+
+def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[tuple[Path, str, str]]:
+    """(path, text an export would write, text there now or "") per file, writing nothing."""
+    out = []
+    for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
+        path = entry["path"]
+        old = path.read_text() if path.exists() else ""
+        try:
+            table = read_table(path) if old else {}
+        except ArtifactError:
+            table = {}
+        out.append((path, render({**table, **entry["by_m"]}), old))
+    return out
+
+
+def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[Path]:
+    """Write the winners of every (kernel, non-batch shape, device, dtype) found in ``store``. Returns the files.
+    Entries already in a file for other batch sizes are kept (merged); the same batch size is replaced."""
+    written = []
+    for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
+        path = entry["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path.parent / LOCK)):
             table = read_table(path) if path.exists() else {}
-            table.update({m: e["config"] for m, e in entry["by_m"].items()})
+            table.update(entry["by_m"])
             atomic_write(path, render(table))
-            prov_path = folder / PROVENANCE
+            prov_path = path.parent / PROVENANCE
             prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
-            per_m = prov.setdefault(name, {})
-            per_m.update({str(m): _clean(e["prov"]) for m, e in entry["by_m"].items()})
-            prov[name] = {k: per_m[k] for k in sorted(per_m, key=int)}
+            per_m = {**prov.get(path.name, {}), **{str(m): v for m, v in entry["prov"].items()}}
+            prov[path.name] = {k: per_m[k] for k in sorted(per_m, key=int)}
             atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
         written.append(path)
     return written

@@ -250,11 +250,29 @@ def cmd_check(args) -> int:
 
 
 def cmd_demo(quiet: bool = False) -> int:
+    """The embedded default: notebooks/batch_sweep.ipynb executed headless into demo_out/ (the plain CLI sweep when
+    the notebook extras are not installed)."""
+    print("flytune demo: running notebooks/batch_sweep.ipynb headless (papermill)...", flush=True)
+    from pathlib import Path
+
     from .device import current_device
 
     kernel, grid, dtype = DEMO_GPU if current_device().is_gpu else DEMO_CPU
-    argv = ["sweep", kernel, "--grid", grid, "--dtype", dtype, "--db", DEMO_DB] + (["--quiet"] if quiet else [])
-    return main(argv)
+    try:
+        from .widgets.runner import printed_output, run_notebook
+    except ImportError:
+        argv = ["sweep", kernel, "--grid", grid, "--dtype", dtype, "--db", DEMO_DB] + (["--quiet"] if quiet else [])
+        return main(argv)
+    out = Path("demo_out")
+    nb = run_notebook("batch_sweep.ipynb", out / "batch_sweep.ipynb",
+                      {"kernel": kernel, "grid": grid, "dtypes": dtype, "db": "demo.db", "export_dir": "exports",
+                       "results_csv": "results.csv", "results_json": "results.json"}, cwd=out)
+    size = nb.stat().st_size
+    print(printed_output(nb))
+    print(f"flytune demo: executed notebook {nb} ({size / 1024:.0f} KiB), results {out}/results.csv and "
+          f"results.json, store {out}/demo.db, exports under {out}/exports/. Open the notebook in JupyterLab to see "
+          f"its plots.")
+    return 0
 
 
 if __name__ == "__main__":

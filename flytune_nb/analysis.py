@@ -1,0 +1,112 @@
+"""Headless analysis behind the workbench views: heuristic vs best, regret, and re-scoring an edited heuristic
+against sweep data already measured (no re-run). Plain functions over SearchResults; the widgets only display them.
+"""
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass, field
+
+from .config import Config
+
+
+class HeuristicError(ValueError):
+    """An edited heuristic that does not compile, raises, or returns something that is not a Config."""
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+@dataclass(frozen=True)
+class ShapeScore:
+    shape: dict
+    dtype: str
+    best_ms: float
+    old: Config
+    old_ms: float  # inf: failed; nan: never measured
+    new: Config
+    new_ms: float
+
+    @property
+    def verdict(self) -> str:
+        if math.isnan(self.new_ms):
+            return "unmeasured"
+        if self.new == self.old:
+            return "same"
+        if math.isnan(self.old_ms) or self.new_ms < self.old_ms * 0.98:
+            return "wins"
+        return "loses" if self.new_ms > self.old_ms * 1.02 else "ties"
+
+
+@dataclass
+class Rescore:
+    rows: list = field(default_factory=list)
+
+    @property
+    def unmeasured(self) -> list[tuple[dict, str, Config]]:
+        """(shape, dtype, config) the edited rule picks but the store has never timed: offer to measure these."""
+        return [(r.shape, r.dtype, r.new) for r in self.rows if r.verdict == "unmeasured"]
+
+    def summary(self) -> dict:
+        counts = {v: sum(r.verdict == v for r in self.rows) for v in ("wins", "loses", "ties", "same", "unmeasured")}
+        return {**counts,
+                "old_regret": geomean(r.old_ms / r.best_ms for r in self.rows),
+                "new_regret": geomean(r.new_ms / r.best_ms for r in self.rows if not math.isnan(r.new_ms))}
+
+
+def measured_ms(result, config: Config) -> float:
+    """p50 of ``config`` in this result: inf if it failed, nan if it was never measured at full fidelity."""
+    for t in result.trials:
+        if t.config == config and t.fidelity == "full":
+            return t.p50 if t.ok else math.inf
+    return math.nan
+
+
+def load_heuristic(source: str, name: str = "default"):
+    """Compile edited heuristic source; return its ``default(shape, dtype, device)`` function."""
+    namespace: dict = {}
+    try:
+        code = compile(textwrap.dedent(source), "<edited heuristic>", "exec")
+        exec(code, namespace)  # noqa: S102 - the user's own code, in their own notebook kernel
+    except SyntaxError as e:
+        raise HeuristicError(f"syntax error on line {e.lineno}: {e.msg}") from None
+    except Exception as e:  # noqa: BLE001
+        raise HeuristicError(f"the code raised while loading: {type(e).__name__}: {e}") from None
+    fn = namespace.get(name)
+    if not callable(fn):
+        raise HeuristicError(f"the code must define a function {name}(shape, dtype, device)")
+    return fn
+
+
+def rescore(fn, results, device) -> Rescore:
+    """Score heuristic ``fn`` on every (shape, dtype) of ``results`` from their stored timings."""
+    out = Rescore()
+    for r in results:
+        best = r.best
+        if best is None:
+            continue
+        try:
+            new = fn(dict(r.shape), r.dtype, device)
+        except Exception as e:  # noqa: BLE001
+            raise HeuristicError(f"raised for {r.shape} {r.dtype}: {type(e).__name__}: {e}") from None
+        if not isinstance(new, Config):
+            raise HeuristicError(f"returned {type(new).__name__} for {r.shape} {r.dtype}, not a Config")
+        out.rows.append(ShapeScore(dict(r.shape), r.dtype, best.p50, r.default, measured_ms(r, r.default), new,
+                                   measured_ms(r, new)))
+    return out
+
+
+def speedup_rows(results) -> list[dict]:
+    """One row per (shape, dtype): default vs best, baselines, speed-up — the heuristic-vs-best table."""
+    rows = []
+    for r in results:
+        b, d = r.best, r.default_trial
+        eager = (r.baselines.get("torch_eager") or {}).get("p50", math.nan)
+        comp = (r.baselines.get("torch_compile") or {}).get("p50", math.nan)
+        rows.append({**r.shape, "dtype": r.dtype, "default": str(r.default),
+                     "default_ms": d.p50 if d and d.ok else math.nan, "best": str(b.config) if b else "",
+                     "best_ms": b.p50 if b else math.nan, "speedup": r.speedup, "torch_eager_ms": eager,
+                     "torch_compile_ms": comp})
+    return rows

@@ -1,0 +1,164 @@
+"""Input widgets: kernel picker, shape-grid editor with a live preview, Run / Stop with progress.
+
+Each shows bad input inline (one red line) instead of raising into the notebook.
+"""
+from __future__ import annotations
+
+import html
+import threading
+import time
+
+import ipywidgets as W
+
+from ..device import current_device
+from ..events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
+from ..grid import SGLANG_BATCH_SIZES, GridError, parse_grid
+from ..registry import get_kernel, list_kernels
+
+PRESETS = {"custom": None, "SGLang batch sizes (1 ... 4096)": ",".join(map(str, SGLANG_BATCH_SIZES)),
+           "decode (1, 2, 4, 8)": "1,2,4,8", "prefill (1024 ... 8192)": "1024,2048,4096,8192"}
+
+
+def error_html(msg: str) -> str:
+    return f"<span style='color:#b00020'>&#9888; {html.escape(msg)}</span>"
+
+
+class KernelPicker(W.VBox):
+    def __init__(self, kernel: str | None = None, paths=()) -> None:
+        self.paths = list(paths)
+        names = list_kernels(self.paths)
+        self.dropdown = W.Dropdown(options=names, value=kernel if kernel in names else (names[0] if names else None),
+                                   description="kernel")
+        self.info = W.HTML()
+        super().__init__([self.dropdown, self.info])
+        self.dropdown.observe(lambda _: self.refresh(), "value")
+        self.refresh()
+
+    @property
+    def spec(self):
+        return get_kernel(self.dropdown.value, self.paths)
+
+    def refresh(self) -> None:
+        try:
+            s = self.spec
+            example = {a: 4096 for a in s.axes}
+            n = len(s.configs(example, s.dtypes[0], current_device()))
+            self.info.value = (f"<small>axes <b>{', '.join(s.axes)}</b> (batch: {s.batch_axis}); dtypes "
+                               f"{', '.join(s.dtypes)}; {n} configs at {' '.join(f'{k}=4096' for k in s.axes)}. "
+                               f"{html.escape(s.description)}</small>")
+        except Exception as e:  # noqa: BLE001 - a broken plugin is shown, not raised
+            self.info.value = error_html(str(e))
+
+
+class GridEditor(W.VBox):
+    """Per-axis value lists (with presets for the batch axis) and dtypes; ``preview`` counts the work."""
+
+    def __init__(self, picker: KernelPicker, grid: dict | None = None, dtypes=("bf16",)) -> None:
+        self.picker = picker
+        self.axis_boxes: dict[str, W.Text] = {}
+        self.preset = W.Dropdown(options=list(PRESETS), value="custom", description="batch preset")
+        self.dtypes = W.SelectMultiple(description="dtypes", rows=3)
+        self.preview = W.HTML()
+        self.rows = W.VBox()
+        super().__init__([self.rows, self.preset, self.dtypes, self.preview])
+        self.preset.observe(self._apply_preset, "value")
+        self.dtypes.observe(lambda _: self.update_preview(), "value")
+        picker.dropdown.observe(lambda _: self.rebuild(), "value")
+        self.rebuild(grid or {}, dtypes)
+
+    def rebuild(self, grid: dict | None = None, dtypes=None) -> None:
+        spec = self.picker.spec
+        grid = grid or {}
+        self.axis_boxes = {a: W.Text(value=str(grid.get(a, "1,64" if a == spec.batch_axis else "4096")),
+                                     description=a, continuous_update=False) for a in spec.axes}
+        for box in self.axis_boxes.values():
+            box.observe(lambda _: self.update_preview(), "value")
+        self.rows.children = list(self.axis_boxes.values())
+        self.dtypes.options = list(spec.dtypes)
+        chosen = [d for d in (dtypes or self.dtypes.value or spec.dtypes[:1]) if d in spec.dtypes]
+        self.dtypes.value = tuple(chosen or spec.dtypes[:1])
+        self.update_preview()
+
+    def _apply_preset(self, change) -> None:
+        values = PRESETS.get(change["new"])
+        if values:
+            self.axis_boxes[self.picker.spec.batch_axis].value = values
+
+    def shapes(self) -> list[dict]:
+        """The grid as shapes; raises GridError with a one-line reason."""
+        return parse_grid({a: b.value for a, b in self.axis_boxes.items()}, self.picker.spec.axes)
+
+    def update_preview(self) -> tuple[int, int] | None:
+        try:
+            shapes = self.shapes()
+            if not self.dtypes.value:
+                raise GridError("choose at least one dtype")
+            spec, dev = self.picker.spec, current_device()
+            n = sum(len(set(spec.configs(s, d, dev)) | {spec.default(s, d, dev)}) for s in shapes
+                    for d in self.dtypes.value)
+            per_trial = 0.2 if dev.is_gpu else 0.05  # s: ~125 ms of timing on a GPU; interpreter at small shapes
+            self.preview.value = (f"<b>{len(shapes)}</b> shapes x <b>{len(self.dtypes.value)}</b> dtypes = "
+                                  f"<b>{n}</b> trials after pruning, roughly {max(1, round(n * per_trial))} s "
+                                  f"on {dev.name} (more for large shapes; compile time excluded)")
+            return len(shapes), n
+        except Exception as e:  # noqa: BLE001 - GridError, a dtype error, or a broken plugin
+            self.preview.value = error_html(str(e))
+            return None
+
+
+class RunControl(W.VBox):
+    """Run / Stop and progress: "i of N, current config, its median, best so far, ETA". Also a sweep listener."""
+
+    def __init__(self) -> None:
+        self.run_button = W.Button(description="Run", button_style="success", icon="play")
+        self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+        self.bar = W.IntProgress(value=0, min=0, max=1, description="idle")
+        self.label = W.HTML()
+        super().__init__([W.HBox([self.run_button, self.stop_button]), self.bar, self.label])
+        self.done = 0
+        self._t0 = time.monotonic()
+        self._shape_t0 = self._t0
+
+    def start(self, total_shapes: int) -> None:
+        self.done, self._t0 = 0, time.monotonic()
+        self.run_button.disabled, self.stop_button.disabled = True, False
+        self.bar.value, self.bar.max, self.bar.description = 0, 1, "running"
+        self.total_shapes, self.shapes_done = total_shapes, 0
+
+    def finish(self, message: str) -> None:
+        self.run_button.disabled, self.stop_button.disabled = False, True
+        self.bar.description = "done"
+        self.label.value = message
+
+    def __call__(self, event) -> None:
+        if isinstance(event, TrialStarted):
+            self.bar.max = max(event.total, 1)
+            self.current = str(event.config)
+        elif isinstance(event, (TrialDone, TrialFailed)):
+            t = event.trial
+            self.bar.value = min(event.index + 1, self.bar.max)
+            self.done += 1
+            rate = (time.monotonic() - self._t0) / self.done
+            left = (self.bar.max - self.bar.value) + (self.total_shapes - self.shapes_done - 1) * self.bar.max
+            now = f"{t.p50 * 1e3:.2f} us" if t.ok else t.status
+            best = f"{event.best.p50 * 1e3:.2f} us" if event.best is not None else "-"
+            shape = " ".join(f"{k}={v}" for k, v in t.shape.items())
+            self.label.value = (f"{shape} {t.dtype}: {event.index + 1} of {event.total} &middot; "
+                                f"<code>{html.escape(str(t.config))}</code> {now} &middot; best so far {best} "
+                                f"&middot; ETA {max(0, left) * rate:.0f} s")
+        elif isinstance(event, ShapeDone):
+            self.shapes_done += 1
+        elif isinstance(event, SweepDone):
+            self.bar.value = self.bar.max
+
+
+def run_in_thread(target, on_done) -> threading.Thread:
+    """Run the sweep off the cell, so Stop (and the rest of the notebook) stays responsive."""
+    def body():
+        try:
+            on_done(target(), None)
+        except BaseException as e:  # noqa: BLE001 - shown inline by on_done
+            on_done(None, e)
+    th = threading.Thread(target=body, daemon=True, name="flytune-sweep")
+    th.start()
+    return th

@@ -1,0 +1,87 @@
+"""The heuristic editor: the kernel's default rule as code, re-scored on every edit against the stored sweep data.
+
+Re-scoring never re-runs anything: each shape's new pick is looked up among the measured trials. Picks that were
+never measured are listed, with a button to measure just those. Save writes the edit to the kernel's heuristic.py
+(or another file) — the previous text is kept beside it as heuristic.py.bak.
+"""
+from __future__ import annotations
+
+import html
+import inspect
+import math
+from pathlib import Path
+
+import ipywidgets as W
+
+from ..analysis import HeuristicError, load_heuristic, rescore
+from .controls import error_html
+
+
+class HeuristicEditor(W.VBox):
+    def __init__(self, spec_getter, results_getter, device_getter, measure=None) -> None:
+        self.spec_getter, self.results_getter, self.device_getter = spec_getter, results_getter, device_getter
+        self.measure = measure  # fn(list of (shape, dtype, config)) -> None: times configs never measured
+        self.code = W.Textarea(layout=W.Layout(width="100%", height="260px"))
+        self.score_button = W.Button(description="Re-score", icon="refresh")
+        self.measure_button = W.Button(description="Measure missing", icon="flask", disabled=True)
+        self.save_path = W.Text(description="save to", layout=W.Layout(width="60%"))
+        self.save_button = W.Button(description="Save", icon="save")
+        self.result = W.HTML()
+        super().__init__([self.code, W.HBox([self.score_button, self.measure_button]),
+                          W.HBox([self.save_path, self.save_button]), self.result])
+        self.score_button.on_click(lambda _: self.score())
+        self.measure_button.on_click(lambda _: self._measure_missing())
+        self.save_button.on_click(lambda _: self.save())
+        self.code.observe(lambda _: self.score(), "value")
+        self.last = None
+        self.load()
+
+    def load(self) -> None:
+        spec = self.spec_getter()
+        path = Path(inspect.getsourcefile(spec.default))
+        self.save_path.value = str(path)
+        self.code.value = path.read_text()
+
+    def score(self):
+        results = [r for r in self.results_getter() if r.best is not None]
+        if not results:
+            self.result.value = "<i>run a sweep first: the edit is scored on its stored timings</i>"
+            return None
+        try:
+            fn = load_heuristic(self.code.value)
+            self.last = rescore(fn, results, self.device_getter())
+        except HeuristicError as e:
+            self.last = None
+            self.measure_button.disabled = True
+            self.result.value = error_html(f"heuristic: {e}")
+            return None
+        s = self.last.summary()
+        us = lambda v: "never measured" if math.isnan(v) else ("failed" if math.isinf(v) else f"{v * 1e3:.2f} us")  # noqa: E731
+        rows = "".join(
+            f"<tr><td>{html.escape(' '.join(f'{k}={v}' for k, v in r.shape.items()))} {r.dtype}</td>"
+            f"<td><code>{html.escape(str(r.old))}</code> {us(r.old_ms)}</td>"
+            f"<td><code>{html.escape(str(r.new))}</code> {us(r.new_ms)}</td><td>{us(r.best_ms)}</td>"
+            f"<td><b>{r.verdict}</b></td></tr>" for r in self.last.rows)
+        self.result.value = (
+            f"<p>edited rule vs current: <b>{s['wins']}</b> wins, <b>{s['loses']}</b> losses, {s['ties']} ties, "
+            f"{s['same']} unchanged, {s['unmeasured']} never measured. Regret (geomean vs best): current "
+            f"{s['old_regret']:.3f}x, edited {s['new_regret']:.3f}x.</p><table><tr><th>shape</th><th>current</th>"
+            f"<th>edited</th><th>best</th><th></th></tr>{rows}</table>")
+        self.measure_button.disabled = not (self.last.unmeasured and self.measure)
+        return self.last
+
+    def _measure_missing(self) -> None:
+        if self.last and self.measure:
+            self.measure(self.last.unmeasured)
+            self.score()
+
+    def save(self) -> None:
+        try:
+            load_heuristic(self.code.value)  # never save code that does not load
+            path = Path(self.save_path.value)
+            if path.exists():
+                path.with_suffix(path.suffix + ".bak").write_text(path.read_text())
+            path.write_text(self.code.value)
+            self.result.value += f"<p>saved to <code>{html.escape(str(path))}</code></p>"
+        except (HeuristicError, OSError) as e:
+            self.result.value = error_html(f"not saved: {e}")

@@ -1,0 +1,130 @@
+"""The workbench: picker + grid + Run/Stop + live plot + results + heuristic-vs-best + editor + export, wired to one
+sweep at a time. The sweep runs in a thread off the cell; every trial lands in the results store as it finishes, so
+Stop keeps everything measured and Run again resumes."""
+from __future__ import annotations
+
+import dataclasses
+
+import ipywidgets as W
+from IPython.display import display
+
+from ..device import current_device
+from ..store import Store
+from ..sweep import Sweep
+from .controls import GridEditor, KernelPicker, RunControl, error_html, run_in_thread
+from .editor import HeuristicEditor
+from .plot import LivePlot
+from .views import CompareView, ExportPanel, ResultsTable
+
+
+class Workbench(W.VBox):
+    def __init__(self, kernel: str | None = None, grid: dict | None = None, dtypes=("bf16",), *,
+                 db: str = "workbench.db", export_dir: str = "exports", strategy: str = "exhaustive",
+                 budget: int | None = None, isolate: bool = True, paths=(), timer: dict | None = None,
+                 listeners=()) -> None:
+        self.db_path, self.strategy, self.budget, self.isolate, self.paths = db, strategy, budget, isolate, paths
+        self.extra_listeners = list(listeners)  # e.g. a logger; called from the sweep thread
+        self.timer = timer
+        self.picker = KernelPicker(kernel, paths)
+        self.grid = GridEditor(self.picker, grid, dtypes)
+        self.control = RunControl()
+        self.plot = LivePlot(self.picker.spec)
+        self.shape_select = W.Dropdown(description="shape", options=[])
+        self.message = W.HTML()
+        self.table = ResultsTable()
+        self.compare = CompareView()
+        self.results: list = []
+        self.store: Store | None = None
+        self.sweep: Sweep | None = None
+        self.editor = HeuristicEditor(lambda: self.picker.spec, lambda: self.results, current_device,
+                                      measure=self.measure_configs)
+        self.exporter = ExportPanel(lambda: self.store, export_dir, lambda: self.picker.dropdown.value, paths)
+        tabs = W.Tab(children=[self.table, self.compare, self.editor, self.exporter])
+        for i, title in enumerate(["results", "heuristic vs best", "heuristic editor", "export"]):
+            tabs.set_title(i, title)
+        super().__init__([W.HTML("<h3>flytune workbench</h3>"), self.picker, self.grid, self.control, self.message,
+                          self.shape_select, self.plot.fig, tabs])
+        self.control.run_button.on_click(lambda _: self.run())
+        self.control.stop_button.on_click(lambda _: self.stop())
+        self.shape_select.observe(lambda c: c["new"] and self.plot.select(c["new"]), "value")
+        self.picker.dropdown.observe(lambda _: self._kernel_changed(), "value")
+
+    def _kernel_changed(self) -> None:
+        self.plot.spec = self.picker.spec
+        self.editor.load()
+
+    # -- actions -------------------------------------------------------------------------------------------------
+    def run(self):
+        """Start (or resume) the sweep in a thread; returns the thread (tests join it)."""
+        self.message.value = ""
+        try:
+            shapes = self.grid.shapes()
+            if not self.grid.dtypes.value:
+                raise ValueError("choose at least one dtype")
+            self.sweep = Sweep(self.picker.dropdown.value, shapes, list(self.grid.dtypes.value), db=self._store(),
+                               paths=self.paths, strategy=self.strategy, budget=self.budget, isolate=self.isolate,
+                               timer=self.timer,
+                               listeners=[self.control, self.plot, self._on_event, *self.extra_listeners])
+        except Exception as e:  # noqa: BLE001 - bad grid / dtype / kernel: one inline line
+            self.message.value = error_html(str(e))
+            return None
+        self.plot.shapes.clear()
+        self.plot.selected = None
+        self.control.start(len(shapes) * len(self.grid.dtypes.value))
+        return run_in_thread(self.sweep.run, self._finished)
+
+    def stop(self) -> None:
+        if self.sweep is not None:
+            self.sweep.stop()
+            self.control.bar.description = "stopping"
+
+    def _store(self) -> Store:
+        if self.store is None:
+            self.store = Store(self.db_path)
+        return self.store
+
+    def _on_event(self, event) -> None:
+        from ..events import ShapeDone
+
+        if isinstance(event, ShapeDone):
+            self.results = [r for r in self.results if (r.shape, r.dtype) != (event.result.shape, event.result.dtype)]
+            self.results.append(event.result)
+            labels = list(self.plot.shapes)
+            self.shape_select.options = labels
+            self.refresh_views()
+
+    def _finished(self, results, error) -> None:
+        if error is not None:
+            self.control.finish(error_html(f"sweep failed: {str(error).splitlines()[0]}"))
+            return
+        stopped = self.sweep is not None and self.sweep.stopped
+        n = sum(len(r.trials) for r in self.results)
+        self.control.finish(f"{'stopped' if stopped else 'finished'}: {len(self.results)} shapes, {n} trials in "
+                            f"<code>{self.db_path}</code>{'; Run resumes' if stopped else ''}")
+        self.refresh_views()
+
+    def refresh_views(self) -> None:
+        self.table.update(self.results)
+        self.compare.update(self.results)
+        self.editor.score()
+
+    def measure_configs(self, items) -> None:
+        """Time configs the edited heuristic picks but nobody measured; they join the stored results."""
+        from ..bench import make_timer
+        from ..key import make_key
+        from ..trial import evaluate
+
+        spec, dev = self.picker.spec, current_device()
+        timer = make_timer(dev, **(self.timer or {}))
+        for shape, dtype, config in items:
+            t = evaluate(spec, shape, dtype, config, dev, timer)
+            key = make_key(spec, shape, dtype, spec.make_inputs(shape, dtype, dev), dev)
+            self._store().add(t, key=key.digest, run_id="editor", arch=dev.arch, source=key.source)
+            for i, r in enumerate(self.results):
+                if (r.shape, r.dtype) == (shape, dtype):
+                    self.results[i] = dataclasses.replace(r, trials=r.trials + [t])
+        self.refresh_views()
+
+    def show(self):
+        display(self)
+        return self

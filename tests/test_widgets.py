@@ -1,0 +1,135 @@
+"""Widgets, headless: feed them events / results and check the values they show (no front-end needed)."""
+import math
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("plotly")
+
+from flytune_nb.config import Config  # noqa: E402
+from flytune_nb.events import ShapeDone, TrialDone, TrialFailed, TrialStarted  # noqa: E402
+from flytune_nb.registry import get_kernel  # noqa: E402
+from flytune_nb.sweep import Sweep  # noqa: E402
+from flytune_nb.trial import SearchResult, Trial  # noqa: E402
+from flytune_nb.widgets import LivePlot, Workbench  # noqa: E402
+from flytune_nb.widgets.controls import GridEditor, KernelPicker, RunControl  # noqa: E402
+from flytune_nb.widgets.editor import HeuristicEditor  # noqa: E402
+from tests.conftest import PLUGINS  # noqa: E402
+
+SHAPE = {"M": 4, "N": 256}
+
+
+def _trial(cfg, status="ok", p50=0.01, **kw):
+    return Trial("rmsnorm", SHAPE, "fp32", cfg, status, kw.pop("reason", ""), p20=p50, p50=p50, p80=p50,
+                 device="NVIDIA_H200", **kw)
+
+
+def test_live_plot_draws_points_by_status_marks_default_best_and_baselines(dev):
+    plot = LivePlot(get_kernel("rmsnorm"), interval=0.0)
+    c = [Config({"BLOCK_N": b}, num_warps=w) for b, w in ((256, 1), (256, 2), (128, 1), (512, 4))]
+    trials = [_trial(c[0], p50=0.010), _trial(c[1], p50=0.004), _trial(c[2], "wrong", math.inf, reason="bad"),
+              _trial(c[3], "compile_error", math.inf, reason="boom")]
+    for i, t in enumerate(trials):
+        plot((TrialDone if t.ok else TrialFailed)("rmsnorm", t, i, 4))
+    ok, wrong, failed, dflt, best = plot.fig.data
+    assert list(ok.x) == [0, 1] and [round(y, 3) for y in ok.y] == [10.0, 4.0]  # microseconds
+    assert list(wrong.x) == [2] and list(failed.x) == [3]
+    assert list(dflt.y) == [pytest.approx(10.0)] and list(best.y) == [pytest.approx(4.0)]
+    assert "of copy bandwidth" in ok.hovertext[1]  # roofline % on hover (H200's measured 4.27 TB/s)
+    result = SearchResult("rmsnorm", SHAPE, "fp32", dev, c[0], trials,
+                          baselines={"torch_eager": {"status": "ok", "p50": 0.02}})
+    plot(ShapeDone("rmsnorm", result))
+    assert [s.y0 for s in plot.fig.layout.shapes] == [pytest.approx(20.0)]
+    assert "best 4.00 us" in plot.fig.layout.title.text
+
+
+def test_live_plot_batches_redraws(dev):
+    plot = LivePlot(None, interval=10.0)  # one redraw per 10 s at most
+    for i in range(50):
+        plot(TrialDone("rmsnorm", _trial(Config({"BLOCK_N": 256 + i})), i, 50))
+    assert plot.redraws == 1  # the first event drew; the other 49 were buffered
+    plot.flush()
+    assert plot.redraws == 2 and len(plot.fig.data[0].x) == 50
+
+
+def test_progress_label_counts_and_shows_best_so_far():
+    rc = RunControl()
+    rc.start(total_shapes=1)
+    cfg = Config({"BLOCK_N": 256})
+    rc(TrialStarted("rmsnorm", SHAPE, "fp32", cfg, 0, 4))
+    best = _trial(cfg, p50=0.005)
+    rc(TrialDone("rmsnorm", best, 0, 4, best))
+    assert (rc.bar.value, rc.bar.max) == (1, 4)
+    assert "1 of 4" in rc.label.value and "best so far 5.00 us" in rc.label.value and "ETA" in rc.label.value
+
+
+def test_grid_editor_previews_work_and_explains_bad_input():
+    picker = KernelPicker("rmsnorm")
+    grid = GridEditor(picker, {"M": "1,64", "N": "4096"}, ["bf16"])
+    assert "<b>2</b> shapes" in grid.preview.value and "<b>94</b> trials" in grid.preview.value
+    grid.axis_boxes["M"].value = "1,x"
+    assert "not a positive integer" in grid.preview.value and "&#9888;" in grid.preview.value
+    grid.axis_boxes["M"].value = ""
+    assert "no values" in grid.preview.value
+    grid.axis_boxes["M"].value = "4"
+    grid.dtypes.value = ()
+    assert "at least one dtype" in grid.preview.value
+    grid.preset.value = "SGLang batch sizes (1 ... 4096)"
+    assert grid.axis_boxes["M"].value.startswith("1,2,4,8,16,24")
+
+
+def test_heuristic_editor_rescores_on_stored_data_and_rejects_bad_edits(tmp_path, dev):
+    results = Sweep("rmsnorm", "M=2,4 N=1000", ["fp32"], isolate=False, baselines=()).run()
+    spec = get_kernel("rmsnorm")
+    ed = HeuristicEditor(lambda: spec, lambda: results, lambda: dev, measure=None)
+    assert "def default" in ed.code.value
+    best = {r.shape["M"]: r.best.config for r in results}
+    ed.code.value = ("from flytune_nb.config import Config\n"
+                     f"BEST = {{2: Config.parse('{best[2]}'), 4: Config.parse('{best[4]}')}}\n"
+                     "def default(shape, dtype, device):\n    return BEST[shape['M']]\n")
+    s = ed.last.summary()
+    assert s["new_regret"] == pytest.approx(1.0) and s["unmeasured"] == 0 and s["loses"] == 0
+    ed.code.value = "def default(shape, dtype, device):\n    return Config({'BLOCK_N': 999999})\n"
+    assert "NameError" in ed.result.value and "&#9888;" in ed.result.value
+    ed.code.value = "def default(shape, dtype, device):\n    return 42\n"
+    assert "not a Config" in ed.result.value
+    ed.code.value = "def default(shape, dtype, device)\n    return 1\n"
+    assert "syntax error on line 1" in ed.result.value
+    ed.code.value = ("from flytune_nb.config import Config\n"
+                     "def default(shape, dtype, device):\n    return Config({'BLOCK_N': 256}, num_warps=8, num_stages=3)\n")
+    assert ed.last.unmeasured and "never measured" in ed.result.value
+    target = tmp_path / "heuristic.py"
+    target.write_text("old")
+    ed.save_path.value = str(target)
+    ed.save()
+    assert target.read_text() == ed.code.value and (tmp_path / "heuristic.py.bak").read_text() == "old"
+
+
+def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
+    stopped_after = []
+
+    def stop_on_third(event):  # what pressing Stop mid-sweep does
+        if isinstance(event, TrialStarted) and event.index == 3 and not stopped_after:
+            stopped_after.append(event)
+            wb.stop()
+
+    wb = Workbench("toy", {"N": "64,96,128"}, ["fp32"], db=str(tmp_path / "wb.db"), isolate=False, paths=[PLUGINS],
+                   listeners=[stop_on_third])
+    th = wb.run()
+    th.join(60)
+    assert wb.sweep.stopped and "stopped" in wb.control.label.value
+    n_first = wb.store.count()
+    assert 1 <= n_first < 24
+    th = wb.run()  # Run again resumes
+    th.join(120)
+    assert wb.store.count() == 24 and "finished: 3 shapes" in wb.control.label.value
+    assert "<table" in wb.table.html.value and "launch_error" in wb.table.html.value
+    assert "heuristic regret" in wb.compare.summary.value
+    files = wb.exporter.refresh()
+    assert len(files) == 1 and "new file" in wb.exporter.html.value
+
+
+def test_workbench_bad_grid_is_one_inline_message(tmp_path):
+    wb = Workbench("rmsnorm", {"M": "1", "N": "4096"}, ["bf16"], db=str(tmp_path / "x.db"), isolate=False)
+    wb.grid.axis_boxes["N"].value = "4096,abc"
+    assert wb.run() is None and "not a positive integer" in wb.message.value
