@@ -70,31 +70,37 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
     if df.empty:
         return []
     out_dir = Path(out_dir)
-    groups: dict[tuple, dict] = {}
+    candidates = []
     for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
         ok = g[(g["status"] == "ok") & (g["fidelity"] == "full")]
         if ok.empty:
             continue
         spec = get_kernel(kname, list(paths))
         shape = json.loads(shape_json)
-        m = int(shape[spec.batch_axis])
         best = ok.loc[ok["p50"].idxmin()]
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
         toolchain = json.loads(best["toolchain"] or "{}")
         rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
         path = out_dir / kname / triton_dir_name(toolchain.get("triton", "0")) / file_name(spec, rest, device, dtype)
-        entry = groups.setdefault(path, {"path": path, "by_m": {}, "prov": {}, "created": {}})
-        if m in entry["created"] and entry["created"][m] >= best["created"]:
-            continue  # an older key (edited source, other toolchain) never replaces a newer measurement
         d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
-        entry["created"][m] = best["created"]
-        entry["by_m"][m] = json.loads(best["config"])
-        entry["prov"][m] = _clean({
-            "device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
-            "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
-            "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
-            "rel_error": float(best["rel_error"]), "key": key,
-            "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None})
+        candidates.append({
+            "path": path, "m": int(shape[spec.batch_axis]), "last_id": int(g["id"].max()),
+            "version": (best["source"] or "", best["toolchain"] or ""), "config": json.loads(best["config"]),
+            "prov": _clean({
+                "device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
+                "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
+                "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
+                "rel_error": float(best["rel_error"]), "key": key,
+                "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None})})
+    groups: dict[Path, dict] = {}
+    for path in {c["path"] for c in candidates}:
+        mine = [c for c in candidates if c["path"] == path]
+        # One file = one kernel-source version and toolchain: the most recently measured. Rows of an older
+        # version (the kernel was edited since) are never mixed in, whatever their timestamps.
+        newest = max(mine, key=lambda c: c["last_id"])["version"]
+        entry = groups[path] = {"path": path, "by_m": {}, "prov": {}}
+        for c in sorted((c for c in mine if c["version"] == newest), key=lambda c: c["last_id"]):
+            entry["by_m"][c["m"]], entry["prov"][c["m"]] = c["config"], c["prov"]
     return [groups[p] for p in sorted(groups)]
 
 
@@ -118,14 +124,24 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -
     written = []
     for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
         path = entry["path"]
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ArtifactError(f"cannot create {path.parent}: {e.strerror or e}") from None
         with FileLock(str(path.parent / LOCK)):
+            # Read and check both files before writing either: a bad sidecar must not leave a new artifact behind
+            # with no provenance.
+            prov_path = path.parent / PROVENANCE
+            prov = read_provenance(prov_path)
             table = read_table(path) if path.exists() else {}
+            old = prov.get(path.name, {})
+            version = {(p["source"], json.dumps(p["toolchain"], sort_keys=True)) for p in entry["prov"].values()}
+            if any((p.get("source"), json.dumps(p.get("toolchain"), sort_keys=True)) not in version
+                   for p in old.values()):
+                table, old = {}, {}  # the file came from another kernel source or toolchain: replace, never mix
             table.update(entry["by_m"])
             atomic_write(path, render(table))
-            prov_path = path.parent / PROVENANCE
-            prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
-            per_m = {**prov.get(path.name, {}), **{str(m): v for m, v in entry["prov"].items()}}
+            per_m = {**old, **{str(m): v for m, v in entry["prov"].items()}}
             prov[path.name] = {k: per_m[k] for k in sorted(per_m, key=int)}
             atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
         written.append(path)
@@ -152,6 +168,19 @@ def read_table(path: Path) -> dict[int, dict]:
             raise ArtifactError(f"{path}: entry {k!r} holds a non-integer knob")
         table[m] = v
     return table
+
+
+def read_provenance(path: Path) -> dict:
+    """The sidecar as {file name: {M: record}}; {} when absent; ArtifactError (naming the file) when malformed."""
+    if not Path(path).exists():
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ArtifactError(f"{path}: expected {{file name: {{batch size: record}}}}")
+    return data
 
 
 def _clean(d: dict) -> dict:

@@ -16,6 +16,16 @@ DEMO_CPU = ("rmsnorm", "M=4,16 N=1024", "bf16")
 DEMO_DB = "flytune_demo.db"
 
 
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return v
+
+
 def _positive(text: str) -> int:
     try:
         v = int(text)
@@ -38,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--strategy", default="exhaustive", help="exhaustive | random | halving | surrogate")
     s.add_argument("--budget", type=_positive, default=None, help="at most this many configs per shape (>= 1)")
     s.add_argument("--db", default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds one trial may take before it is killed")
+    s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one trial may take before it is killed")
+    s.add_argument("--retry-failed", action="store_true", help="measure stored crashed/timeout trials again")
     s.add_argument("--gpus", default=None, help="GPU indices, one worker each, e.g. 0,1,2,3")
     s.add_argument("--ray", default=None, metavar="ADDRESS", help="use Ray actors (auto | local | host:port)")
     s.add_argument("--no-isolate", action="store_true", help="run trials in this process (no crash isolation)")
@@ -49,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     e = sub.add_parser("export", help="write SGLang-format config files from a results store")
     e.add_argument("--db", required=True, help="results store written by `flytune sweep`")
-    e.add_argument("--out", default="exports", help="config dir (default: exports)")
+    e.add_argument("--out", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/, "
+                                               "where lookup and check read)")
     e.add_argument("--kernel", default=None, help="only this kernel")
     e.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
     lk = sub.add_parser("lookup", help="the config a serving run would use, and where it comes from")
@@ -94,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "demo":
             return cmd_demo(quiet=args.quiet)
     except (KernelNotFound, RegistryError, GridError, DtypeError, SpecError, ShapeTooLarge, ConfigError,
-            ArtifactError, ValueError) as e:
+            ArtifactError, StoreError, ValueError) as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except (SweepError, StoreError) as e:
+    except (SweepError, OSError) as e:
         print(f"flytune: failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -157,7 +169,8 @@ def cmd_sweep(args) -> int:
     sw = Sweep(args.kernel, args.grid, args.dtype or ["bf16"], db=args.db, paths=args.path, strategy=args.strategy,
                budget=args.budget, timeout=args.timeout, isolate=not args.no_isolate,
                precompile=False if args.no_precompile else None, baselines=baselines,
-               gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()])
+               gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()],
+               retry_failed=args.retry_failed)
     n = len(sw.shapes) * len(sw.dtypes)
     print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
@@ -180,9 +193,11 @@ def cmd_export(args) -> int:
     from .artifacts import export
     from .store import Store
 
+    from .lookup import config_dir
+
     if not Path(args.db).exists():
         raise ValueError(f"no results store at {args.db}")
-    written = export(Store(args.db), args.out, kernel=args.kernel, paths=args.path)
+    written = export(Store(args.db, readonly=True), args.out or config_dir(), kernel=args.kernel, paths=args.path)
     if not written:
         print(f"flytune: nothing to export from {args.db} (no passing trials"
               f"{' for ' + args.kernel if args.kernel else ''})")

@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .artifacts import PROVENANCE, SAFE, ArtifactError, file_name, read_table, triton_dir_name
+from .artifacts import PROVENANCE, SAFE, ArtifactError, file_name, read_table, triton_dir_name  # noqa: F401
 from .config import Config, ConfigError, HIP_OPTIONS
 
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "exports"
@@ -37,8 +37,27 @@ def config_dir(explicit: str | os.PathLike | None = None) -> Path:
     return Path(explicit or os.environ.get("FLYTUNE_CONFIG_DIR") or BUILTIN_DIR)
 
 
-def _version_key(name: str) -> tuple:
+def version_key(name: str) -> tuple:
     return tuple(int(p) for p in re.findall(r"\d+", name))
+
+
+def validated_table(spec, path: Path, rest: dict, dtype: str, device) -> dict[int, Config]:
+    """{M: Config} from one artifact, or ArtifactError: every entry must hold exactly the knobs the kernel's launcher
+    consumes (those its heuristic names; AMD ones may be added on HIP) — no missing knob silently defaulted."""
+    raw = read_table(path)
+    expected = set(spec.default({**rest, spec.batch_axis: min(raw)}, dtype, device).to_dict())
+    optional = set(HIP_OPTIONS) if device.backend == "hip" else set()
+    out = {}
+    for m in sorted(raw):
+        knobs = raw[m]
+        missing = expected - set(knobs) - optional
+        extra = set(knobs) - expected - optional
+        if missing or extra:
+            raise ArtifactError(f"{Path(path).name}: entry {m}: " + "; ".join(
+                p for p in (f"missing knob {sorted(missing)}" if missing else "",
+                            f"unknown knob {sorted(extra)}" if extra else "") if p))
+        out[m] = Config.from_dict(knobs)
+    return out
 
 
 class Lookup:
@@ -69,21 +88,8 @@ class Lookup:
             path = self._resolve(spec, rest, dtype, device.name, root)
             if path is None:
                 return None
-            raw = read_table(path)
-            # The knobs the launcher consumes are those its heuristic names; AMD knobs may be added on HIP.
-            expected = set(spec.default({**rest, spec.batch_axis: min(raw)}, dtype, device).to_dict())
-            optional = set(HIP_OPTIONS) if device.backend == "hip" else set()
-            configs = []
-            for m in sorted(raw):
-                knobs = raw[m]
-                missing = expected - set(knobs) - optional
-                extra = set(knobs) - expected - optional
-                if missing or extra:
-                    raise ArtifactError(f"{path.name}: entry {m}: " + "; ".join(
-                        p for p in (f"missing knob {sorted(missing)}" if missing else "",
-                                    f"unknown knob {sorted(extra)}" if extra else "") if p))
-                configs.append(Config.from_dict(knobs))
-            return Table(tuple(sorted(raw)), tuple(configs), str(path))
+            table = validated_table(spec, path, rest, dtype, device)
+            return Table(tuple(table), tuple(table.values()), str(path))
         except (ArtifactError, ConfigError) as e:
             warnings.warn(f"{e}; using the heuristic default", ArtifactWarning, stacklevel=3)
             return None
@@ -96,7 +102,7 @@ class Lookup:
 
         want = kdir / triton_dir_name(triton.__version__)
         if not want.is_dir():
-            present = sorted((d for d in kdir.glob("triton_*") if d.is_dir()), key=lambda d: _version_key(d.name))
+            present = sorted((d for d in kdir.glob("triton_*") if d.is_dir()), key=lambda d: version_key(d.name))
             if not present:
                 warnings.warn(f"no exported configs for {spec.name} under {root}; using the heuristic default",
                               ArtifactWarning, stacklevel=4)

@@ -11,9 +11,14 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import threading
 import warnings
 
 from .tasks import compile_one
+
+
+def _set_env(env: dict) -> None:
+    os.environ.update(env)
 
 
 class Precompiler:
@@ -21,27 +26,35 @@ class Precompiler:
         self.workers = max(1, workers or min(16, os.cpu_count() or 1))
         self.env = env or {}
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
 
     def _get_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            old = {k: os.environ.get(k) for k in self.env}
-            os.environ.update(self.env)  # spawned children copy the environment at start
-            try:
-                self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
-            finally:
-                for k, v in old.items():
-                    os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+            # The pool starts its processes lazily, at the first submit: hand them the environment (which GPU)
+            # through the initializer, not through os.environ at construction time.
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                                initializer=_set_env, initargs=(dict(self.env),))
         return self._pool
 
     def run(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
-            timeout: float = 600.0) -> dict:
-        """Returns {"ok": n, "failed": n, "wall_s": s}; never raises for a config's own failure."""
+            per_config_s: float = 120.0) -> dict:
+        """Returns {"ok": n, "failed": n, "wall_s": s}; never raises for a config's own failure. The whole batch
+        may take 60 s of start-up plus ``per_config_s`` per round of ``workers`` configs; a hanging config ends
+        precompilation there (the timing worker then times it out on its own)."""
+        import math
         import time
 
-        t0 = time.perf_counter()
-        pool = self._get_pool()
-        futs = [pool.submit(compile_one, kernel, paths, shape, dtype, c) for c in configs]
-        done, pending = cf.wait(futs, timeout=timeout)
+        with self._lock:  # one pool shared by the per-GPU threads
+            t0 = time.perf_counter()
+            pool = self._get_pool()
+            futs = [pool.submit(compile_one, kernel, paths, shape, dtype, c) for c in configs]
+            deadline = 60.0 + per_config_s * math.ceil(len(configs) / self.workers)
+            return self._collect(kernel, shape, futs, deadline, t0)
+
+    def _collect(self, kernel, shape, futs, deadline, t0) -> dict:
+        import time
+
+        done, pending = cf.wait(futs, timeout=deadline)
         ok = failed = 0
         for f in done:
             try:

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .artifacts import PROVENANCE, read_table, triton_dir_name
-from .config import Config
+from .artifacts import PROVENANCE, read_provenance, triton_dir_name
+from .lookup import validated_table
 
 WARN, FAIL = 1.10, 1.15
 
@@ -34,18 +34,23 @@ class CheckRow:
 
 def parse_name(name: str) -> tuple[dict, str, str]:
     """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json`` -> ({"N": 4096}, "NVIDIA_H200", "bf16")."""
-    fields = dict(p.split("=", 1) for p in name.removesuffix(".json").split(","))
-    device, dtype = fields.pop("device_name"), fields.pop("dtype")
-    return {k: int(v) for k, v in fields.items()}, device, dtype
+    try:
+        fields = dict(p.split("=", 1) for p in name.removesuffix(".json").split(","))
+        device, dtype = fields.pop("device_name"), fields.pop("dtype")
+        return {k: int(v) for k, v in fields.items()}, device, dtype
+    except (ValueError, KeyError):
+        raise ValueError(f"{name}: not an artifact name (AXIS=v,...,device_name=D,dtype=T.json)") from None
 
 
 def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
     """(kernel, file) for every artifact of this device, in the running Triton's folder (else the newest)."""
     import triton
 
+    from .lookup import version_key
+
     out = []
-    for kdir in sorted(p for p in Path(directory).iterdir() if p.is_dir()):
-        tdirs = sorted(kdir.glob("triton_*"), key=lambda d: tuple(int(x) for x in d.name.split("_")[1:]))
+    for kdir in sorted(p for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        tdirs = sorted((d for d in kdir.glob("triton_*") if d.is_dir()), key=lambda d: version_key(d.name))
         want = kdir / triton_dir_name(triton.__version__)
         tdir = want if want.is_dir() else (tdirs[-1] if tdirs else None)
         if tdir is None:
@@ -71,13 +76,18 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=()) 
     measure = measure or default_measure(device)
     rows = []
     for kernel, path in files_for(Path(directory), device.name):
-        spec = get_kernel(kernel, list(paths))
-        rest, _, dtype = parse_name(path.name)
-        prov_file = path.parent / PROVENANCE
-        prov = json.loads(prov_file.read_text()).get(path.name, {}) if prov_file.exists() else {}
-        for m, knobs in sorted(read_table(path).items()):
+        base = dict(kernel=kernel, file=path.name, dtype="", config="", now_ms=math.inf, then_ms=None,
+                    default_ms=None, vs_then=None, vs_default=None)
+        try:
+            spec = get_kernel(kernel, list(paths))
+            rest, _, dtype = parse_name(path.name)
+            prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
+            table = validated_table(spec, path, rest, dtype, device)
+        except (LookupError, ValueError) as e:  # unknown kernel, bad name, malformed file or sidecar
+            rows.append(CheckRow(**{**base, "shape": {}, "status": "FAIL", "reason": str(e)[:200]}))
+            continue
+        for m, config in table.items():
             shape = spec.check_shape({**rest, spec.batch_axis: m})
-            config = Config.from_dict(knobs)
             then = (prov.get(str(m)) or {}).get("best_p50_ms")
             t = measure(spec, shape, dtype, config)
             d = measure(spec, shape, dtype, spec.default(shape, dtype, device))
@@ -96,6 +106,8 @@ def _judge(kernel, fname, shape, dtype, config, t, d, then) -> CheckRow:
     status, reason = "OK", ""
     if vs_then is not None and vs_then > FAIL:
         status, reason = "FAIL", f"{vs_then:.2f}x slower than when exported"
+    elif vs_default is not None and vs_default > FAIL:
+        status, reason = "FAIL", f"{vs_default:.2f}x slower than the heuristic default"
     elif vs_then is not None and vs_then > WARN:
         status, reason = "WARN", f"{vs_then:.2f}x slower than when exported"
     elif vs_default is not None and vs_default > WARN:

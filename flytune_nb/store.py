@@ -48,17 +48,34 @@ def _num(v):
 
 
 class Store:
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed row survives a process kill
-            self._db.executescript(SCHEMA)
-            self._migrate()
+            if readonly:
+                if not self.path.exists():
+                    raise StoreError(f"no results store at {self.path}")
+                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False,
+                                           isolation_level=None, timeout=30)
+            else:
+                if str(path) != ":memory:":
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables and "trials" not in tables:  # someone else's database: touch nothing
+                raise StoreError(f"{self.path} is an SQLite database but not a flytune results store "
+                                 f"(tables: {', '.join(sorted(tables))})")
+            if readonly:
+                if "trials" not in tables:
+                    raise StoreError(f"{self.path} holds no flytune results")
+            else:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed row survives a kill
+                self._db.executescript(SCHEMA)
+                self._migrate()
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
+        except OSError as e:
+            raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
         self._lock = threading.Lock()  # one connection shared by the sweep's per-GPU threads
 
     def _migrate(self) -> None:

@@ -24,7 +24,7 @@ from .store import Store
 from .strategies import SEEDED, get_strategy
 from .tasks import trial_from_dict
 from .trial import SearchResult, Trial, explore, planned
-from .worker import WorkerCrashed, WorkerError, WorkerTimeout, local_lanes
+from .worker import WorkerCrashed, WorkerError, WorkerStartError, WorkerTimeout, local_lanes
 
 
 class SweepError(RuntimeError):
@@ -48,7 +48,8 @@ class Sweep:
                  paths: Iterable[str] = (), strategy: str = "exhaustive", budget: int | None = None,
                  timeout: float = 120.0, isolate: bool = True, precompile: bool | None = None,
                  baselines: Iterable[str] | None = None, gpus: Iterable[int] | None = None, ray: str | None = None,
-                 timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0) -> None:
+                 timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0,
+                 retry_failed: bool = False) -> None:
         self.paths = tuple(str(p) for p in paths)
         self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
         if not isinstance(kernel, str):
@@ -76,7 +77,11 @@ class Sweep:
         self.strategy = get_strategy(strategy)
         if budget is not None and budget < 1:
             raise ValueError(f"budget must be >= 1, got {budget}")
-        self.budget, self.timeout, self.isolate, self.seed = budget, float(timeout), isolate, seed
+        timeout = float(timeout)
+        if not 0 < timeout < float("inf"):
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        self.budget, self.timeout, self.isolate, self.seed = budget, timeout, isolate, seed
+        self.retry_failed = retry_failed  # re-measure stored crashed/timeout trials (e.g. with a longer timeout)
         self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
         self.gpus = list(gpus) if gpus is not None else None
         self.timer = dict(timer or {})
@@ -132,10 +137,17 @@ class Sweep:
             threads = [threading.Thread(target=drain, args=(lane,), daemon=True) for lane in lanes]
             for t in threads:
                 t.start()
-            for t in threads:
-                t.join()
-            if precompiler is not None:
-                precompiler.close()
+            try:
+                for t in threads:
+                    t.join()
+            except BaseException:  # Ctrl-C / a notebook interrupt: stop after the trial in flight, then unwind
+                self._stop.set()
+                for t in threads:
+                    t.join()
+                raise
+            finally:
+                if precompiler is not None:
+                    precompiler.close()
             if errors:
                 raise errors[0]
             self.results = [results[i] for i in sorted(results)]
@@ -161,7 +173,7 @@ class Sweep:
                 try:
                     d = lane.call("describe", dict(kernel=self.spec.name, paths=self.paths, shape=shape, dtype=dtype),
                                   timeout=max(self.timeout, 300.0))
-                except (WorkerError, WorkerCrashed, WorkerTimeout) as e:
+                except (WorkerError, WorkerCrashed, WorkerTimeout, WorkerStartError) as e:
                     raise SweepError(f"{self.spec.name} {shape} {dtype}: cannot prepare the shape: "
                                      f"{str(e).splitlines()[0]}") from e
                 if d.get("too_large"):
@@ -193,14 +205,18 @@ class Sweep:
         default = Config.from_dict(plan["default"])
         space = [Config.from_dict(c) for c in plan["space"]]
         stored = self.store.trials_for(key)
+        if self.retry_failed:
+            stored = {k: t for k, t in stored.items() if t.status not in ("crashed", "timeout")}
         result = SearchResult(spec.name, shape, dtype, device, default)
         total = planned(space, default, self.budget)
         toolchain = plan["key_fields"]["toolchain"]
 
-        if precompiler is not None:
+        # Precompile only when the strategy will visit the whole space: with a budget (random, surrogate) most of
+        # a large space is never timed, and compiling all of it would cost more than it saves.
+        if precompiler is not None and (self.budget is None or self.budget >= len(space)):
             todo = [c.to_dict() for c in dict.fromkeys([default] + space) if (c, "full") not in stored]
             if todo:
-                precompiler.run(spec.name, self.paths, shape, dtype, todo, timeout=max(600.0, self.timeout))
+                precompiler.run(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout)
 
         def evaluate(config: Config, fidelity: str = "full") -> Trial:
             if self._stop.is_set():
@@ -241,7 +257,7 @@ class Sweep:
             return Trial(**base, status="timeout", reason=str(e))
         except WorkerCrashed as e:
             return Trial(**base, status="crashed", reason=str(e))
-        except WorkerError as e:
+        except (WorkerError, WorkerStartError) as e:
             raise SweepError(f"{self.spec.name} {shape} {dtype}: {str(e).splitlines()[0]}") from e
         return replace(trial_from_dict(d), fidelity=fidelity)
 

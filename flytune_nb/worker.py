@@ -22,6 +22,10 @@ class WorkerTimeout(RuntimeError):
     pass
 
 
+class WorkerStartError(RuntimeError):
+    """The worker process could not start at all: the machine's problem, not a config's."""
+
+
 class WorkerError(RuntimeError):
     """A task raised in the worker outside a config's own launch (a plugin or flytune bug): not per-config data."""
 
@@ -93,12 +97,12 @@ class ProcessLane:
         child.close()
         if not parent.poll(STARTUP_TIMEOUT_S):
             proc.kill()
-            raise WorkerCrashed(f"{self.name}: worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
+            raise WorkerStartError(f"{self.name}: worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
         try:
             parent.recv()
         except EOFError:
             proc.join(5)
-            raise WorkerCrashed(f"{self.name}: {_describe_exit(proc.exitcode)} during start-up") from None
+            raise WorkerStartError(f"{self.name}: {_describe_exit(proc.exitcode)} during start-up") from None
         self.proc, self.conn = proc, parent
 
     def _kill(self) -> None:

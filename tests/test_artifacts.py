@@ -199,8 +199,10 @@ def test_check_thresholds_and_exit_codes(swept, tmp_path, dev, capsys, monkeypat
     # The CLI: a real (interpreter) re-timing against interpreter provenance, then an empty device.
     rc = main(["check", str(out), "--json", str(tmp_path / "c.json"), "--md", str(tmp_path / "c.md")])
     text = capsys.readouterr().out
-    assert "3 configs checked on CPU_interpreter" in text and rc in (0, 1)
-    assert len(json.loads((tmp_path / "c.json").read_text())) == 3 and "| status |" in (tmp_path / "c.md").read_text()
+    rows = json.loads((tmp_path / "c.json").read_text())
+    assert "3 configs checked on CPU_interpreter" in text and len(rows) == 3
+    assert rc == (1 if any(r["status"] == "FAIL" for r in rows) else 0)  # exit code follows the verdicts
+    assert all(r["now_ms"] > 0 for r in rows) and "| status |" in (tmp_path / "c.md").read_text()
     empty = tmp_path / "empty"
     empty.mkdir()
     assert main(["check", str(empty)]) == 0 and "nothing to check" in capsys.readouterr().out
@@ -241,3 +243,49 @@ def test_committed_h200_exports_are_valid_and_in_the_h200_space():
             if triton.__version__.startswith("3.6.0"):
                 assert lookup(spec, shape, "bf16", device=h200, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
                                                                                           "artifact")
+
+
+def test_export_never_mixes_kernel_source_versions(tmp_path):
+    """Sweep M=1,4; edit the kernel (new fingerprint); re-sweep M=4 only. The file holds only the new version."""
+    db = tmp_path / "v.db"
+    Sweep("rmsnorm", "M=1,4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    out = tmp_path / "ex"
+    [path] = export(Store(db), out)
+    assert sorted(json.loads(path.read_text()), key=int) == ["1", "4"]
+    edited = dataclasses.replace(get_kernel("rmsnorm"), fingerprint="edited-source")
+    Sweep(edited, "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    export(Store(db), out)
+    assert list(json.loads(path.read_text())) == ["4"]
+    prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
+    assert list(prov) == ["4"] and prov["4"]["source"] == "edited-source"
+
+
+def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["export", "--db", str(swept.path), "--out", str(blocker)]) == 2
+    assert "cannot create" in capsys.readouterr().err
+    out = tmp_path / "ex"
+    [path] = export(swept, out)
+    before = path.read_text()
+    (path.parent / "provenance.json").write_text("[]")
+    with pytest.raises(artifacts.ArtifactError, match="provenance.json: expected"):
+        export(swept, out)
+    assert path.read_text() == before  # nothing written when the sidecar is bad
+
+
+def test_check_fails_missing_knobs_and_configs_slower_than_the_default(swept, tmp_path, dev):
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    (out / ".git").mkdir()  # stray folders are skipped, not "unknown kernel"
+    committed = {int(m): Config.from_dict(c) for m, c in json.loads(path.read_text()).items()}
+
+    def slow_committed(spec, shape, dtype, config):
+        p = 1.0 if config != committed[shape["M"]] else 1.3  # the committed config 1.3x the heuristic
+        return Trial(spec.name, shape, dtype, config, "ok", p20=p, p50=p, p80=p)
+
+    rows = check(out, device=dev, measure=slow_committed)
+    assert {r.status for r in rows} == {"FAIL"} and all("heuristic default" in r.reason for r in rows)
+    path.write_text('{"4": {"BLOCK_N": 256}}')
+    [row] = check(out, device=dev, measure=slow_committed)
+    assert row.status == "FAIL" and "missing knob" in row.reason

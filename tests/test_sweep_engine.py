@@ -188,3 +188,39 @@ def test_cli_sweep_writes_the_store_and_resumes(tmp_path, capsys):
     assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--gpus", "0,x"]) == 2
     assert "comma-separated integers" in capsys.readouterr().err
     assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--baselines", "torch_jit"]) == 2
+
+
+def test_timeouts_are_validated_and_failed_trials_can_be_retried(tmp_path, monkeypatch, capsys):
+    from flytune_nb.cli import main
+
+    with pytest.raises(ValueError, match="timeout must be"):
+        Sweep("toy", "N=64", ["fp32"], paths=[PLUGINS], timeout=0)
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--timeout", "nan"])
+    assert e.value.code == 2 and "seconds > 0" in capsys.readouterr().err
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0,3")  # one config that hangs
+    db = tmp_path / "r.db"
+    r = Sweep("evil", "N=8", ["fp32"], db=db, paths=[PLUGINS], timeout=3, baselines=()).run()[0]
+    assert [t.status for t in r.trials if t.config["MODE"] == 3] == ["timeout"]
+    events = []
+    Sweep("evil", "N=8", ["fp32"], db=db, paths=[PLUGINS], timeout=3, baselines=(),
+          listeners=[events.append]).run()
+    assert not [e for e in events if isinstance(e, TrialStarted)]  # resume keeps the stored timeout...
+    Sweep("evil", "N=8", ["fp32"], db=db, paths=[PLUGINS], timeout=3, baselines=(), retry_failed=True,
+          listeners=[events.append]).run()
+    retried = [e.config["MODE"] for e in events if isinstance(e, TrialStarted)]
+    assert retried == [3]  # ...unless asked to retry: only the failed one runs again
+
+
+def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path):
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as c:
+        c.execute("CREATE TABLE users (name TEXT)")
+    before = other.read_bytes()
+    with pytest.raises(StoreError, match="not a flytune results store"):
+        Store(other)
+    assert other.read_bytes() == before
+    with pytest.raises(StoreError, match="no results store"):
+        Store(tmp_path / "missing.db", readonly=True)
+    with pytest.raises(StoreError, match="cannot open"):
+        Store(other / "nested.db")
