@@ -41,6 +41,12 @@ def test_live_plot_draws_points_by_status_marks_default_best_and_baselines(dev):
     plot(ShapeDone("rmsnorm", result))
     assert [s.y0 for s in plot.fig.layout.shapes] == [pytest.approx(20.0)]
     assert "best 4.00 us" in plot.fig.layout.title.text
+    plot.set_metric("roofline")  # % of the H200's measured 4.27 TB/s copy bandwidth
+    nbytes = get_kernel("rmsnorm").bytes(SHAPE, "fp32")
+    assert list(plot.fig.data[0].y) == [pytest.approx(nbytes / 10e-6 / 4.27e12 * 100),
+                                        pytest.approx(nbytes / 4e-6 / 4.27e12 * 100)]
+    assert list(plot.fig.data[4].y) == [pytest.approx(nbytes / 4e-6 / 4.27e12 * 100)]  # best = highest %
+    assert "copy bandwidth" in plot.fig.layout.yaxis.title.text
 
 
 def test_live_plot_batches_redraws(dev):

@@ -21,7 +21,7 @@ class HeuristicEditor(W.VBox):
     def __init__(self, spec_getter, results_getter, device_getter, measure=None) -> None:
         self.spec_getter, self.results_getter, self.device_getter = spec_getter, results_getter, device_getter
         self.measure = measure  # fn(list of (shape, dtype, config)) -> None: times configs never measured
-        self.code = W.Textarea(layout=W.Layout(width="100%", height="260px"))
+        self.code = W.Textarea(layout=W.Layout(width="100%", height="260px"), continuous_update=False)
         self.score_button = W.Button(description="Re-score", icon="refresh")
         self.measure_button = W.Button(description="Measure missing", icon="flask", disabled=True)
         self.save_path = W.Text(description="save to", layout=W.Layout(width="60%"))

@@ -33,7 +33,7 @@ def _points(trials, spec, shape, dtype, device_name):
         hover = f"{t.config}<br>{t.status}" + (f" {us:.2f} us" if us is not None else f": {t.reason[:80]}")
         if frac is not None:
             hover += f"<br>{frac:.0%} of copy bandwidth"
-        rows.append((i, us, cls, hover, t))
+        rows.append((i, us, cls, hover, t, frac))
     return rows
 
 
@@ -54,6 +54,7 @@ class LivePlot:
                              marker=dict(symbol="star", size=16, color="#264653", line=dict(width=1, color="white")))
         self.fig.add_scatter(x=[], y=[], mode="markers", name="best", hoverinfo="text",
                              marker=dict(symbol="diamond-open", size=18, color="#f4a261", line=dict(width=3)))
+        self.metric = "latency"  # or "roofline": y = % of the device's measured copy bandwidth (where known)
         self.shapes: dict[str, dict] = {}  # label -> {"shape", "dtype", "trials", "default", "baselines", "device"}
         self.selected: str | None = None
         self.redraws = 0
@@ -88,6 +89,15 @@ class LivePlot:
         elif isinstance(event, SweepDone):
             self.flush()
 
+    def set_metric(self, metric: str) -> None:
+        """"latency" (p50 in us) or "roofline" (% of measured copy bandwidth; falls back to latency when the device
+        has no measured ceiling or the kernel no byte count)."""
+        if metric not in ("latency", "roofline"):
+            raise ValueError(f"metric is latency or roofline, got {metric!r}")
+        self.metric = metric
+        self._dirty = True
+        self.flush()
+
     def select(self, label: str) -> None:
         self.selected = label
         self._dirty = True
@@ -102,9 +112,12 @@ class LivePlot:
             trials = list(entry["trials"])
             self._dirty = False
         pts = _points(trials, self.spec, entry["shape"], entry["dtype"], entry["device"])
+        roofline = self.metric == "roofline" and any(p[5] is not None for p in pts)
+        if roofline:  # y = % of copy bandwidth; higher is better
+            pts = [(p[0], p[5] * 100 if p[5] is not None else None, p[2], p[3], p[4], p[5]) for p in pts]
         ok_y = [p[1] for p in pts if p[1] is not None]
         top = max(ok_y) * 1.1 if ok_y else 1.0
-        best = min((p for p in pts if p[1] is not None), key=lambda p: p[1], default=None)
+        best = (max if roofline else min)((p for p in pts if p[1] is not None), key=lambda p: p[1], default=None)
         dflt = next((p for p in pts if p[4].config == entry["default"]), None)
         with self.fig.batch_update():
             for trace, cls in zip(self.fig.data[:3], ("ok", "wrong", "failed")):
@@ -116,15 +129,22 @@ class LivePlot:
                 trace.x = [p[0]] if p and p[1] is not None else []
                 trace.y = [p[1]] if p and p[1] is not None else []
                 trace.hovertext = [p[3]] if p else []
+            self.fig.layout.yaxis.title = "% of measured copy bandwidth" if roofline else "p50 (us)"
             lines = []
             for name, b in entry["baselines"].items():
                 if b.get("status") == "ok" and math.isfinite(b.get("p50", math.inf)):
                     y = b["p50"] * 1e3
+                    if roofline:
+                        frac = bandwidth_fraction(self.spec, entry["shape"], entry["dtype"], b["p50"],
+                                                  entry["device"])
+                        if frac is None:
+                            continue
+                        y = frac * 100
                     lines.append(dict(type="line", xref="paper", x0=0, x1=1, y0=y, y1=y,
                                       line=dict(dash="dash", color="#6c757d" if name == "torch_eager" else "#7209b7")))
             self.fig.layout.shapes = lines
             self.fig.layout.title = f"{self.selected}: {len(pts)} configs" + (
-                f", best {best[1]:.2f} us" if best else "")
+                "" if not best else f", best {best[1]:.0f}% of copy BW" if roofline else f", best {best[1]:.2f} us")
         self._last = time.monotonic()
         self.redraws += 1
 

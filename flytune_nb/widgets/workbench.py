@@ -30,6 +30,8 @@ class Workbench(W.VBox):
         self.control = RunControl()
         self.plot = LivePlot(self.picker.spec)
         self.shape_select = W.Dropdown(description="shape", options=[])
+        self.metric = W.ToggleButtons(options=[("latency", "latency"), ("% of copy BW", "roofline")],
+                                      value="latency", description="y axis")
         self.message = W.HTML()
         self.table = ResultsTable()
         self.compare = CompareView()
@@ -43,10 +45,11 @@ class Workbench(W.VBox):
         for i, title in enumerate(["results", "heuristic vs best", "heuristic editor", "export"]):
             tabs.set_title(i, title)
         super().__init__([W.HTML("<h3>flytune workbench</h3>"), self.picker, self.grid, self.control, self.message,
-                          self.shape_select, self.plot.fig, tabs])
+                          W.HBox([self.shape_select, self.metric]), self.plot.fig, tabs])
         self.control.run_button.on_click(lambda _: self.run())
         self.control.stop_button.on_click(lambda _: self.stop())
         self.shape_select.observe(lambda c: c["new"] and self.plot.select(c["new"]), "value")
+        self.metric.observe(lambda c: self.plot.set_metric(c["new"]), "value")
         self.picker.dropdown.observe(lambda _: self._kernel_changed(), "value")
 
     def _kernel_changed(self) -> None:
