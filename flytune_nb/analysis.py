@@ -31,11 +31,14 @@ class ShapeScore:
 
     @property
     def verdict(self) -> str:
-        if math.isnan(self.new_ms):
-            return "unmeasured"
+        """same | unmeasured | fails (the new pick failed its trial: always a loss) | wins | loses | ties (±2%)."""
         if self.new == self.old:
             return "same"
-        if math.isnan(self.old_ms) or self.new_ms < self.old_ms * 0.98:
+        if math.isnan(self.new_ms):
+            return "unmeasured"
+        if math.isinf(self.new_ms):
+            return "fails"
+        if not math.isfinite(self.old_ms) or self.new_ms < self.old_ms * 0.98:
             return "wins"
         return "loses" if self.new_ms > self.old_ms * 1.02 else "ties"
 
@@ -50,10 +53,19 @@ class Rescore:
         return [(r.shape, r.dtype, r.new) for r in self.rows if r.verdict == "unmeasured"]
 
     def summary(self) -> dict:
-        counts = {v: sum(r.verdict == v for r in self.rows) for v in ("wins", "loses", "ties", "same", "unmeasured")}
-        return {**counts,
-                "old_regret": geomean(r.old_ms / r.best_ms for r in self.rows),
-                "new_regret": geomean(r.new_ms / r.best_ms for r in self.rows if not math.isnan(r.new_ms))}
+        """Counts per verdict, and both regrets (geomean pick / best) over the *same* rows: those where both picks
+        were measured. A failing pick makes its rule's regret inf, so it can never look better by failing."""
+        counts = {v: sum(r.verdict == v for r in self.rows)
+                  for v in ("wins", "loses", "fails", "ties", "same", "unmeasured")}
+        both = [r for r in self.rows if not math.isnan(r.new_ms) and not math.isnan(r.old_ms)]
+
+        def regret(values):
+            values = list(values)
+            return math.inf if any(math.isinf(v) for v in values) else geomean(values)
+
+        return {**counts, "compared": len(both),
+                "old_regret": regret(r.old_ms / r.best_ms for r in both),
+                "new_regret": regret(r.new_ms / r.best_ms for r in both)}
 
 
 def measured_ms(result, config: Config) -> float:

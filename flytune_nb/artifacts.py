@@ -104,17 +104,30 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
     return [groups[p] for p in sorted(groups)]
 
 
+def _merge(entry: dict, table: dict, old_prov: dict) -> tuple[dict, dict]:
+    """The file's new table and provenance: entries for other batch sizes are kept, unless they came from another
+    kernel source or toolchain, in which case the file is replaced (never mixed)."""
+    version = {(p["source"], json.dumps(p["toolchain"], sort_keys=True)) for p in entry["prov"].values()}
+    if any((p.get("source"), json.dumps(p.get("toolchain"), sort_keys=True)) not in version
+           for p in old_prov.values()):
+        table, old_prov = {}, {}
+    per_m = {**old_prov, **{str(m): v for m, v in entry["prov"].items()}}
+    return {**table, **entry["by_m"]}, {k: per_m[k] for k in sorted(per_m, key=int)}
+
+
 def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[tuple[Path, str, str]]:
-    """(path, text an export would write, text there now or "") per file, writing nothing."""
+    """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
+    ``export``."""
     out = []
     for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
         path = entry["path"]
         old = path.read_text() if path.exists() else ""
         try:
             table = read_table(path) if old else {}
+            prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
         except ArtifactError:
-            table = {}
-        out.append((path, render({**table, **entry["by_m"]}), old))
+            table, prov = {}, {}
+        out.append((path, render(_merge(entry, table, prov)[0]), old))
     return out
 
 
@@ -134,15 +147,8 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -
             prov_path = path.parent / PROVENANCE
             prov = read_provenance(prov_path)
             table = read_table(path) if path.exists() else {}
-            old = prov.get(path.name, {})
-            version = {(p["source"], json.dumps(p["toolchain"], sort_keys=True)) for p in entry["prov"].values()}
-            if any((p.get("source"), json.dumps(p.get("toolchain"), sort_keys=True)) not in version
-                   for p in old.values()):
-                table, old = {}, {}  # the file came from another kernel source or toolchain: replace, never mix
-            table.update(entry["by_m"])
+            table, prov[path.name] = _merge(entry, table, prov.get(path.name, {}))
             atomic_write(path, render(table))
-            per_m = {**old, **{str(m): v for m, v in entry["prov"].items()}}
-            prov[path.name] = {k: per_m[k] for k in sorted(per_m, key=int)}
             atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
         written.append(path)
     return written

@@ -70,7 +70,7 @@ class RayLane:
             raise WorkerTimeout(f"no answer within {timeout:g} s (Ray actor killed)") from None
         except ray.exceptions.RayActorError as e:
             self.actor = None
-            raise WorkerCrashed(f"Ray actor died: {str(e).splitlines()[0][:200]}") from None
+            raise WorkerCrashed(f"Ray actor died: {(str(e).splitlines() or [type(e).__name__])[0][:200]}") from None
         if status == "error":
             raise WorkerError(value)
         return value

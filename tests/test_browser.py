@@ -79,12 +79,17 @@ def test_workbench_in_a_real_browser(lab, tmp_path):
         page = browser.new_page(viewport={"width": 1400, "height": 1500})
         page.goto(f"{lab}/lab/tree/workbench.ipynb")
         page.wait_for_selector(".jp-Notebook", timeout=60_000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-mod-idle",
-                               timeout=60_000, state="attached")
-        page.click("text=Run", timeout=30_000)  # the menu
-        page.click("text=Run All Cells", timeout=30_000)
+        page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=90_000)  # the kernel is up
+        # Run all cells: the Run menu, then its "Run All Cells" entry (menu items, not text elsewhere on the page).
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
         run = page.locator(".widget-button:has-text('Run')").first
-        run.wait_for(timeout=90_000)
+        try:
+            run.wait_for(timeout=90_000)
+        except Exception:
+            page.screenshot(path=str(tmp_path / "failed.png"))
+            print("screenshot of the failure:", tmp_path / "failed.png")
+            raise
         page.locator(".widget-html-content:has-text('shapes x')").first.wait_for(timeout=30_000)
         run.click()
         progress = page.locator(".widget-html-content:has-text(' of ')").first
@@ -104,7 +109,7 @@ def test_workbench_in_a_real_browser(lab, tmp_path):
         page.screenshot(path=str(shot), full_page=False)
         page.locator(".widget-button:has-text('Stop')").first.click()
         page.wait_for_function(
-            "() => [...document.querySelectorAll('.widget-html-content')].some(e => /stopped|finished/.test(e.innerText))",
+            "() => [...document.querySelectorAll('.widget-html-content')].some(e => /stopped:/.test(e.innerText))",
             timeout=120_000)
         points = page.evaluate("document.querySelectorAll('.scatterlayer .trace .points path').length")
         browser.close()

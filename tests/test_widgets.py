@@ -1,5 +1,6 @@
 """Widgets, headless: feed them events / results and check the values they show (no front-end needed)."""
 import math
+import time
 
 import pytest
 
@@ -49,13 +50,13 @@ def test_live_plot_draws_points_by_status_marks_default_best_and_baselines(dev):
     assert "copy bandwidth" in plot.fig.layout.yaxis.title.text
 
 
-def test_live_plot_batches_redraws(dev):
-    plot = LivePlot(None, interval=10.0)  # one redraw per 10 s at most
+def test_live_plot_batches_redraws_and_always_draws_the_last_points(dev):
+    plot = LivePlot(None, interval=0.3)
     for i in range(50):
         plot(TrialDone("rmsnorm", _trial(Config({"BLOCK_N": 256 + i})), i, 50))
-    assert plot.redraws == 1  # the first event drew; the other 49 were buffered
-    plot.flush()
-    assert plot.redraws == 2 and len(plot.fig.data[0].x) == 50
+    assert plot.redraws == 1  # the first event drew; the other 49 were buffered...
+    time.sleep(0.8)
+    assert plot.redraws == 2 and len(plot.fig.data[0].x) == 50  # ...and drawn by the timer, with no new event
 
 
 def test_progress_label_counts_and_shows_best_so_far():
@@ -112,27 +113,62 @@ def test_heuristic_editor_rescores_on_stored_data_and_rejects_bad_edits(tmp_path
 
 
 def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
-    stopped_after = []
+    import threading
 
-    def stop_on_third(event):  # what pressing Stop mid-sweep does
-        if isinstance(event, TrialStarted) and event.index == 3 and not stopped_after:
-            stopped_after.append(event)
-            wb.stop()
+    started = threading.Event()
+    measured = []
+
+    def watch(event):
+        if isinstance(event, TrialStarted):
+            measured.append(event.config)
+            if len(measured) == 3:
+                started.set()
 
     wb = Workbench("toy", {"N": "64,96,128"}, ["fp32"], db=str(tmp_path / "wb.db"), isolate=False, paths=[PLUGINS],
-                   listeners=[stop_on_third])
+                   listeners=[watch])
     th = wb.run()
+    assert started.wait(60)
+    wb.stop()  # pressed from the notebook's thread while the sweep thread runs
     th.join(60)
-    assert wb.sweep.stopped and "stopped" in wb.control.label.value
-    n_first = wb.store.count()
-    assert 1 <= n_first < 24
-    th = wb.run()  # Run again resumes
+    assert wb.sweep.stopped and "stopped" in wb.control.label.value and not wb.control.run_button.disabled
+    first = len(measured)
+    assert 3 <= first <= 4  # Stop is honoured after the trial in flight
+    th = wb.run()  # Run again resumes: only what was not stored is measured
     th.join(120)
-    assert wb.store.count() == 24 and "finished: 3 shapes" in wb.control.label.value
+    assert len(measured) == 24 and wb.store.count() == 24
+    assert "finished: 3 shapes" in wb.control.label.value
     assert "<table" in wb.table.html.value and "launch_error" in wb.table.html.value
     assert "heuristic regret" in wb.compare.summary.value
+    assert list(wb.compare.heat.data[0].y) == ["N=64", "N=96", "N=128"]  # the heat map holds the grid
+    assert list(wb.shape_select.options) == ["N=64 fp32", "N=96 fp32", "N=128 fp32"]
+    assert wb.plot.selected == "N=128 fp32"  # it followed the running shape
     files = wb.exporter.refresh()
     assert len(files) == 1 and "new file" in wb.exporter.html.value
+
+
+def test_editor_measures_unmeasured_picks_and_scores_wins_and_failures(tmp_path):
+    wb = Workbench("toy", {"N": "64"}, ["fp32"], db=str(tmp_path / "m.db"), isolate=False, paths=[PLUGINS])
+    wb.run().join(60)
+    code = ("from flytune_nb.config import Config\n"
+            "def default(shape, dtype, device):\n    return Config({'BLOCK': 64, 'MODE': %d}, num_warps=%d)\n")
+    wb.editor.code.value = code % (1, 1)  # a pick that gives wrong results
+    assert wb.editor.last.rows[0].verdict == "fails" and wb.editor.last.summary()["new_regret"] == math.inf
+    wb.editor.code.value = code % (0, 2)  # a valid pick nobody measured (num_warps=2 is not in the toy space)
+    assert wb.editor.last.unmeasured and not wb.editor.measure_button.disabled
+    th = wb.measure_configs(wb.editor.last.unmeasured)
+    th.join(60)
+    row = wb.editor.last.rows[0]
+    assert row.verdict in ("wins", "loses", "ties") and math.isfinite(row.new_ms)
+    assert wb.store.count() == 9  # the 8 swept configs + the one measured for the editor
+
+
+def test_workbench_reports_bad_parameters_inline(tmp_path):
+    wb = Workbench("rmsnrom", "M=1,64 N=4096", ["fp8", "bf16"], db=str(tmp_path / "x.db"), isolate=False)
+    assert "unknown kernel &#x27;rmsnrom&#x27;" in wb.picker.warning.value
+    wb.picker.dropdown.value = "rmsnorm"
+    wb.grid.rebuild("M=1,64 N=4096", ["fp8", "bf16"])
+    assert wb.grid.axis_boxes["M"].value == "1,64" and wb.grid.dtypes.value == ("bf16",)
+    assert "unknown dtype &#x27;fp8&#x27;" in wb.grid.preview.value
 
 
 def test_workbench_bad_grid_is_one_inline_message(tmp_path):

@@ -30,9 +30,13 @@ class KernelPicker(W.VBox):
         self.dropdown = W.Dropdown(options=names, value=kernel if kernel in names else (names[0] if names else None),
                                    description="kernel")
         self.info = W.HTML()
-        super().__init__([self.dropdown, self.info])
+        self.warning = W.HTML()
+        super().__init__([self.dropdown, self.info, self.warning])
         self.dropdown.observe(lambda _: self.refresh(), "value")
         self.refresh()
+        if kernel is not None and kernel not in names:  # a typo in the parameters cell: say so, never guess silently
+            self.warning.value = error_html(f"unknown kernel {kernel!r}; showing {self.dropdown.value!r}. "
+                                            f"Known: {', '.join(names)}")
 
     @property
     def spec(self):
@@ -66,8 +70,10 @@ class GridEditor(W.VBox):
         picker.dropdown.observe(lambda _: self.rebuild(), "value")
         self.rebuild(grid or {}, dtypes)
 
-    def rebuild(self, grid: dict | None = None, dtypes=None) -> None:
+    def rebuild(self, grid: dict | str | None = None, dtypes=None) -> None:
         spec = self.picker.spec
+        if isinstance(grid, str):  # the papermill / CLI form "M=1,64 N=4096": split per axis, validate in preview
+            grid = dict(t.partition("=")[::2] for t in grid.replace(";", " ").split())
         grid = grid or {}
         self.axis_boxes = {a: W.Text(value=str(grid.get(a, "1,64" if a == spec.batch_axis else "4096")),
                                      description=a, continuous_update=False) for a in spec.axes}
@@ -75,8 +81,21 @@ class GridEditor(W.VBox):
             box.observe(lambda _: self.update_preview(), "value")
         self.rows.children = list(self.axis_boxes.values())
         self.dtypes.options = list(spec.dtypes)
-        chosen = [d for d in (dtypes or self.dtypes.value or spec.dtypes[:1]) if d in spec.dtypes]
-        self.dtypes.value = tuple(chosen or spec.dtypes[:1])
+        wanted = [str(d) for d in (dtypes or self.dtypes.value or spec.dtypes[:1])]
+        from ..dtypes import DtypeError, canonical
+
+        chosen, self.dtype_problem = [], ""
+        for d in wanted:
+            try:
+                c = canonical(d)
+            except DtypeError as e:
+                self.dtype_problem = str(e)
+                continue
+            if c in spec.dtypes:
+                chosen.append(c)
+            else:
+                self.dtype_problem = f"{spec.name} does not support {c}; it supports {', '.join(spec.dtypes)}"
+        self.dtypes.value = tuple(dict.fromkeys(chosen)) or tuple(spec.dtypes[:1])
         self.update_preview()
 
     def _apply_preset(self, change) -> None:
@@ -97,9 +116,11 @@ class GridEditor(W.VBox):
             n = sum(len(set(spec.configs(s, d, dev)) | {spec.default(s, d, dev)}) for s in shapes
                     for d in self.dtypes.value)
             per_trial = 0.2 if dev.is_gpu else 0.05  # s: ~125 ms of timing on a GPU; interpreter at small shapes
-            self.preview.value = (f"<b>{len(shapes)}</b> shapes x <b>{len(self.dtypes.value)}</b> dtypes = "
+            warn = error_html(self.dtype_problem) + "<br>" if getattr(self, "dtype_problem", "") else ""
+            self.preview.value = warn + (f"<b>{len(shapes)}</b> shapes x <b>{len(self.dtypes.value)}</b> dtypes = "
                                   f"<b>{n}</b> trials after pruning, roughly {max(1, round(n * per_trial))} s "
-                                  f"on {dev.name} (more for large shapes; compile time excluded)")
+                                  f"on {dev.name}, plus compile time on a GPU (less when the store already has "
+                                  f"some; fewer trials with a budget)")
             return len(shapes), n
         except Exception as e:  # noqa: BLE001 - GridError, a dtype error, or a broken plugin
             self.preview.value = error_html(str(e))

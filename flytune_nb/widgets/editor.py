@@ -27,8 +27,11 @@ class HeuristicEditor(W.VBox):
         self.save_path = W.Text(description="save to", layout=W.Layout(width="60%"))
         self.save_button = W.Button(description="Save", icon="save")
         self.result = W.HTML()
+        self.note = W.HTML("<small>Saving into the kernel's folder changes its source fingerprint, which is part of "
+                           "the tuning key: stored timings stay in the store, but the next sweep measures again under "
+                           "the new key. Save elsewhere to keep a draft.</small>")
         super().__init__([self.code, W.HBox([self.score_button, self.measure_button]),
-                          W.HBox([self.save_path, self.save_button]), self.result])
+                          W.HBox([self.save_path, self.save_button]), self.note, self.result])
         self.score_button.on_click(lambda _: self.score())
         self.measure_button.on_click(lambda _: self._measure_missing())
         self.save_button.on_click(lambda _: self.save())
@@ -56,6 +59,7 @@ class HeuristicEditor(W.VBox):
             self.result.value = error_html(f"heuristic: {e}")
             return None
         s = self.last.summary()
+        ratio = lambda v: "-" if v != v else ("inf (a pick fails)" if v == math.inf else f"{v:.3f}x")  # noqa: E731
         us = lambda v: "never measured" if math.isnan(v) else ("failed" if math.isinf(v) else f"{v * 1e3:.2f} us")  # noqa: E731
         rows = "".join(
             f"<tr><td>{html.escape(' '.join(f'{k}={v}' for k, v in r.shape.items()))} {r.dtype}</td>"
@@ -63,17 +67,21 @@ class HeuristicEditor(W.VBox):
             f"<td><code>{html.escape(str(r.new))}</code> {us(r.new_ms)}</td><td>{us(r.best_ms)}</td>"
             f"<td><b>{r.verdict}</b></td></tr>" for r in self.last.rows)
         self.result.value = (
-            f"<p>edited rule vs current: <b>{s['wins']}</b> wins, <b>{s['loses']}</b> losses, {s['ties']} ties, "
-            f"{s['same']} unchanged, {s['unmeasured']} never measured. Regret (geomean vs best): current "
-            f"{s['old_regret']:.3f}x, edited {s['new_regret']:.3f}x.</p><table><tr><th>shape</th><th>current</th>"
+            f"<p>edited rule vs current: <b>{s['wins']}</b> wins, <b>{s['loses']}</b> losses, "
+            f"<b>{s['fails']}</b> picks that fail, {s['ties']} ties, {s['same']} unchanged, {s['unmeasured']} never "
+            f"measured. Regret (geomean vs best, over the {s['compared']} shapes both rules have timings for): "
+            f"current {ratio(s['old_regret'])}, edited {ratio(s['new_regret'])}.</p><table><tr><th>shape</th>"
+            f"<th>current</th>"
             f"<th>edited</th><th>best</th><th></th></tr>{rows}</table>")
         self.measure_button.disabled = not (self.last.unmeasured and self.measure)
         return self.last
 
     def _measure_missing(self) -> None:
+        """Hands the never-measured picks to the workbench, which times them in its isolated workers off the cell
+        and calls ``score`` again when they are stored."""
         if self.last and self.measure:
+            self.measure_button.disabled = True
             self.measure(self.last.unmeasured)
-            self.score()
 
     def save(self) -> None:
         try:
@@ -82,6 +90,9 @@ class HeuristicEditor(W.VBox):
             if path.exists():
                 path.with_suffix(path.suffix + ".bak").write_text(path.read_text())
             path.write_text(self.code.value)
+            from .. import tasks
+
+            tasks._load.cache_clear()  # in-process sweeps import the saved rule, not the cached old one
             self.result.value += f"<p>saved to <code>{html.escape(str(path))}</code></p>"
         except (HeuristicError, OSError) as e:
             self.result.value = error_html(f"not saved: {e}")

@@ -57,26 +57,37 @@ class LivePlot:
         self.metric = "latency"  # or "roofline": y = % of the device's measured copy bandwidth (where known)
         self.shapes: dict[str, dict] = {}  # label -> {"shape", "dtype", "trials", "default", "baselines", "device"}
         self.selected: str | None = None
+        self.pinned = False  # True once the user picks a shape; until then the plot follows the running one
+        self.on_new_shape = None  # callback(label) when a shape first appears (the workbench fills its dropdown)
         self.redraws = 0
         self._dirty = False
         self._last = 0.0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the data
+        self._draw = threading.Lock()  # one redraw at a time, so an older snapshot never lands last
+        self._timer: threading.Timer | None = None
 
     # -- listener ------------------------------------------------------------------------------------------------
     def __call__(self, event) -> None:
         if isinstance(event, (TrialDone, TrialFailed)):
             t = event.trial
+            label = _shape_label(t.shape, t.dtype)
             with self._lock:
-                entry = self.shapes.setdefault(_shape_label(t.shape, t.dtype), {
+                new = label not in self.shapes
+                entry = self.shapes.setdefault(label, {
                     "shape": t.shape, "dtype": t.dtype, "trials": [], "default": None, "baselines": {},
                     "device": t.device})
                 if entry["default"] is None and event.index == 0:
                     entry["default"] = t.config  # the engine measures the heuristic default first
                 entry["trials"].append(t)
-                self.selected = self.selected or _shape_label(t.shape, t.dtype)
+                if not self.pinned:
+                    self.selected = label  # follow the shape being measured
                 self._dirty = True
+            if new and self.on_new_shape is not None:
+                self.on_new_shape(label)
             if time.monotonic() - self._last >= self.interval:
                 self.flush()
+            else:
+                self._schedule()
         elif isinstance(event, ShapeDone):
             r = event.result
             with self._lock:
@@ -98,13 +109,24 @@ class LivePlot:
         self._dirty = True
         self.flush()
 
-    def select(self, label: str) -> None:
-        self.selected = label
+    def select(self, label: str, pin: bool = True) -> None:
+        self.selected, self.pinned = label, pin
         self._dirty = True
         self.flush()
 
+    def _schedule(self) -> None:
+        """Buffered points are drawn at most ``interval`` later even if no further event arrives."""
+        if self._timer is None or not self._timer.is_alive():
+            self._timer = threading.Timer(self.interval, self.flush)
+            self._timer.daemon = True
+            self._timer.start()
+
     # -- drawing -------------------------------------------------------------------------------------------------
     def flush(self) -> None:
+        with self._draw:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             if not self._dirty or self.selected not in self.shapes:
                 return
@@ -143,8 +165,11 @@ class LivePlot:
                     lines.append(dict(type="line", xref="paper", x0=0, x1=1, y0=y, y1=y,
                                       line=dict(dash="dash", color="#6c757d" if name == "torch_eager" else "#7209b7")))
             self.fig.layout.shapes = lines
+            note = (" (no measured bandwidth ceiling for this device: showing latency)"
+                    if self.metric == "roofline" and not roofline else "")
             self.fig.layout.title = f"{self.selected}: {len(pts)} configs" + (
-                "" if not best else f", best {best[1]:.0f}% of copy BW" if roofline else f", best {best[1]:.2f} us")
+                "" if not best else f", best {best[1]:.0f}% of copy BW" if roofline else f", best {best[1]:.2f} us"
+            ) + note
         self._last = time.monotonic()
         self.redraws += 1
 

@@ -7,6 +7,7 @@ import math
 
 import ipywidgets as W
 import pandas as pd
+import plotly.graph_objects as go
 
 from ..analysis import geomean, speedup_rows
 from ..artifacts import export, preview
@@ -59,7 +60,9 @@ class CompareView(W.VBox):
     def __init__(self) -> None:
         self.summary = W.HTML()
         self.table = W.HTML()
-        self.heat = W.Output()
+        # A FigureWidget updated in place: safe to update from the sweep thread (an Output widget's capture is not).
+        self.heat = go.FigureWidget(layout=go.Layout(height=300, template="plotly_white",
+                                                     title="speed-up of the searched best over the heuristic default"))
         super().__init__([self.summary, self.table, self.heat])
 
     def update(self, results) -> None:
@@ -76,10 +79,14 @@ class CompareView(W.VBox):
                                   f" {worst['dtype']}: {worst['speedup']:.2f}x" if worst else ""))
         self.table.value = df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
         fig = speedup_heatmap(results)
-        self.heat.clear_output()
         if fig is not None:
-            with self.heat:
-                fig.show(renderer="plotly_mimetype")
+            src = fig.data[0]
+            if not self.heat.data:  # added on first data: an empty heat map trace upsets plotly.js
+                self.heat.add_heatmap(z=src.z, x=src.x, y=src.y, colorscale="Viridis",
+                                      colorbar_title="default / best", texttemplate="%{z:.2f}x")
+                return
+            with self.heat.batch_update():
+                self.heat.data[0].z, self.heat.data[0].x, self.heat.data[0].y = src.z, src.x, src.y
 
 
 class ExportPanel(W.VBox):

@@ -4,13 +4,14 @@ Stop keeps everything measured and Run again resumes."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import ipywidgets as W
 from IPython.display import display
 
 from ..device import current_device
 from ..store import Store
-from ..sweep import Sweep
+from ..sweep import Sweep, first_line
 from .controls import GridEditor, KernelPicker, RunControl, error_html, run_in_thread
 from .editor import HeuristicEditor
 from .plot import LivePlot
@@ -36,6 +37,7 @@ class Workbench(W.VBox):
         self.table = ResultsTable()
         self.compare = CompareView()
         self.results: list = []
+        self._lock = threading.Lock()
         self.store: Store | None = None
         self.sweep: Sweep | None = None
         self.editor = HeuristicEditor(lambda: self.picker.spec, lambda: self.results, current_device,
@@ -48,13 +50,35 @@ class Workbench(W.VBox):
                           W.HBox([self.shape_select, self.metric]), self.plot.fig, tabs])
         self.control.run_button.on_click(lambda _: self.run())
         self.control.stop_button.on_click(lambda _: self.stop())
-        self.shape_select.observe(lambda c: c["new"] and self.plot.select(c["new"]), "value")
+        self._programmatic = False
+        self.shape_select.observe(self._shape_picked, "value")
+        self.plot.on_new_shape = self._add_shape
         self.metric.observe(lambda c: self.plot.set_metric(c["new"]), "value")
         self.picker.dropdown.observe(lambda _: self._kernel_changed(), "value")
 
     def _kernel_changed(self) -> None:
         self.plot.spec = self.picker.spec
+        with self._lock:
+            self.results = []  # another kernel's results must not feed this kernel's views
+        self.plot.shapes.clear()
+        self._set_shapes([])
         self.editor.load()
+        self.refresh_views()
+
+    def _set_shapes(self, labels) -> None:
+        self._programmatic = True  # filling the list is not the user picking a shape
+        try:
+            self.shape_select.options = list(labels)
+            self.shape_select.value = None
+        finally:
+            self._programmatic = False
+
+    def _add_shape(self, label: str) -> None:
+        self._set_shapes(list(self.shape_select.options) + [label])
+
+    def _shape_picked(self, change) -> None:
+        if not self._programmatic and change["new"]:
+            self.plot.select(change["new"], pin=True)
 
     # -- actions -------------------------------------------------------------------------------------------------
     def run(self):
@@ -72,8 +96,10 @@ class Workbench(W.VBox):
             self.message.value = error_html(str(e))
             return None
         self.plot.shapes.clear()
-        self.plot.selected = None
+        self.plot.selected, self.plot.pinned = None, False
+        self._set_shapes([])
         self.control.start(len(shapes) * len(self.grid.dtypes.value))
+        self.editor.measure_button.disabled = True
         return run_in_thread(self.sweep.run, self._finished)
 
     def stop(self) -> None:
@@ -90,15 +116,23 @@ class Workbench(W.VBox):
         from ..events import ShapeDone
 
         if isinstance(event, ShapeDone):
-            self.results = [r for r in self.results if (r.shape, r.dtype) != (event.result.shape, event.result.dtype)]
-            self.results.append(event.result)
-            labels = list(self.plot.shapes)
-            self.shape_select.options = labels
+            self._merge_result(event.result)
             self.refresh_views()
 
+    def _merge_result(self, result) -> None:
+        with self._lock:  # the sweep thread and the measure thread both add results
+            key = (tuple(result.shape.items()), result.dtype)
+            old = next((r for r in self.results if (tuple(r.shape.items()), r.dtype) == key), None)
+            if old is not None and old is not result:
+                seen = {(t.config, t.fidelity) for t in result.trials}
+                result = dataclasses.replace(result, trials=result.trials + [
+                    t for t in old.trials if (t.config, t.fidelity) not in seen])
+            self.results = [r for r in self.results if (tuple(r.shape.items()), r.dtype) != key] + [result]
+
     def _finished(self, results, error) -> None:
+        self.plot.flush()
         if error is not None:
-            self.control.finish(error_html(f"sweep failed: {str(error).splitlines()[0]}"))
+            self.control.finish(error_html(f"sweep failed: {first_line(error)}"))
             return
         stopped = self.sweep is not None and self.sweep.stopped
         n = sum(len(r.trials) for r in self.results)
@@ -112,21 +146,34 @@ class Workbench(W.VBox):
         self.editor.score()
 
     def measure_configs(self, items) -> None:
-        """Time configs the edited heuristic picks but nobody measured; they join the stored results."""
-        from ..bench import make_timer
-        from ..key import make_key
-        from ..trial import evaluate
-
-        spec, dev = self.picker.spec, current_device()
-        timer = make_timer(dev, **(self.timer or {}))
+        """Time the configs an edited heuristic picks but nobody measured: one small sweep per shape through the same
+        isolated workers (a pick that crashes costs a worker, not this kernel), off the cell; results join the
+        stored ones and the editor re-scores."""
+        if self.sweep is not None and self.control.run_button.disabled:
+            self.editor.result.value = error_html("a sweep is running; measure after it finishes")
+            return None
+        jobs = {}
         for shape, dtype, config in items:
-            t = evaluate(spec, shape, dtype, config, dev, timer)
-            key = make_key(spec, shape, dtype, spec.make_inputs(shape, dtype, dev), dev)
-            self._store().add(t, key=key.digest, run_id="editor", arch=dev.arch, source=key.source)
-            for i, r in enumerate(self.results):
-                if (r.shape, r.dtype) == (shape, dtype):
-                    self.results[i] = dataclasses.replace(r, trials=r.trials + [t])
-        self.refresh_views()
+            jobs.setdefault((tuple(shape.items()), dtype), []).append(config)
+
+        def work():
+            out = []
+            for (shape, dtype), configs in jobs.items():
+                sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
+                           isolate=self.isolate, timer=self.timer, configs=configs, baselines=())
+                out += sw.run()
+            return out
+
+        def done(results, error):
+            if error is not None:
+                self.editor.result.value = error_html(f"measuring failed: {first_line(error)}")
+                return
+            for r in results:
+                self._merge_result(r)
+            self.refresh_views()
+
+        self.editor.result.value = f"<i>measuring {len(items)} config(s)...</i>"
+        return run_in_thread(work, done)
 
     def show(self):
         display(self)
