@@ -7,7 +7,6 @@ import sys
 import warnings
 
 import pytest
-import torch
 
 from flytune_nb import artifacts
 from flytune_nb.artifacts import export, file_name, triton_dir_name
@@ -177,7 +176,6 @@ def test_check_thresholds_and_exit_codes(swept, tmp_path, dev, capsys, monkeypat
     prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
     committed = {int(m): Config.from_dict(c) for m, c in json.loads(path.read_text()).items()}
     then = {m: prov[str(m)]["best_p50_ms"] for m in committed}
-    spec = get_kernel("rmsnorm")
 
     def measure_ratio(ratio, ok=True):
         def measure(spec_, shape, dtype, config):

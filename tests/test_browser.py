@@ -3,7 +3,6 @@ Run pressed, progress and plot points checked, Stop pressed, a screenshot saved.
 Chromium or Playwright is missing; .ci/run installs Debian's chromium first."""
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess

@@ -1,6 +1,5 @@
 """Every notebook runs headless on the CPU (papermill, small parameters), and stays small and output-free in git."""
 import json
-from pathlib import Path
 
 import pytest
 

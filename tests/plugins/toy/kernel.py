@@ -1,6 +1,5 @@
 """A test kernel whose MODE knob makes configs misbehave on purpose:
 0 correct, 1 wrong result, 2 raises at launch, 3 leaves the second half of the output unwritten."""
-import torch
 import triton
 import triton.language as tl
 
