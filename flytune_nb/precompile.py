@@ -37,10 +37,11 @@ class Precompiler:
         return self._pool
 
     def run(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
-            per_config_s: float = 120.0) -> dict:
+            per_config_s: float = 120.0, startup_s: float = 60.0) -> dict:
         """Returns {"ok": n, "failed": n, "wall_s": s}; never raises for a config's own failure. The whole batch
-        may take 60 s of start-up plus ``per_config_s`` per round of ``workers`` configs; a hanging config ends
-        precompilation there (the timing worker then times it out on its own)."""
+        may take ``startup_s`` (spawning processes that import torch) plus ``per_config_s`` per round of
+        ``workers`` configs; a hanging config ends precompilation there (the timing worker then times it out on its
+        own)."""
         import math
         import time
 
@@ -48,7 +49,7 @@ class Precompiler:
             t0 = time.perf_counter()
             pool = self._get_pool()
             futs = [pool.submit(compile_one, kernel, paths, shape, dtype, c) for c in configs]
-            deadline = 60.0 + per_config_s * math.ceil(len(configs) / self.workers)
+            deadline = startup_s + per_config_s * math.ceil(len(configs) / self.workers)
             return self._collect(kernel, shape, futs, deadline, t0)
 
     def _collect(self, kernel, shape, futs, deadline, t0) -> dict:

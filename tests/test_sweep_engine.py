@@ -224,3 +224,26 @@ def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path):
         Store(tmp_path / "missing.db", readonly=True)
     with pytest.raises(StoreError, match="cannot open"):
         Store(other / "nested.db")
+
+
+def test_precompile_pool_gets_its_environment_and_a_hang_only_ends_precompilation():
+    from flytune_nb.precompile import Precompiler
+
+    ok = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    hang = {"MODE": 3, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    plain = Precompiler(workers=1)
+    try:
+        assert plain.run("evil", (PLUGINS,), {"N": 8}, "fp32", [ok])["ok"] == 1
+    finally:
+        plain.close()
+    marked = Precompiler(workers=1, env={"FLYTUNE_EVIL_POOL_MARK": "fail"})  # the pool's processes see this
+    try:
+        assert marked.run("evil", (PLUGINS,), {"N": 8}, "fp32", [ok])["failed"] == 1
+    finally:
+        marked.close()
+    stuck = Precompiler(workers=1)
+    t0 = time.time()
+    with pytest.warns(RuntimeWarning, match="stopped early"):
+        res = stuck.run("evil", (PLUGINS,), {"N": 8}, "fp32", [hang], per_config_s=2, startup_s=10)
+    stuck.close(kill=True)
+    assert res["failed"] == 1 and time.time() - t0 < 30

@@ -6,6 +6,8 @@ import time
 
 
 def launch(x, out, config):
+    if os.environ.get("FLYTUNE_EVIL_POOL_MARK") == "fail":  # lets a test see which environment a process got
+        raise RuntimeError("FLYTUNE_EVIL_POOL_MARK is set in this process")
     mode = config["MODE"]
     if mode == 1:
         raise RuntimeError("illegal config: simulated launch failure")
