@@ -36,10 +36,6 @@ class Timing:
     reps: int
     method: str  # "events" | "graph" | "wall"
 
-    @property
-    def spread(self) -> float:
-        return (self.p80 - self.p20) / self.p50 if self.p50 else math.inf
-
 
 def quantile(sorted_values: list[float], q: float) -> float:
     """Linear-interpolated quantile of an already sorted list (numpy's default method)."""

@@ -238,7 +238,7 @@ def cmd_check(args) -> int:
 
     from .device import current_device
     from .lookup import config_dir
-    from .regress import check, to_json, to_markdown
+    from .regress import HEADER, check, row_cells, to_json, to_markdown
     from .report import table
 
     directory = Path(args.dir) if args.dir else config_dir()
@@ -249,11 +249,7 @@ def cmd_check(args) -> int:
     if not rows:
         print(f"flytune check: no committed configs for {dev.name} under {directory}; nothing to check")
         return 0
-    us = lambda v: "-" if v is None or v != v or v == float("inf") else f"{v * 1e3:.2f}"  # noqa: E731
-    print(table([[r.status, r.kernel, " ".join(f"{k}={v}" for k, v in r.shape.items()), r.dtype, us(r.now_ms),
-                  us(r.then_ms), us(r.default_ms), "-" if r.vs_then is None else f"{r.vs_then:.2f}", r.reason]
-                 for r in rows],
-                ["status", "kernel", "shape", "dtype", "now us", "exported us", "default us", "now/exp", "reason"]))
+    print(table([row_cells(r) for r in rows], HEADER))
     if args.json:
         Path(args.json).write_text(to_json(rows))
     if args.md:

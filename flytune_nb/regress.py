@@ -116,16 +116,23 @@ def _judge(kernel, fname, shape, dtype, config, t, d, then) -> CheckRow:
                     vs_default=vs_default, reason=reason)
 
 
+HEADER = ["status", "kernel", "shape", "dtype", "now (us)", "exported (us)", "default (us)", "now/exported", "reason"]
+
+
+def _us(v) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v * 1e3:.2f}"
+
+
+def row_cells(r: CheckRow) -> list[str]:
+    """One row as display cells (the terminal table and the markdown share them)."""
+    return [r.status, r.kernel, " ".join(f"{k}={v}" for k, v in r.shape.items()), r.dtype, _us(r.now_ms),
+            _us(r.then_ms), _us(r.default_ms), "-" if r.vs_then is None else f"{r.vs_then:.2f}", r.reason]
+
+
 def to_markdown(rows: list[CheckRow], device_name: str) -> str:
-    lines = [f"# flytune check on {device_name}", "",
-             "| status | kernel | shape | dtype | now (us) | exported (us) | default (us) | now/exported | reason |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    us = lambda v: "-" if v is None or not math.isfinite(v) else f"{v * 1e3:.2f}"  # noqa: E731
-    for r in rows:
-        shape = " ".join(f"{k}={v}" for k, v in r.shape.items())
-        ratio = "-" if r.vs_then is None else f"{r.vs_then:.2f}"
-        lines.append(f"| {r.status} | {r.kernel} | {shape} | {r.dtype} | {us(r.now_ms)} | {us(r.then_ms)} | "
-                     f"{us(r.default_ms)} | {ratio} | {r.reason} |")
+    lines = [f"# flytune check on {device_name}", "", "| " + " | ".join(HEADER) + " |",
+             "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
