@@ -5,8 +5,8 @@ set -uo pipefail
 export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 BENCH_OUT=${OUT:-benchmarks/results}
 mkdir -p "$BENCH_OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$BENCH_OUT/nvidia_smi.txt"
-timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$BENCH_OUT/gpu_tests.txt" | tail -5
-(cd benchmarks && timeout 150 python3 precompile_speedup.py) 2>&1 | tail -12
+timeout 130 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$BENCH_OUT/gpu_tests.txt" | tail -5
+(cd benchmarks && timeout 250 python3 precompile_speedup.py) 2>&1 | tail -12
 (cd benchmarks && timeout 90 python3 cost_vs_autotune.py) 2>&1 | tail -12
 (cd benchmarks && timeout 40 python3 tuned_launch_overhead.py) 2>&1 | tail -8
-timeout 60 python3 -m flytune_nb.cli check exports --md "$BENCH_OUT/check.md" 2>&1 | tail -15
+timeout 50 python3 -m flytune_nb.cli check exports --md "$BENCH_OUT/check.md" 2>&1 | tail -15

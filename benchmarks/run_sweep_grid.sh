@@ -10,6 +10,6 @@ DB=${OUT:-benchmarks/results}/h200_sweeps.db
 for dtype in ${DTYPES:-bf16 fp16}; do
   for k in ${KERNELS:-rmsnorm fused_add_rmsnorm}; do
     timeout ${STEP_TIMEOUT:-280} python3 -m flytune_nb.cli sweep $k --grid "M=sglang N=2048,4096,5120,8192" \
-      --dtype $dtype --strategy halving --db "$DB" --baselines none --quiet 2>&1 | tail -3
+      --dtype $dtype --strategy halving --db "$DB" --baselines none --rep-ms 25 --quiet 2>&1 | tail -3
   done
 done

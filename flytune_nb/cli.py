@@ -16,14 +16,19 @@ DEMO_CPU = ("rmsnorm", "M=4,16 N=1024", "bf16")
 DEMO_DB = "flytune_demo.db"
 
 
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
-    return v
+def _finite_positive(unit: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if not v > 0 or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a number of {unit} > 0, got {text!r}")
+        return v
+    return parse
+
+
+_seconds, _millis = _finite_positive("seconds"), _finite_positive("milliseconds")
 
 
 def _positive(text: str) -> int:
@@ -49,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=_positive, default=None, help="at most this many configs per shape (>= 1)")
     s.add_argument("--db", default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
     s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one trial may take before it is killed")
+    s.add_argument("--rep-ms", type=_millis, default=None,
+                   help="GPU timing budget per config in ms (default 100; 25 is sweep-grade, ~0.6%% spread on H200)")
     s.add_argument("--retry-failed", action="store_true", help="measure stored crashed/timeout trials again")
     s.add_argument("--gpus", default=None, help="GPU indices, one worker each, e.g. 0,1,2,3")
     s.add_argument("--ray", default=None, metavar="ADDRESS", help="use Ray actors (auto | local | host:port)")
@@ -170,7 +177,8 @@ def cmd_sweep(args) -> int:
                budget=args.budget, timeout=args.timeout, isolate=not args.no_isolate,
                precompile=False if args.no_precompile else None, baselines=baselines,
                gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()],
-               retry_failed=args.retry_failed)
+               retry_failed=args.retry_failed,
+               timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms, "warmup_ms": min(25.0, args.rep_ms / 4)})
     n = len(sw.shapes) * len(sw.dtypes)
     print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",

@@ -198,6 +198,9 @@ def test_timeouts_are_validated_and_failed_trials_can_be_retried(tmp_path, monke
     with pytest.raises(SystemExit) as e:
         main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--timeout", "nan"])
     assert e.value.code == 2 and "seconds > 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--rep-ms", "-5"])
+    assert e.value.code == 2 and "milliseconds > 0" in capsys.readouterr().err
     monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0,3")  # one config that hangs
     db = tmp_path / "r.db"
     r = Sweep("evil", "N=8", ["fp32"], db=db, paths=[PLUGINS], timeout=3, baselines=()).run()[0]
