@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# One device call (<= 10 min): GPU tests, the benchmarks still to measure, the regression guard on the committed
-# configs. Results go to $OUT (device tool) or benchmarks/results. The long SGLang-grid sweep is run_sweep_grid.sh.
+# One device call (<= 10 min): GPU tests, the sweep-engine and artifact benchmarks, the regression guard on the
+# committed configs. Results go to benchmarks/results, or under the device tool's $OUT as one results.tar (it returns
+# at most 8 files). The long SGLang-grid sweep is run_sweep_grid.sh.
 set -uo pipefail
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1 BENCH_OUT=${OUT:-benchmarks/results}
+export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+if [ -n "${OUT:-}" ]; then export BENCH_OUT=$OUT/res; else export BENCH_OUT=$PWD/benchmarks/results; fi
 mkdir -p "$BENCH_OUT"
+pack() { [ -n "${OUT:-}" ] && tar -C "$OUT" -cf "$OUT/results.tar" res && rm -rf "$OUT/res"; }
+trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$BENCH_OUT/nvidia_smi.txt"
 timeout 130 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$BENCH_OUT/gpu_tests.txt" | tail -5
 (cd benchmarks && timeout 250 python3 precompile_speedup.py) 2>&1 | tail -12
 (cd benchmarks && timeout 90 python3 cost_vs_autotune.py) 2>&1 | tail -12
 (cd benchmarks && timeout 40 python3 tuned_launch_overhead.py) 2>&1 | tail -8
-timeout 50 python3 -m flytune_nb.cli check exports --md "$BENCH_OUT/check.md" 2>&1 | tail -15
+timeout 50 python3 -m flytune_nb.cli check exports --md "$BENCH_OUT/check.md" --json "$BENCH_OUT/check.json" 2>&1 | tail -15
