@@ -45,6 +45,10 @@ class KernelSpec:
     fingerprint: str = ""  # hash of source_dir as it was when this spec was imported (set by the registry)
     description: str = ""
     extra: dict = field(default_factory=dict)
+    # Artifact file names. SGLang's MoE files name only E and N (not K or top-k) and carry no dtype part for bf16/fp16,
+    # so a kernel can narrow the axes its file names show and map dtypes to name tags (None: no dtype part).
+    artifact_axes: tuple[str, ...] = ()  # default: every non-batch axis, in axis order
+    artifact_dtype: Callable[[str], str | None] | None = None  # default: the short name, e.g. "bf16"
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -53,11 +57,25 @@ class KernelSpec:
             raise SpecError(f"{self.name}: batch axis {self.batch_axis!r} is not one of its axes {self.axes}")
         object.__setattr__(self, "axes", tuple(self.axes))
         object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in self.dtypes))
+        object.__setattr__(self, "artifact_axes", tuple(self.artifact_axes))
+        bad = [a for a in self.artifact_axes if a not in self.axes or a == self.batch_axis]
+        if bad:
+            raise SpecError(f"{self.name}: artifact axes {bad} must be non-batch axes of {self.axes}")
         overlap = set(self.outputs) & set(self.mutates)
         if overlap:
             raise SpecError(f"{self.name}: {sorted(overlap)} cannot be both a pure output and mutated in place")
 
     # -- helpers the core uses -----------------------------------------------------------------------------------
+    @property
+    def file_axes(self) -> tuple[str, ...]:
+        """The axes an artifact's file name shows (the rest of the shape lives in its provenance)."""
+        return self.artifact_axes or tuple(a for a in self.axes if a != self.batch_axis)
+
+    def dtype_tag(self, dtype: str) -> str | None:
+        """The ``dtype=`` part of an artifact name, or None for none."""
+        d = dtypes.canonical(dtype)
+        return self.artifact_dtype(d) if self.artifact_dtype is not None else d
+
     def check_shape(self, shape: Shape) -> dict[str, int]:
         """Validate a shape dict against the axes; returns it in axis order with int values."""
         if not isinstance(shape, Mapping):
