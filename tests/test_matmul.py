@@ -7,9 +7,8 @@ from flytune_nb.check import compare
 from flytune_nb.config import Config
 from flytune_nb.device import from_properties
 from flytune_nb.registry import get_kernel
-from flytune_nb.spaces import next_pow2
+from flytune_nb.spaces import lanes, next_pow2, tile_smem
 from flytune_nb.trial import evaluate
-from kernels.matmul.configs import smem_needed
 from tests.test_device import H200, MI300X
 
 SIM = {"H200": from_properties(H200, hip=False), "MI300X": from_properties(MI300X, hip=True)}
@@ -46,8 +45,8 @@ def test_space_is_pruned_by_device_and_shape(device, M, NK):
     for c in space:
         bm, bn, bk = c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"]
         limit = 64 * 1024 if dev.backend == "hip" else dev.smem_bytes
-        assert smem_needed(bm, bn, bk, c.num_stages, dtype, dev.backend) <= limit
-        assert 4 <= bm * bn / (32 * c.num_warps) <= 128  # accumulators per thread: no spills, no idle warps
+        assert tile_smem(bm, bn, bk, c.num_stages, dtype, dev.backend) <= limit
+        assert 4 <= bm * bn / (lanes(dev) * c.num_warps) <= 128  # accumulators per thread: no spills, no idle warps
         assert bm <= max(16, next_pow2(M)) and bn <= max(32, next_pow2(N))
         assert K % 64 or K % bk == 0
         if -(-M // bm) == 1:

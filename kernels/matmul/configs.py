@@ -1,11 +1,11 @@
 """Search space for matmul: SGLang's knobs (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages; on HIP also
 matrix_instr_nonkdim and waves_per_eu), pruned before anything compiles.
 
-By the device:
+By the device (flytune_nb.spaces.tile_fits):
 - shared memory / LDS: on CUDA the pipeline keeps num_stages (BM*BK + BK*BN) tiles in shared memory, which must fit
   the per-block opt-in maximum (227 KiB on H200); on HIP one LDS copy of the tiles must fit 64 KiB (vLLM's rule);
-- registers: the fp32 accumulator is BM*BN/(32*warps) values per thread; above 128 it spills (128x256 wants 8 warps),
-  below 4 most of the warps only wait (16x32 on 8 warps).
+- registers: the fp32 accumulator is BM*BN/(lanes*warps) values per thread; above 128 it spills (128x256 wants 8
+  warps), below 4 most of the warps only wait (16x32 on 8 warps).
 By the shape:
 - BM above next_pow2(M) only computes padding (M=1 decode rows -> BM=16, the smallest MMA tile);
 - BN above next_pow2(N) and BK above next_pow2(K) likewise; when K is a multiple of 64, BK must divide it, so the
@@ -13,54 +13,19 @@ By the shape:
 - GROUP_SIZE_M only reorders tiles when there is more than one row of tiles; every value >= the number of row tiles
   gives the same (column-major) order, so only the smallest such value is kept;
 - more stages than K iterations pipeline nothing.
-bf16, M=N=K=4096: 1126 configs on the H200 (2164 on MI300X, which also crosses matrix_instr_nonkdim 16/32 and
-waves_per_eu unset/2); M=64: 356; M=1: 68.
+bf16, M=N=K=4096: 1126 configs on the H200; M=64: 356; M=1: 68. MI300X also crosses matrix_instr_nonkdim 16/32 and
+waves_per_eu unset/2.
 """
 from __future__ import annotations
 
 from itertools import product
 
 from flytune_nb.config import Config
-from flytune_nb.dtypes import itemsize
-from flytune_nb.spaces import next_pow2
+from flytune_nb.spaces import block_k_options, group_options, next_pow2, tile_fits
 
-BM, BN, BK = (16, 32, 64, 128, 256), (32, 64, 128, 256), (16, 32, 64, 128, 256)
-GROUPS, WARPS = (1, 8, 16, 32), (4, 8)
+BM, BN = (16, 32, 64, 128, 256), (32, 64, 128, 256)
+WARPS = (4, 8)
 CUDA_STAGES, HIP_STAGES = (2, 3, 4, 5), (2,)
-UNKNOWN_SMEM = 96 * 1024  # interpreter: a floor every current datacenter GPU meets
-HIP_LDS = 64 * 1024
-ACC_PER_THREAD = (4, 128)
-
-
-def smem_needed(bm: int, bn: int, bk: int, stages: int, dtype: str, backend: str) -> int:
-    tile = (bm * bk + bk * bn) * itemsize(dtype)
-    return tile if backend == "hip" else stages * tile
-
-
-def fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, device) -> bool:
-    limit = min(device.smem_bytes or UNKNOWN_SMEM, HIP_LDS) if device.backend == "hip" else (
-        device.smem_bytes or UNKNOWN_SMEM)
-    acc = bm * bn / (32 * warps)
-    return smem_needed(bm, bn, bk, stages, dtype, device.backend) <= limit and \
-        ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
-
-
-def block_k_options(K: int, device) -> list[int]:
-    cap = max(16, next_pow2(K))
-    # 16/32 only where K itself is that small, or on HIP whose 64 KiB LDS needs thin K tiles for big M/N tiles.
-    out = [b for b in BK if b <= cap and (b >= 64 or cap <= 64 or device.backend == "hip")]
-    if K % 64 == 0:
-        out = [b for b in out if K % b == 0]
-    return out
-
-
-def group_options(M: int, bm: int) -> list[int]:
-    tiles_m = -(-M // bm)
-    if tiles_m <= 1:
-        return [1]
-    below = [g for g in GROUPS[1:] if g < tiles_m]
-    at_or_above = [g for g in GROUPS[1:] if g >= tiles_m][:1]
-    return [1] + below + at_or_above
 
 
 def configs(shape, dtype, device) -> list[Config]:
@@ -68,14 +33,14 @@ def configs(shape, dtype, device) -> list[Config]:
     hip = device.backend == "hip"
     bms = [b for b in BM if b <= max(16, next_pow2(M))]
     bns = [b for b in BN if b <= max(32, next_pow2(N))]
-    bks = block_k_options(K, device)
     out = []
-    for bm, bn, bk, warps, stages in product(bms, bns, bks, WARPS, HIP_STAGES if hip else CUDA_STAGES):
+    for bm, bn, bk, warps, stages in product(bms, bns, block_k_options(K, device), WARPS,
+                                             HIP_STAGES if hip else CUDA_STAGES):
         if stages > 2 and stages > -(-K // bk):
             continue
-        if not fits(bm, bn, bk, warps, stages, dtype, device):
+        if not tile_fits(bm, bn, bk, warps, stages, dtype, device):
             continue
-        for g in group_options(M, bm):
+        for g in group_options(-(-M // bm)):
             c = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g},
                        num_warps=warps, num_stages=stages)
             if hip:
