@@ -56,8 +56,9 @@ def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
         tdir = want if want.is_dir() else (tdirs[-1] if tdirs else None)
         if tdir is None:
             continue
-        for f in sorted(tdir.glob(f"*device_name={device_name},*.json")):
-            out.append((kdir.name, f))
+        # "…,device_name=D,dtype=T.json", or "…,device_name=D.json" where the kernel writes no dtype part (MoE).
+        names = set(tdir.glob(f"*device_name={device_name},*.json")) | set(tdir.glob(f"*device_name={device_name}.json"))
+        out += [(kdir.name, f) for f in sorted(names)]
     return out
 
 

@@ -39,6 +39,9 @@ class KernelSpec:
     bytes: Callable[[Shape, str], float] | None = None  # minimum bytes moved, for roofline %
     flops: Callable[[Shape, str], float] | None = None
     tolerance: Callable[[str], float] | None = None  # rel-error bound per dtype, when the default table is not right
+    # Outputs that go through several storage roundings (e.g. a GEMM whose intermediate is stored in bf16) scale both
+    # default bounds, norm and element-wise, rather than replacing them with a norm-only one.
+    tolerance_scale: float = 1.0
     baseline: Callable[[Inputs], Any] | None = None  # eager torch as a user would write it: timed eager + compiled
     source_dir: Path | None = None  # folder fingerprinted into the tuning key
     dtype_from: str = ""  # the input whose dtype is "the" dtype of a real call (default: first floating tensor)
@@ -101,13 +104,14 @@ class KernelSpec:
     def tol(self, dtype: str) -> float:
         if self.tolerance is not None:
             return float(self.tolerance(dtype))
-        return dtypes.DEFAULT_TOLERANCE[dtypes.canonical(dtype)]
+        return self.tolerance_scale * dtypes.DEFAULT_TOLERANCE[dtypes.canonical(dtype)]
 
     def element_tol(self, dtype: str) -> tuple[float, float] | None:
         """(rtol, atol) per element; None when the kernel sets its own norm ``tolerance`` (it knows better)."""
         if self.tolerance is not None:
             return None
-        return dtypes.ELEMENT_TOLERANCE[dtypes.canonical(dtype)]
+        rtol, atol = dtypes.ELEMENT_TOLERANCE[dtypes.canonical(dtype)]
+        return self.tolerance_scale * rtol, self.tolerance_scale * atol
 
     def reset(self, inputs: Inputs, snapshot: Mapping[str, Any] | None) -> None:
         """Put in-place state back: restore ``mutates`` from ``snapshot`` and zero ``zeroes``."""

@@ -59,6 +59,30 @@ def test_a_sample_of_the_matmul_space_compiles_and_passes(dev):
     assert failures == []
 
 
+@pytest.mark.parametrize("model", [(8, 14336, 4096, 2), (128, 768, 2048, 8)])  # Mixtral-8x7B; Qwen3-30B-A3B
+@pytest.mark.parametrize("M", [1, 64, 512])
+def test_fused_moe_default_is_correct_on_the_gpu(model, M, dev):
+    spec = get_kernel("fused_moe")
+    E, N, K, topk = model
+    shape = {"M": M, "E": E, "N": N, "K": K, "topk": topk}
+    t = evaluate(spec, shape, "bf16", spec.default(shape, "bf16", dev), dev, GpuTimer(dev, warmup_ms=1, rep_ms=1,
+                                                                                       min_reps=3))
+    assert t.ok, t.reason
+
+
+def test_a_sample_of_the_fused_moe_space_compiles_and_passes(dev):
+    import random
+
+    spec = get_kernel("fused_moe")
+    shape = {"M": 45, "E": 8, "N": 320, "K": 256, "topk": 2}  # ragged per-expert runs, masked N tiles
+    space = spec.configs(shape, "bf16", dev)
+    sample = random.Random(0).sample(space, min(16, len(space)))
+    timer = GpuTimer(dev, warmup_ms=1, rep_ms=1, min_reps=3)
+    failures = [(str(c), t.status, t.reason) for c in sample
+                for t in [evaluate(spec, shape, "bf16", c, dev, timer)] if not t.ok]
+    assert failures == []
+
+
 def test_search_beats_or_matches_the_default_and_the_winner_is_correct(dev, tmp_path):
     spec = get_kernel("rmsnorm")
     shape = {"M": 4096, "N": 4096}
