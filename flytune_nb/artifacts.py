@@ -35,11 +35,14 @@ def triton_dir_name(version: str) -> str:
 
 
 def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
-    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json``: the non-batch axes in the kernel's order."""
+    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json``: the kernel's file axes (by default every non-batch axis)
+    in its order, then the device, then the dtype tag unless the kernel maps it to none (SGLang's bf16 MoE files:
+    ``E=8,N=14336,device_name=NVIDIA_H200.json``)."""
     if not SAFE.match(device_name):
         raise ArtifactError(f"device name {device_name!r} may only hold letters, digits, '.', '_' and '-'")
-    parts = [f"{a}={int(shape[a])}" for a in spec.axes if a != spec.batch_axis]
-    return ",".join(parts + [f"device_name={device_name}", f"dtype={dtype}"]) + ".json"
+    parts = [f"{a}={int(shape[a])}" for a in spec.file_axes] + [f"device_name={device_name}"]
+    tag = spec.dtype_tag(dtype)
+    return ",".join(parts + ([f"dtype={tag}"] if tag else [])) + ".json"
 
 
 def render(table: dict[int, dict]) -> str:
@@ -90,7 +93,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
                 "device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
                 "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
                 "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
-                "rel_error": float(best["rel_error"]), "key": key,
+                "rel_error": float(best["rel_error"]), "key": key, "shape": rest, "dtype": dtype,
                 "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None})})
     groups: dict[Path, dict] = {}
     for path in {c["path"] for c in candidates}:
@@ -100,6 +103,14 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         newest = max(mine, key=lambda c: c["last_id"])["version"]
         entry = groups[path] = {"path": path, "by_m": {}, "prov": {}}
         for c in sorted((c for c in mine if c["version"] == newest), key=lambda c: c["last_id"]):
+            # A file name may leave axes or the dtype out (SGLang's MoE names show E and N only): two shapes that
+            # differ only there would land in one file and the later would silently win.
+            seen = entry["prov"].get(c["m"])
+            if seen and (seen["shape"], seen["dtype"]) != (c["prov"]["shape"], c["prov"]["dtype"]):
+                raise ArtifactError(
+                    f"{path.name}: batch size {c['m']} was measured for {seen['shape']} {seen['dtype']} and for "
+                    f"{c['prov']['shape']} {c['prov']['dtype']}; the file name cannot tell them apart. Export them "
+                    f"to separate config dirs (flytune export --kernel, or one store per model).")
             entry["by_m"][c["m"]], entry["prov"][c["m"]] = c["config"], c["prov"]
     return [groups[p] for p in sorted(groups)]
 

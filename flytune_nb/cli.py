@@ -83,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", default=None, help="also write the rows as JSON here")
     c.add_argument("--md", default=None, help="also write a markdown table here")
     c.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    ca = sub.add_parser("cache", help="where tuned winners are cached on disk; --clear forgets them")
+    ca.add_argument("--clear", action="store_true", help="delete the cached winners (all, or --kernel's)")
+    ca.add_argument("--kernel", default=None, help="only this kernel")
     d = sub.add_parser("demo", help="the embedded default sweep (GPU if present, else the Triton interpreter)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -110,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_lookup(args)
         if args.cmd == "check":
             return cmd_check(args)
+        if args.cmd == "cache":
+            return cmd_cache(args)
         if args.cmd == "demo":
             return cmd_demo(quiet=args.quiet)
     except (KernelNotFound, RegistryError, GridError, DtypeError, SpecError, ShapeTooLarge, ConfigError,
@@ -254,18 +259,48 @@ def cmd_check(args) -> int:
         raise ValueError(f"{directory} is not a folder")
     dev = current_device()
     rows = check(directory, device=dev, paths=args.path)
+    # The reports are written in every case, so a CI job that uploads them finds them even when there was nothing
+    # to check on this device.
+    if args.json:
+        Path(args.json).write_text(to_json(rows))
+    if args.md:
+        Path(args.md).write_text(to_markdown(rows, dev.name) if rows else
+                                 f"# flytune check on {dev.name}\n\nNo committed configs for {dev.name} under "
+                                 f"{directory}; nothing to check.\n")
     if not rows:
         print(f"flytune check: no committed configs for {dev.name} under {directory}; nothing to check")
         return 0
     print(table([row_cells(r) for r in rows], HEADER))
-    if args.json:
-        Path(args.json).write_text(to_json(rows))
-    if args.md:
-        Path(args.md).write_text(to_markdown(rows, dev.name))
     n_fail = sum(r.status == "FAIL" for r in rows)
     n_warn = sum(r.status == "WARN" for r in rows)
     print(f"\n{len(rows)} configs checked on {dev.name}: {n_fail} FAIL, {n_warn} WARN")
     return 1 if n_fail else 0
+
+
+def cmd_cache(args) -> int:
+    """The on-disk tuning cache ($FLYTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flytune_nb, else ~/.cache/flytune_nb):
+    one JSON file per tuning-key digest, written by searches (FLYTUNE_AUTOTUNE=1, tuned(...).tune, the notebook)."""
+    import shutil
+
+    from .cache import default_dir
+
+    root = default_dir()
+    kdirs = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
+    if args.kernel is not None:
+        kdirs = [d for d in kdirs if d.name == args.kernel]
+    counts = {d.name: len(list(d.glob("*.json"))) for d in kdirs}
+    if args.clear:
+        for d in kdirs:
+            shutil.rmtree(d)
+        print(f"flytune: cleared {sum(counts.values())} cached winners under {root}"
+              f"{'' if args.kernel is None else f' for {args.kernel}'}")
+        return 0
+    print(f"tuning cache: {root}")
+    if not counts:
+        print("  (empty)")
+    for name, n in counts.items():
+        print(f"  {name}: {n} cached winner{'s' if n != 1 else ''}")
+    return 0
 
 
 def cmd_demo(quiet: bool = False) -> int:

@@ -24,6 +24,7 @@ class DeviceInfo:
     l2_bytes: int  # 0 when unknown
     total_memory: int  # bytes; 0 when unknown
     torch_device: str = "cpu"  # where inputs are allocated: "cuda:0" or "cpu"
+    smem_bytes: int = 0  # shared memory (LDS) one block may use, opt-in maximum; 0 when unknown (interpreter)
 
     @property
     def is_gpu(self) -> bool:
@@ -51,6 +52,9 @@ def from_properties(props: Any, *, hip: bool, index: int = 0) -> DeviceInfo:
         arch = f"sm_{props.major}{props.minor}"
         backend = "cuda"
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    # CUDA: the opt-in per-block maximum (227 KiB on H100/H200) is what Triton may use; HIP reports LDS (64 KiB on
+    # MI300X, 160 KiB on MI355X) as shared_memory_per_block.
+    smem = int(getattr(props, "shared_memory_per_block_optin", 0) or getattr(props, "shared_memory_per_block", 0) or 0)
     return DeviceInfo(
         backend=backend,
         name=normalise_name(props.name),
@@ -59,6 +63,7 @@ def from_properties(props: Any, *, hip: bool, index: int = 0) -> DeviceInfo:
         l2_bytes=l2,
         total_memory=int(getattr(props, "total_memory", 0) or 0),
         torch_device=f"cuda:{index}",
+        smem_bytes=smem,
     )
 
 

@@ -32,11 +32,12 @@ class CheckRow:
     reason: str = ""
 
 
-def parse_name(name: str) -> tuple[dict, str, str]:
-    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json`` -> ({"N": 4096}, "NVIDIA_H200", "bf16")."""
+def parse_name(name: str) -> tuple[dict, str, str | None]:
+    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json`` -> ({"N": 4096}, "NVIDIA_H200", "bf16"); the dtype is None
+    for names without one (SGLang's bf16/fp16 MoE files)."""
     try:
         fields = dict(p.split("=", 1) for p in name.removesuffix(".json").split(","))
-        device, dtype = fields.pop("device_name"), fields.pop("dtype")
+        device, dtype = fields.pop("device_name"), fields.pop("dtype", None)
         return {k: int(v) for k, v in fields.items()}, device, dtype
     except (ValueError, KeyError):
         raise ValueError(f"{name}: not an artifact name (AXIS=v,...,device_name=D,dtype=T.json)") from None
@@ -55,9 +56,21 @@ def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
         tdir = want if want.is_dir() else (tdirs[-1] if tdirs else None)
         if tdir is None:
             continue
-        for f in sorted(tdir.glob(f"*device_name={device_name},*.json")):
-            out.append((kdir.name, f))
+        # "…,device_name=D,dtype=T.json", or "…,device_name=D.json" where the kernel writes no dtype part (MoE).
+        names = set(tdir.glob(f"*device_name={device_name},*.json")) | set(tdir.glob(f"*device_name={device_name}.json"))
+        out += [(kdir.name, f) for f in sorted(names)]
     return out
+
+
+def _full_shape(name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[dict, str]:
+    """The non-batch shape and dtype a file was tuned for: its provenance says it in full (a name may show only some
+    axes); older sidecars without it fall back to the name."""
+    meta = next((p for p in prov.values() if isinstance(p, dict) and "shape" in p), None)
+    if meta:
+        rest, dtype = {k: int(v) for k, v in meta["shape"].items()}, meta.get("dtype") or dtype
+    if dtype is None:
+        raise ValueError(f"{name}: no dtype in the name and no provenance to say which; re-export it")
+    return rest, dtype
 
 
 def default_measure(device) -> Callable:
@@ -82,6 +95,7 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=()) 
             spec = get_kernel(kernel, list(paths))
             rest, _, dtype = parse_name(path.name)
             prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
+            rest, dtype = _full_shape(path.name, rest, dtype, prov)
             table = validated_table(spec, path, rest, dtype, device)
         except (LookupError, ValueError) as e:  # unknown kernel, bad name, malformed file or sidecar
             rows.append(CheckRow(**{**base, "shape": {}, "status": "FAIL", "reason": str(e)[:200]}))

@@ -6,6 +6,12 @@ from typing import Iterable
 
 from .config import Config
 from .device import DeviceInfo
+from .dtypes import itemsize
+
+# Tiled (GEMM-like) kernels: pruning rules shared by matmul and fused_moe.
+UNKNOWN_SMEM = 96 * 1024  # interpreter: a floor every current datacenter GPU meets
+HIP_LDS = 64 * 1024  # vLLM's ROCm rule: one copy of the A and B tiles must fit 64 KiB of LDS
+ACC_PER_THREAD = (4, 128)  # fp32 accumulators per thread: above 128 they spill, below 4 most warps only wait
 
 
 def next_pow2(n: int) -> int:
@@ -40,3 +46,60 @@ def with_hip_knobs(configs: Iterable[Config], device: DeviceInfo,
     if device.backend != "hip":
         return configs
     return [c.replace(waves_per_eu=w) for c, w in product(configs, waves_per_eu)]
+
+
+def tile_smem(bm: int, bn: int, bk: int, stages: int, dtype: str, backend: str) -> int:
+    """Shared memory a tiled MMA loop keeps: num_stages copies of the A (bm x bk) and B (bk x bn) tiles on CUDA; on
+    HIP the stream pipeliner keeps one copy in LDS."""
+    tile = (bm * bk + bk * bn) * itemsize(dtype)
+    return tile if backend == "hip" else stages * tile
+
+
+def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, device: DeviceInfo) -> bool:
+    limit = device.smem_bytes or UNKNOWN_SMEM
+    if device.backend == "hip":
+        limit = min(limit, HIP_LDS)
+    acc = bm * bn / (lanes(device) * warps)
+    return tile_smem(bm, bn, bk, stages, dtype, device.backend) <= limit and \
+        ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
+
+
+def block_k_options(K: int, device: DeviceInfo, choices=(16, 32, 64, 128, 256)) -> list[int]:
+    """BLOCK_SIZE_K values worth timing: <= next_pow2(K); 16/32 only where K itself is that small or on HIP (whose
+    64 KiB LDS needs thin K tiles for big M/N tiles); when K is a multiple of 64, only divisors of K, so the
+    unmasked EVEN_K loop is the one timed."""
+    cap = max(16, next_pow2(K))
+    out = [b for b in choices if b <= cap and (b >= 64 or cap <= 64 or device.backend == "hip")]
+    if K % 64 == 0:
+        out = [b for b in out if K % b == 0]
+    return out
+
+
+def group_options(tiles_m: int, groups=(1, 8, 16, 32)) -> list[int]:
+    """GROUP_SIZE_M values that give distinct tile orders: only 1 with a single row of tiles; otherwise 1, those
+    below the number of row tiles, and the smallest at or above it (every such value gives the same column-major
+    order)."""
+    if tiles_m <= 1:
+        return [1]
+    big = [g for g in groups if g > 1]
+    return [1] + [g for g in big if g < tiles_m] + [g for g in big if g >= tiles_m][:1]
+
+
+def nearest(space: Iterable[Config], target: Config, weights: dict[str, float] | None = None) -> Config:
+    """The config of ``space`` closest to ``target``: sum over knobs of weight * |log2 ratio| (a missing or unset
+    knob counts as 1). Heuristics state what they want and let this land it inside the pruned space, so the default
+    is always a config the sweep also times. Ties go to the earlier config of the space."""
+    import math
+
+    weights = weights or {}
+    want = target.to_dict()
+
+    def dist(c: Config) -> float:
+        have = c.to_dict()
+        return sum(weights.get(k, 1.0) * abs(math.log2(max(have.get(k) or 1, 1)) - math.log2(max(want.get(k) or 1, 1)))
+                   for k in set(want) | set(have))
+
+    space = list(space)
+    if not space:
+        raise ValueError("empty search space")
+    return min(space, key=dist)

@@ -39,12 +39,19 @@ class KernelSpec:
     bytes: Callable[[Shape, str], float] | None = None  # minimum bytes moved, for roofline %
     flops: Callable[[Shape, str], float] | None = None
     tolerance: Callable[[str], float] | None = None  # rel-error bound per dtype, when the default table is not right
+    # Outputs that go through several storage roundings (e.g. a GEMM whose intermediate is stored in bf16) scale both
+    # default bounds, norm and element-wise, rather than replacing them with a norm-only one.
+    tolerance_scale: float = 1.0
     baseline: Callable[[Inputs], Any] | None = None  # eager torch as a user would write it: timed eager + compiled
     source_dir: Path | None = None  # folder fingerprinted into the tuning key
     dtype_from: str = ""  # the input whose dtype is "the" dtype of a real call (default: first floating tensor)
     fingerprint: str = ""  # hash of source_dir as it was when this spec was imported (set by the registry)
     description: str = ""
     extra: dict = field(default_factory=dict)
+    # Artifact file names. SGLang's MoE files name only E and N (not K or top-k) and carry no dtype part for bf16/fp16,
+    # so a kernel can narrow the axes its file names show and map dtypes to name tags (None: no dtype part).
+    artifact_axes: tuple[str, ...] = ()  # default: every non-batch axis, in axis order
+    artifact_dtype: Callable[[str], str | None] | None = None  # default: the short name, e.g. "bf16"
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
@@ -53,11 +60,25 @@ class KernelSpec:
             raise SpecError(f"{self.name}: batch axis {self.batch_axis!r} is not one of its axes {self.axes}")
         object.__setattr__(self, "axes", tuple(self.axes))
         object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in self.dtypes))
+        object.__setattr__(self, "artifact_axes", tuple(self.artifact_axes))
+        bad = [a for a in self.artifact_axes if a not in self.axes or a == self.batch_axis]
+        if bad:
+            raise SpecError(f"{self.name}: artifact axes {bad} must be non-batch axes of {self.axes}")
         overlap = set(self.outputs) & set(self.mutates)
         if overlap:
             raise SpecError(f"{self.name}: {sorted(overlap)} cannot be both a pure output and mutated in place")
 
     # -- helpers the core uses -----------------------------------------------------------------------------------
+    @property
+    def file_axes(self) -> tuple[str, ...]:
+        """The axes an artifact's file name shows (the rest of the shape lives in its provenance)."""
+        return self.artifact_axes or tuple(a for a in self.axes if a != self.batch_axis)
+
+    def dtype_tag(self, dtype: str) -> str | None:
+        """The ``dtype=`` part of an artifact name, or None for none."""
+        d = dtypes.canonical(dtype)
+        return self.artifact_dtype(d) if self.artifact_dtype is not None else d
+
     def check_shape(self, shape: Shape) -> dict[str, int]:
         """Validate a shape dict against the axes; returns it in axis order with int values."""
         if not isinstance(shape, Mapping):
@@ -83,13 +104,14 @@ class KernelSpec:
     def tol(self, dtype: str) -> float:
         if self.tolerance is not None:
             return float(self.tolerance(dtype))
-        return dtypes.DEFAULT_TOLERANCE[dtypes.canonical(dtype)]
+        return self.tolerance_scale * dtypes.DEFAULT_TOLERANCE[dtypes.canonical(dtype)]
 
     def element_tol(self, dtype: str) -> tuple[float, float] | None:
         """(rtol, atol) per element; None when the kernel sets its own norm ``tolerance`` (it knows better)."""
         if self.tolerance is not None:
             return None
-        return dtypes.ELEMENT_TOLERANCE[dtypes.canonical(dtype)]
+        rtol, atol = dtypes.ELEMENT_TOLERANCE[dtypes.canonical(dtype)]
+        return self.tolerance_scale * rtol, self.tolerance_scale * atol
 
     def reset(self, inputs: Inputs, snapshot: Mapping[str, Any] | None) -> None:
         """Put in-place state back: restore ``mutates`` from ``snapshot`` and zero ``zeroes``."""

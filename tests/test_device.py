@@ -6,21 +6,25 @@ from flytune_nb.device import from_properties, interpreter_device, normalise_nam
 from flytune_nb.registry import get_kernel
 
 H200 = SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, L2_cache_size=62914560,
-                       total_memory=150_000_000_000)
+                       total_memory=150_000_000_000, shared_memory_per_block=49152,
+                       shared_memory_per_block_optin=232448)
 MI300X = SimpleNamespace(name="AMD Instinct MI300X", gcnArchName="gfx942:sramecc+:xnack-", major=9, minor=4,
-                         multi_processor_count=304, L2_cache_size=4194304, total_memory=205_000_000_000)
+                         multi_processor_count=304, L2_cache_size=4194304, total_memory=205_000_000_000,
+                         shared_memory_per_block=65536)
 
 
 def test_cuda_properties():
     d = from_properties(H200, hip=False)
     assert (d.backend, d.name, d.arch, d.sm_count, d.l2_bytes) == ("cuda", "NVIDIA_H200", "sm_90", 132, 62914560)
     assert d.is_gpu and d.torch_device == "cuda:0"
+    assert d.smem_bytes == 232448  # the opt-in maximum Triton can use, not the 48 KiB static default
 
 
 def test_hip_properties():
     d = from_properties(MI300X, hip=True)
     assert (d.backend, d.name, d.arch, d.sm_count, d.l2_bytes) == ("hip", "AMD_Instinct_MI300X", "gfx942", 304,
                                                                    4194304)
+    assert d.smem_bytes == 65536  # LDS
 
 
 def test_interpreter_label():

@@ -10,7 +10,7 @@ from flytune_nb.tuner import TunedKernel
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm"])
+@pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm", "softmax"])
 def test_every_config_of_the_space_passes_on_the_gpu(kernel, dev):
     spec = get_kernel(kernel)
     shape = {"M": 257, "N": 5120}  # non-power-of-two N: masked tails in both forms
@@ -22,7 +22,7 @@ def test_every_config_of_the_space_passes_on_the_gpu(kernel, dev):
     assert failures == []
 
 
-@pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm"])
+@pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm", "softmax"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("N", [128, 4096, 8192, 65536])
 def test_default_is_correct_on_the_gpu(kernel, dtype, N, dev):
@@ -31,6 +31,56 @@ def test_default_is_correct_on_the_gpu(kernel, dtype, N, dev):
     t = evaluate(spec, shape, dtype, spec.default(shape, dtype, dev), dev, GpuTimer(dev, warmup_ms=1, rep_ms=1,
                                                                                      min_reps=3))
     assert t.ok, t.reason
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("M", [1, 33, 4096])
+@pytest.mark.parametrize("NK", [(4096, 4096), (576, 7168), (200, 320)])
+def test_matmul_default_is_correct_on_the_gpu(M, NK, dtype, dev):
+    spec = get_kernel("matmul")
+    shape = {"M": M, "N": NK[0], "K": NK[1]}
+    t = evaluate(spec, shape, dtype, spec.default(shape, dtype, dev), dev, GpuTimer(dev, warmup_ms=1, rep_ms=1,
+                                                                                     min_reps=3))
+    assert t.ok, t.reason
+
+
+def test_a_sample_of_the_matmul_space_compiles_and_passes(dev):
+    """24 configs drawn from a ragged shape's space (compiling all ~300 would take minutes): wrapped M/N loads,
+    masked K, every tile size family. A config that cannot compile is a pruning bug, so compile errors fail too."""
+    import random
+
+    spec = get_kernel("matmul")
+    shape = {"M": 37, "N": 200, "K": 320}
+    space = spec.configs(shape, "bf16", dev)
+    sample = random.Random(0).sample(space, min(24, len(space)))
+    timer = GpuTimer(dev, warmup_ms=1, rep_ms=1, min_reps=3)
+    failures = [(str(c), t.status, t.reason) for c in sample
+                for t in [evaluate(spec, shape, "bf16", c, dev, timer)] if not t.ok]
+    assert failures == []
+
+
+@pytest.mark.parametrize("model", [(8, 14336, 4096, 2), (128, 768, 2048, 8)])  # Mixtral-8x7B; Qwen3-30B-A3B
+@pytest.mark.parametrize("M", [1, 64, 512])
+def test_fused_moe_default_is_correct_on_the_gpu(model, M, dev):
+    spec = get_kernel("fused_moe")
+    E, N, K, topk = model
+    shape = {"M": M, "E": E, "N": N, "K": K, "topk": topk}
+    t = evaluate(spec, shape, "bf16", spec.default(shape, "bf16", dev), dev, GpuTimer(dev, warmup_ms=1, rep_ms=1,
+                                                                                       min_reps=3))
+    assert t.ok, t.reason
+
+
+def test_a_sample_of_the_fused_moe_space_compiles_and_passes(dev):
+    import random
+
+    spec = get_kernel("fused_moe")
+    shape = {"M": 45, "E": 8, "N": 320, "K": 256, "topk": 2}  # ragged per-expert runs, masked N tiles
+    space = spec.configs(shape, "bf16", dev)
+    sample = random.Random(0).sample(space, min(16, len(space)))
+    timer = GpuTimer(dev, warmup_ms=1, rep_ms=1, min_reps=3)
+    failures = [(str(c), t.status, t.reason) for c in sample
+                for t in [evaluate(spec, shape, "bf16", c, dev, timer)] if not t.ok]
+    assert failures == []
 
 
 def test_search_beats_or_matches_the_default_and_the_winner_is_correct(dev, tmp_path):

@@ -1,4 +1,4 @@
-"""rmsnorm and fused_add_rmsnorm: every config of the pruned space is correct (interpreter on CPU, small shapes),
+"""The row kernels (rmsnorm, fused_add_rmsnorm, softmax): every config of the pruned space is correct (interpreter on CPU, small shapes),
 both the single-pass and the looped form, and the heuristic default is always in the space."""
 import pytest
 import torch
@@ -8,7 +8,7 @@ from flytune_nb.config import Config
 from flytune_nb.registry import get_kernel
 from flytune_nb.trial import evaluate
 
-KERNELS = ("rmsnorm", "fused_add_rmsnorm")
+KERNELS = ("rmsnorm", "fused_add_rmsnorm", "softmax")
 
 
 def _distinct_blocks(space):
@@ -73,3 +73,15 @@ def test_fused_add_rmsnorm_updates_residual_in_place(dev):
     assert r.data_ptr() == inputs["residual"].data_ptr()
     torch.testing.assert_close(r, x + r0)
     assert compare(y, spec.reference({**inputs, "x": x, "residual": r0})[0], 1e-5).ok
+
+
+def test_softmax_inputs_punish_a_missing_max_subtraction(dev):
+    """The +100 logit offset makes exp(x) overflow fp32: a kernel that skips the row max cannot pass by luck."""
+    spec = get_kernel("softmax")
+    inputs = spec.make_inputs({"M": 4, "N": 300}, "fp32", dev)
+    x = inputs["x"].float()
+    naive = torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
+    assert not compare(naive, spec.reference(inputs), spec.tol("fp32")).ok
+    out = spec.run(inputs, spec.default({"M": 4, "N": 300}, "fp32", dev))
+    assert compare(out, spec.reference(inputs), spec.tol("fp32")).ok
+    torch.testing.assert_close(out.sum(-1), torch.ones(4), rtol=0, atol=1e-5)

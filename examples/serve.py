@@ -1,0 +1,112 @@
+"""A serving loop that reads exported configs with zero search: the consumer side of flytune_nb.
+
+It imports a kernel's tuned launcher with tuning off, serves a stream of calls at varying batch sizes, and reports
+which config each batch size got and where it came from (artifact: an exported file, nearest batch size; default:
+the kernel's heuristic), plus what the launcher adds per call over launching the same config directly.
+
+    python examples/serve.py --kernel rmsnorm --shape N=4096 --dtype bf16            # the committed exports/
+    python examples/serve.py --kernel rmsnorm --shape N=256 --dtype fp32 --config-dir runs/exports --calls 50
+
+An engine does the same with its own launcher: ``lookup(spec, shape, dtype)`` (flytune_nb.lookup) gives the config
+and its source; SGLang reads the same files directly (docs/guide.md, "Offline artifacts").
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections import Counter
+
+SGLANG_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--kernel", default="rmsnorm")
+    p.add_argument("--shape", nargs="+", default=["N=4096"], help="the non-batch axes, e.g. N=4096")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--config-dir", default=None, help="exported configs (default: $FLYTUNE_CONFIG_DIR or exports/)")
+    p.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes to draw from (default: "
+                                                       "SGLang's 1..4096, capped by --max-batch)")
+    p.add_argument("--max-batch", type=int, default=4096)
+    p.add_argument("--calls", type=int, default=500, help="calls in the stream")
+    p.add_argument("--overhead-calls", type=int, default=2000, help="calls per timing of the launcher overhead")
+    p.add_argument("--json", default=None, help="also write the report as JSON here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ["FLYTUNE_AUTOTUNE"] = "0"  # serving never searches, whatever the environment says
+    if args.config_dir:
+        os.environ["FLYTUNE_CONFIG_DIR"] = args.config_dir
+    import torch
+
+    from flytune_nb import current_device, get_kernel, tuned
+
+    spec, dev = get_kernel(args.kernel), current_device()
+    rest = {k: int(v) for k, v in (s.split("=", 1) for s in args.shape)}
+    sizes = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else \
+        [b for b in SGLANG_BATCH_SIZES if b <= args.max_batch]
+    op = tuned(spec, autotune=False)
+    inputs = {m: spec.make_inputs(spec.check_shape({**rest, spec.batch_axis: m}), args.dtype, dev) for m in sizes}
+
+    # The stream: a seeded mix of batch sizes, as a serving engine sees them. The first call of each size resolves
+    # its config (artifact or default); every later one is a memory hit.
+    rng = random.Random(0)
+    first_source, config_of, sources = {}, {}, Counter()
+    t0 = time.perf_counter()
+    for m in [rng.choice(sizes) for _ in range(args.calls)]:
+        op(**inputs[m])
+        sources[op.last_source] += 1
+        if m not in first_source:
+            first_source[m], config_of[m] = op.last_source, str(op.config_for(inputs[m]))
+    sync = torch.cuda.synchronize if dev.is_gpu else (lambda: None)
+    sync()
+    stream_s = time.perf_counter() - t0
+
+    # Overhead: the smallest batch size (launch-bound, where it shows), tuned call vs the same config launched
+    # through the kernel's own launcher.
+    m = min(sizes)
+    cfg = op.config_for(inputs[m])
+
+    def per_call(fn, n):
+        for _ in range(max(3, n // 20)):
+            fn()
+        sync()
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            best = min(best, (time.perf_counter() - t) / n)
+        return best * 1e6
+
+    n = args.overhead_calls if dev.is_gpu else max(3, args.overhead_calls // 200)  # interpreted launches cost ms
+    raw_us = per_call(lambda: spec.run(inputs[m], cfg), n)
+    tuned_us = per_call(lambda: op(**inputs[m]), n)
+
+    report = {"kernel": spec.name, "shape": rest, "dtype": args.dtype, "device": dev.name, "calls": args.calls,
+              "stream_s": stream_s, "sources": dict(sources), "first_call_source": first_source,
+              "configs": config_of, "overhead": {"batch": m, "raw_us": raw_us, "tuned_us": tuned_us,
+                                                 "ratio": tuned_us / raw_us}}
+    print(f"served {args.calls} calls of {spec.name} {' '.join(f'{k}={v}' for k, v in rest.items())} {args.dtype} "
+          f"on {dev.name} in {stream_s:.2f} s with zero search")
+    print(f"config sources over the stream: {dict(sources)}")
+    print(f"{spec.batch_axis:>6}  source    config")
+    for b in sorted(config_of):
+        print(f"{b:>6}  {first_source[b]:<8}  {config_of[b]}")
+    print(f"per-call host time at {spec.batch_axis}={m}: launcher with a fixed config {raw_us:.2f} us, tuned call "
+          f"{tuned_us:.2f} us ({tuned_us / raw_us:.3f}x)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
