@@ -30,9 +30,14 @@ def main():
     kmod = import_module(spec.run.__module__ + ".kernel")  # the folder's kernel.py, as the registry loaded it
 
     fresh_cache()
+    marks = []  # (seconds since start, event type): where our time goes
     t0 = time.perf_counter()
-    res = Sweep(spec.name, {k: [v] for k, v in SHAPE.items()}, [DTYPE], baselines=()).run()[0]
+    res = Sweep(spec.name, {k: [v] for k, v in SHAPE.items()}, [DTYPE], baselines=(),
+                listeners=[lambda e: marks.append((time.perf_counter() - t0, type(e).__name__))]).run()[0]
     ours = time.perf_counter() - t0
+    first = next(t for t, kind in marks if kind == "TrialStarted")
+    last = max(t for t, kind in marks if kind in ("TrialDone", "TrialFailed"))
+    phases = {"start_and_precompile_s": first, "timing_and_checks_s": last - first, "finish_s": ours - last}
 
     fresh_cache()
     N = SHAPE["N"]
@@ -49,13 +54,16 @@ def main():
     env = environment()
     payload = {"env": env, "shape": SHAPE, "dtype": DTYPE, "configs": len(configs), "flytune_s": ours,
                "triton_autotune_s": theirs, "ratio": ours / theirs, "flytune_best": str(res.best.config),
-               "flytune_best_us": res.best.p50 * 1e3, "autotune_best": str(tuned.best_config)}
+               "flytune_best_us": res.best.p50 * 1e3, "autotune_best": str(tuned.best_config), "flytune_phases": phases}
     md = "\n".join([
         f"# Tuning cost: rmsnorm M={SHAPE['M']} N={SHAPE['N']} {DTYPE}, {len(configs)} configs, empty Triton cache",
         f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}, {os.cpu_count()} CPU cores",
         "", "| | wall time (s) |", "|---|---|",
         f"| flytune sweep (isolated worker + precompile + correctness per config) | {ours:.1f} |",
         f"| triton.autotune first call | {theirs:.1f} |", f"| ratio (flytune / autotune) | {ours / theirs:.2f} |",
+        "", "Where flytune's time went: worker start + precompile until the first trial "
+        f"{phases['start_and_precompile_s']:.1f} s, timing + correctness of every config "
+        f"{phases['timing_and_checks_s']:.1f} s, shutdown {phases['finish_s']:.1f} s.",
         "", f"flytune best: `{res.best.config}` ({res.best.p50 * 1e3:.1f} us); autotune best: `{tuned.best_config}`"])
     write("cost_vs_autotune", payload, md)
 

@@ -14,7 +14,7 @@ import os
 import threading
 import warnings
 
-from .tasks import compile_one
+from .tasks import compile_one, warm_up
 
 
 def _set_env(env: dict) -> None:
@@ -35,6 +35,14 @@ class Precompiler:
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
                                                 initializer=_set_env, initargs=(dict(self.env),))
         return self._pool
+
+    def warm(self, kernel: str, paths: tuple) -> None:
+        """Start every pool process now (each imports torch and the kernel, ~3-5 s) without waiting: the sweep calls
+        this before it plans, so the pool's start overlaps the timing worker's."""
+        with self._lock:
+            pool = self._get_pool()
+            for _ in range(self.workers):
+                pool.submit(warm_up, kernel, paths)
 
     def run(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
             per_config_s: float = 120.0, startup_s: float = 60.0) -> dict:

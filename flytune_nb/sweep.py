@@ -117,6 +117,7 @@ class Sweep:
         if self._override:
             tasks._OVERRIDES[self.spec.name] = self.spec
         lanes = self._lanes()
+        precompiler = self._precompiler()  # its processes start while the timing worker plans
         try:
             plans = self._plan(lanes[0])  # user errors (too large, broken plugin) surface here, before any write
             if self.store is None:
@@ -124,7 +125,6 @@ class Sweep:
             device = plans[0]["device"]
             self.run_id = self.store.start_run(self.spec.name, [dict(s) for s in self.shapes], self.dtypes,
                                                self.strategy_name, self.budget, device["name"])
-            precompiler = self._precompiler(device)
             jobs: queue.Queue = queue.Queue()
             for p in plans:
                 jobs.put(p)
@@ -156,6 +156,7 @@ class Sweep:
             finally:
                 if precompiler is not None:
                     precompiler.close()
+                    precompiler = None
             if errors:
                 raise errors[0]
             self.results = [results[i] for i in sorted(results)]
@@ -163,6 +164,8 @@ class Sweep:
             self.emit(SweepDone(self.spec.name, self.results))
             return self.results
         finally:
+            if precompiler is not None:  # planning failed: the warmed pool is not needed
+                precompiler.close(kill=True)
             for lane in lanes:
                 lane.close()
             tasks._OVERRIDES.pop(self.spec.name, None)
@@ -189,17 +192,26 @@ class Sweep:
                 plans.append({**d, "shape": shape, "dtype": dtype, "index": len(plans), "device": d["device"]})
         return plans
 
-    def _precompiler(self, device: dict):
-        enabled = self.precompile if self.precompile is not None else device["backend"] in ("cuda", "hip")
-        if not enabled or self.ray is not None:
+    def _precompiler(self):
+        """A started precompile pool, or None. Decided before planning (so the pool's start overlaps it): on by
+        default where Triton compiles for a GPU, never through the interpreter or on Ray."""
+        if self.precompile is False or self.ray is not None:
+            return None
+        from .device import interpreting
+
+        import torch
+
+        hip = bool(getattr(torch.version, "hip", None))
+        if self.precompile is None and (interpreting() or not torch.cuda.is_available()):
             return None
         from .precompile import Precompiler
 
         env = {}
         if self.gpus:  # compile for the first GPU of the sweep; the binaries are the same for identical GPUs
-            env = {"CUDA_VISIBLE_DEVICES": str(self.gpus[0]), "HIP_VISIBLE_DEVICES": str(self.gpus[0])}
-            env.pop("HIP_VISIBLE_DEVICES" if device["backend"] == "cuda" else "CUDA_VISIBLE_DEVICES")
-        return Precompiler(env=env)
+            env = {"HIP_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES": str(self.gpus[0])}
+        pc = Precompiler(env=env)
+        pc.warm(self.spec.name, self.paths)
+        return pc
 
     def _timer(self, fidelity: str, device: dict) -> tuple:
         t = dict(self.timer)

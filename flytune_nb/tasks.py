@@ -78,6 +78,20 @@ def trial(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, time
     return trial_to_dict(t)
 
 
+def warm_up(kernel: str, paths: tuple) -> float:
+    """Import torch, Triton and the kernel, and create the device context: what a fresh pool process spends its
+    first seconds on. Submitted while the sweep plans, so that cost overlaps the timing worker's own start."""
+    from .device import current_device
+
+    t0 = time.perf_counter()
+    _spec(kernel, paths)
+    if current_device().is_gpu:
+        import torch
+
+        torch.zeros(1, device=current_device().torch_device)
+    return time.perf_counter() - t0
+
+
 def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict) -> tuple[str, float]:
     """Precompile by launching once on real-shaped inputs: generic (no per-kernel hook), and it fills Triton's
     on-disk cache exactly as the timing worker's first launch will look it up (same args, same specialisation)."""

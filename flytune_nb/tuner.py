@@ -65,9 +65,9 @@ class TunedKernel:
     def config_for(self, inputs: dict) -> Config:
         fast = _fast_key(inputs)
         hit = self._memory.get(fast)
-        # A remembered default/artifact does not stand in the way of a search asked for later in the session
-        # (%env FLYTUNE_AUTOTUNE=1 in a notebook).
-        if hit is not None and not (hit[1] in ("default", "artifact") and self._want_search()):
+        # FLYTUNE_AUTOTUNE is part of the fast key, so a search asked for later in the session (%env
+        # FLYTUNE_AUTOTUNE=1 in a notebook) misses a remembered default/artifact without a check on every hit.
+        if hit is not None and not (self.autotune and hit[1] in ("default", "artifact")):
             self.last_source = "memory"
             return hit[0]
         spec = self.spec
@@ -135,7 +135,7 @@ def _fast_key(inputs: dict) -> tuple:
             _env_signature())
 
 
-_ENV_KEYS = tuple(k.encode() for k in CODEGEN_ENV)
+_ENV_KEYS = tuple(k.encode() for k in CODEGEN_ENV + ("FLYTUNE_AUTOTUNE",))
 
 
 def _env_signature() -> tuple:
@@ -144,7 +144,7 @@ def _env_signature() -> tuple:
     data = getattr(os.environ, "_data", None)
     if isinstance(data, dict) and os.name == "posix":
         return tuple(data.get(k) for k in _ENV_KEYS)
-    return tuple(os.environ.get(k) for k in CODEGEN_ENV)
+    return tuple(os.environ.get(k) for k in CODEGEN_ENV + ("FLYTUNE_AUTOTUNE",))
 
 
 def _dtype_of(spec, inputs: dict):

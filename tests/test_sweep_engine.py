@@ -250,3 +250,27 @@ def test_precompile_pool_gets_its_environment_and_a_hang_only_ends_precompilatio
         res = stuck.run("evil", (PLUGINS,), {"N": 8}, "fp32", [hang], per_config_s=2, startup_s=10)
     stuck.close(kill=True)
     assert res["failed"] == 1 and time.time() - t0 < 30
+
+
+def test_precompile_pool_starts_before_planning_and_closes_if_planning_fails(monkeypatch):
+    """The pool's processes (each imports torch: seconds) start while the timing worker plans, not after; a sweep
+    whose planning fails leaves no pool behind."""
+    from flytune_nb.precompile import Precompiler
+
+    order, closed = [], []
+    real_warm, real_close, real_plan = Precompiler.warm, Precompiler.close, Sweep._plan
+    monkeypatch.setattr(Precompiler, "warm", lambda self, *a: (order.append("warm"), real_warm(self, *a))[1])
+    monkeypatch.setattr(Precompiler, "close", lambda self, kill=False: (closed.append(kill), real_close(self, kill))[1])
+    monkeypatch.setattr(Sweep, "_plan", lambda self, lane: (order.append("plan"), real_plan(self, lane))[1])
+    r = Sweep("toy", "N=64", ["fp32"], paths=[PLUGINS], precompile=True, baselines=(), isolate=False).run()[0]
+    assert order == ["warm", "plan"] and closed == [False]
+    plain = Sweep("toy", "N=64", ["fp32"], paths=[PLUGINS], precompile=False, baselines=(), isolate=False).run()[0]
+    assert r.best is not None and [(t.config, t.status) for t in r.trials] == [(t.config, t.status) for t in plain.trials]
+
+    def broken_plan(self, lane):
+        raise SweepError("toy: cannot prepare the shape")
+
+    monkeypatch.setattr(Sweep, "_plan", broken_plan)
+    with pytest.raises(SweepError):
+        Sweep("toy", "N=64", ["fp32"], paths=[PLUGINS], precompile=True, baselines=(), isolate=False).run()
+    assert closed[-1] is True
