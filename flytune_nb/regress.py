@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -103,10 +103,35 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=()) 
         for m, config in table.items():
             shape = spec.check_shape({**rest, spec.batch_axis: m})
             then = (prov.get(str(m)) or {}).get("best_p50_ms")
-            t = measure(spec, shape, dtype, config)
-            d = measure(spec, shape, dtype, spec.default(shape, dtype, device))
-            rows.append(_judge(kernel, path.name, shape, dtype, config, t, d, then))
+            default = spec.default(shape, dtype, device)
+            t, d = measure(spec, shape, dtype, config), measure(spec, shape, dtype, default)
+            row = _judge(kernel, path.name, shape, dtype, config, t, d, then)
+            if row.status != "OK" and t.ok:
+                # Confirm before alarming: a 5 us kernel's median moves by up to ~1 us between one measurement
+                # and the next on the H200 (run 5: fused_add_rmsnorm defaults spread 0.8-1.4x run-to-run), so a
+                # suspect row is re-timed, alternating config and default on fresh inputs, and judged on the
+                # fastest median of each — slow bursts can only add time.
+                ts, ds = [t], [d]
+                for _ in range(CONFIRM_ROUNDS):
+                    ts.append(measure(spec, shape, dtype, config))
+                    ds.append(measure(spec, shape, dtype, default))
+                t = _fastest(ts)
+                d = _fastest(ds) if d.ok else d
+                row = _judge(kernel, path.name, shape, dtype, config, t, d, then)
+                if row.status != "OK":
+                    row = replace(row, reason=f"{row.reason} (confirmed: fastest of {1 + CONFIRM_ROUNDS} "
+                                              f"interleaved timings)")
+            rows.append(row)
     return rows
+
+
+CONFIRM_ROUNDS = 4
+
+
+def _fastest(trials):
+    """The failing trial if any failed (a correctness failure is never timed away), else the fastest median."""
+    bad = [t for t in trials if not t.ok]
+    return bad[0] if bad else min(trials, key=lambda t: t.p50)
 
 
 def _judge(kernel, fname, shape, dtype, config, t, d, then) -> CheckRow:

@@ -288,3 +288,29 @@ def test_check_fails_missing_knobs_and_configs_slower_than_the_default(swept, tm
     path.write_text('{"4": {"BLOCK_N": 256}}')
     [row] = check(out, device=dev, measure=slow_committed)
     assert row.status == "FAIL" and "missing knob" in row.reason
+
+
+def test_check_confirms_a_suspect_row_before_alarming(swept, tmp_path, dev):
+    """One slow burst is re-timed away; a config that stays slow is still a FAIL, and says it was confirmed."""
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
+    committed = {int(m): Config.from_dict(c) for m, c in json.loads(path.read_text()).items()}
+    calls = []
+
+    def measure(bursty):
+        def m(spec_, shape, dtype, config):
+            calls.append(shape["M"])
+            then = prov[str(shape["M"])]["best_p50_ms"]
+            if config != committed[shape["M"]]:
+                p = then * 2  # the default
+            else:
+                first = sum(c == shape["M"] for c in calls) == 1
+                p = then * (1.5 if first or not bursty else 1.0)
+            return Trial(spec_.name, shape, dtype, config, "ok", p20=p, p50=p, p80=p)
+        return m
+
+    rows = check(out, device=dev, measure=measure(bursty=True))
+    assert {r.status for r in rows} == {"OK"} and len(calls) == len(committed) * 2 * (1 + 4)
+    rows = check(out, device=dev, measure=measure(bursty=False))
+    assert {r.status for r in rows} == {"FAIL"} and all("confirmed" in r.reason for r in rows)
