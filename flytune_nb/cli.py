@@ -82,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("dir", nargs="?", default=None, help="config dir (default: the repo's exports/)")
     c.add_argument("--json", default=None, help="also write the rows as JSON here")
     c.add_argument("--md", default=None, help="also write a markdown table here")
+    c.add_argument("--min-delta-us", type=float, default=None,
+                   help="slowdowns smaller than this many microseconds are noise (default 1.0; 0 disables)")
     c.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
     ca = sub.add_parser("cache", help="where tuned winners are cached on disk; --clear forgets them")
     ca.add_argument("--clear", action="store_true", help="delete the cached winners (all, or --kernel's)")
@@ -258,7 +260,12 @@ def cmd_check(args) -> int:
     if not directory.is_dir():
         raise ValueError(f"{directory} is not a folder")
     dev = current_device()
-    rows = check(directory, device=dev, paths=args.path)
+    from .regress import MIN_DELTA_US
+
+    floor = MIN_DELTA_US if args.min_delta_us is None else args.min_delta_us
+    if not floor >= 0 or floor == float("inf"):
+        raise ValueError(f"--min-delta-us must be a number >= 0, got {args.min_delta_us}")
+    rows = check(directory, device=dev, paths=args.path, min_delta_us=floor)
     # The reports are written in every case, so a CI job that uploads them finds them even when there was nothing
     # to check on this device.
     if args.json:
