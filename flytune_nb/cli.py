@@ -149,7 +149,7 @@ def cmd_kernels(args) -> int:
             rows.append([name, "-", "-", "-", f"ERROR: {e}"])
             broken += 1
             continue
-        example = {a: 4096 for a in spec.axes}
+        example = spec.example()
         n = len(spec.configs(example, spec.dtypes[0], dev))
         rows.append([name, ",".join(spec.axes), spec.batch_axis, ",".join(spec.dtypes),
                      f"{n} @ " + " ".join(f"{a}={v}" for a, v in example.items())])

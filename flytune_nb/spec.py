@@ -51,6 +51,9 @@ class KernelSpec:
     # Artifact file names. SGLang's MoE files name only E and N (not K or top-k) and carry no dtype part for bf16/fp16,
     # so a kernel can narrow the axes its file names show and map dtypes to name tags (None: no dtype part).
     artifact_axes: tuple[str, ...] = ()  # default: every non-batch axis, in axis order
+    # A representative shape (axes left out default to 4096): what `flytune kernels` sizes the space at and what the
+    # workbench pre-fills. 4096 everywhere is right for a norm, absurd for MoE (4096 experts, top-4096).
+    example_shape: dict = field(default_factory=dict)
     artifact_dtype: Callable[[str], str | None] | None = None  # default: the short name, e.g. "bf16"
 
     def __post_init__(self) -> None:
@@ -61,6 +64,9 @@ class KernelSpec:
         object.__setattr__(self, "axes", tuple(self.axes))
         object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in self.dtypes))
         object.__setattr__(self, "artifact_axes", tuple(self.artifact_axes))
+        if set(self.example_shape) - set(self.axes):
+            raise SpecError(f"{self.name}: example_shape names {sorted(set(self.example_shape) - set(self.axes))}, "
+                            f"not axes of {self.axes}")
         bad = [a for a in self.artifact_axes if a not in self.axes or a == self.batch_axis]
         if bad:
             raise SpecError(f"{self.name}: artifact axes {bad} must be non-batch axes of {self.axes}")
@@ -69,6 +75,9 @@ class KernelSpec:
             raise SpecError(f"{self.name}: {sorted(overlap)} cannot be both a pure output and mutated in place")
 
     # -- helpers the core uses -----------------------------------------------------------------------------------
+    def example(self) -> dict[str, int]:
+        return {a: int(self.example_shape.get(a, 4096)) for a in self.axes}
+
     @property
     def file_axes(self) -> tuple[str, ...]:
         """The axes an artifact's file name shows (the rest of the shape lives in its provenance)."""

@@ -135,3 +135,12 @@ def test_two_models_that_would_share_a_file_are_refused(spec, tmp_path):
     with pytest.raises(ArtifactError, match="cannot tell them apart"):
         export(Store(db), tmp_path / "exports")
     assert not (tmp_path / "exports").exists()
+
+
+def test_kernels_listing_and_the_workbench_use_the_example_shape(spec, capsys):
+    from flytune_nb.cli import main
+
+    assert spec.example() == {"M": 64, "E": 8, "N": 14336, "K": 4096, "topk": 2}
+    assert main(["kernels"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("fused_moe"))
+    assert "E=8 N=14336 K=4096 topk=2" in line

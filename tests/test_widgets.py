@@ -83,6 +83,9 @@ def test_grid_editor_previews_work_and_explains_bad_input():
     assert "at least one dtype" in grid.preview.value
     grid.preset.value = "SGLang batch sizes (1 ... 4096)"
     assert grid.axis_boxes["M"].value.startswith("1,2,4,8,16,24")
+    moe = GridEditor(KernelPicker("fused_moe"), None, ["bf16"])  # pre-filled from the kernel's example shape
+    assert {a: b.value for a, b in moe.axis_boxes.items()} == {"M": "1,64", "E": "8", "N": "14336", "K": "4096",
+                                                                "topk": "2"}
 
 
 def test_heuristic_editor_rescores_on_stored_data_and_rejects_bad_edits(tmp_path, dev):

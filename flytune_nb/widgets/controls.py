@@ -75,7 +75,8 @@ class GridEditor(W.VBox):
         if isinstance(grid, str):  # the papermill / CLI form "M=1,64 N=4096": split per axis, validate in preview
             grid = dict(t.partition("=")[::2] for t in grid.replace(";", " ").split())
         grid = grid or {}
-        self.axis_boxes = {a: W.Text(value=str(grid.get(a, "1,64" if a == spec.batch_axis else "4096")),
+        example = spec.example()
+        self.axis_boxes = {a: W.Text(value=str(grid.get(a, "1,64" if a == spec.batch_axis else example[a])),
                                      description=a, continuous_update=False) for a in spec.axes}
         for box in self.axis_boxes.values():
             box.observe(lambda _: self.update_preview(), "value")

@@ -82,5 +82,6 @@ SPEC = KernelSpec(
     # fp16 5e-4. Three times the default bounds: a routing bug (wrong expert, dropped weight) is off by > 0.3.
     tolerance_scale=3.0,
     artifact_axes=("E", "N"),
+    example_shape={"M": 64, "E": 8, "N": 14336, "K": 4096, "topk": 2},  # Mixtral-8x7B
     artifact_dtype=lambda d: None,  # SGLang writes no dtype part for bf16/fp16 MoE configs
 )
