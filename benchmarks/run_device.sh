@@ -3,11 +3,7 @@
 # committed configs. Results go to benchmarks/results, or under the device tool's $OUT as one results.tar (it returns
 # at most 8 files). The long SGLang-grid sweep is run_sweep_grid.sh.
 set -uo pipefail
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-if [ -n "${OUT:-}" ]; then export BENCH_OUT=$OUT/res; else export BENCH_OUT=$PWD/benchmarks/results; fi
-mkdir -p "$BENCH_OUT"
-pack() { [ -n "${OUT:-}" ] && tar -C "$OUT" -cf "$OUT/results.tar" res && rm -rf "$OUT/res"; }
-trap pack EXIT
+source benchmarks/device_common.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$BENCH_OUT/nvidia_smi.txt"
 timeout 130 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 | tee "$BENCH_OUT/gpu_tests.txt" | tail -5
 (cd benchmarks && timeout 250 python3 precompile_speedup.py) 2>&1 | tail -12

@@ -3,11 +3,8 @@
 # `flytune check`, serve from it, measure the consumption paths and the precompile pool. Returns $OUT/results.tar
 # (res/ + exports/) and $OUT/h200_sweeps.db.
 set -uo pipefail
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-if [ -n "${OUT:-}" ]; then export BENCH_OUT=$OUT/res; else export BENCH_OUT=$PWD/benchmarks/results; fi
-mkdir -p "$BENCH_OUT"
-pack() { [ -n "${OUT:-}" ] && cp -r exports "$OUT/exports" && tar -C "$OUT" -cf "$OUT/results.tar" res exports && rm -rf "$OUT/res" "$OUT/exports"; }
-trap pack EXIT
+source benchmarks/device_common.sh
+PACK_EXTRA=(exports)
 STEP_TIMEOUT=140 DTYPES=bf16 KERNELS=fused_add_rmsnorm bash benchmarks/run_sweep_grid.sh
 DB=${OUT:-benchmarks/results}/h200_sweeps.db
 timeout 30 python3 -m flytune_nb.cli export --db "$DB" --out exports

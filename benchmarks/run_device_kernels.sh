@@ -2,11 +2,7 @@
 # Device call 2 of run 5 (<= 10 min): GPU tests of what changed since run 4 (new kernels, tuner, precompile), the
 # sweep-cost and launch-overhead benchmarks again, and the first kernels benchmark slice. Returns $OUT/results.tar.
 set -uo pipefail
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
-if [ -n "${OUT:-}" ]; then export BENCH_OUT=$OUT/res; else export BENCH_OUT=$PWD/benchmarks/results; fi
-mkdir -p "$BENCH_OUT"
-pack() { [ -n "${OUT:-}" ] && tar -C "$OUT" -cf "$OUT/results.tar" res && rm -rf "$OUT/res"; }
-trap pack EXIT
+source benchmarks/device_common.sh
 timeout 170 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py \
   -k "softmax or matmul or fused_moe or isolated_sweep or inplace_restore or search_beats" 2>&1 \
   | tee "$BENCH_OUT/gpu_tests_run5.txt" | tail -6
