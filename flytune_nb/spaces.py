@@ -103,3 +103,22 @@ def nearest(space: Iterable[Config], target: Config, weights: dict[str, float] |
     if not space:
         raise ValueError("empty search space")
     return min(space, key=dist)
+
+
+def row_space(N: int, dtype: str, device: DeviceInfo, *, max_single_bytes: int, max_elems_per_thread: int,
+              min_block: int = 256, max_block: int = 8192) -> list[Config]:
+    """The space of a one-program-per-row kernel with a ``BLOCK_N`` knob (single pass when BLOCK_N >= N, else
+    looped): the whole row while it fits ``max_single_bytes``; looped blocks from ``min_block`` up to half the row
+    (capped at ``max_block``), with num_stages 1-2 (pipelining only matters when looped); warps such that each thread
+    holds between 1 and ``max_elems_per_thread`` elements (tiny rows: one warp, some lanes idle). HIP adds
+    waves_per_eu."""
+    full = next_pow2(N)
+    single = [full] if full * itemsize(dtype) <= max_single_bytes else []
+    out = []
+    for block in single + pow2_between(min_block, min(full // 2, max_block)):
+        stages = (1,) if block >= N else (1, 2)
+        for warps in pow2_between(1, max_warps(device)):
+            ept = block / (warps * lanes(device))
+            if (ept >= 1 or warps == 1) and ept <= max_elems_per_thread:
+                out += [Config({"BLOCK_N": block}, num_warps=warps, num_stages=s) for s in stages]
+    return with_hip_knobs(out, device)
