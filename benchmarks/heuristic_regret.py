@@ -7,12 +7,12 @@ bound. Usage: python benchmarks/heuristic_regret.py [DB]"""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from common import write
+from flytune_nb.analysis import geomean
 from flytune_nb.store import Store
 
 DB = Path(__file__).resolve().parent / "results" / "h200_sweeps.db"
@@ -29,15 +29,14 @@ def main(db=DB):
         per[(kernel, dtype, device)].append((json.loads(shape), float(d["p50"].min()) / float(g["p50"].min())))
     rows, payload = [], []
     for (kernel, dtype, device), items in sorted(per.items()):
-        geo = math.exp(sum(math.log(r) for _, r in items) / len(items))
+        geo = geomean(r for _, r in items)
         worst_shape, worst = max(items, key=lambda x: x[1])
         small = [r for s, r in items if s.get("M", 0) <= 128]
         large = [r for s, r in items if s.get("M", 0) > 128]
-        g = lambda rs: math.exp(sum(map(math.log, rs)) / len(rs)) if rs else float("nan")  # noqa: E731
         payload.append({"kernel": kernel, "dtype": dtype, "device": device, "shapes": len(items), "geomean": geo,
-                        "geomean_M_le_128": g(small), "geomean_M_gt_128": g(large), "worst": worst,
+                        "geomean_M_le_128": geomean(small), "geomean_M_gt_128": geomean(large), "worst": worst,
                         "worst_shape": worst_shape})
-        rows.append(f"| {kernel} | {dtype} | {device} | {len(items)} | {geo:.3f} | {g(small):.3f} | {g(large):.3f} | "
+        rows.append(f"| {kernel} | {dtype} | {device} | {len(items)} | {geo:.3f} | {geomean(small):.3f} | {geomean(large):.3f} | "
                     f"{worst:.2f} at {' '.join(f'{k}={v}' for k, v in worst_shape.items())} |")
     md = "\n".join([
         f"# Heuristic regret (default p50 / searched-best p50, full fidelity) from `{Path(db).name}`", "",

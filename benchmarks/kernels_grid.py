@@ -9,13 +9,13 @@ A deadline (BENCH_DEADLINE_S, default 330 s) keeps it inside one device call: se
 passes, and the table says which were skipped."""
 from __future__ import annotations
 
-import math
 import os
 import time
 
 import torch
 
 from common import copy_bandwidth, environment, write
+from flytune_nb.analysis import geomean
 from flytune_nb.bench import GpuTimer
 from flytune_nb.device import current_device
 from flytune_nb.registry import get_kernel
@@ -122,7 +122,7 @@ def main():
     gemm(dev, timer, gemm_rows, payload["matmul"])
     memory_bound(dev, timer, bw, mem_rows, payload["memory_bound"])
     mb = payload["memory_bound"]
-    geo = math.exp(sum(math.log(c["vs_better_torch"]) for c in mb) / len(mb)) if mb else float("nan")
+    geo = geomean(c["vs_better_torch"] for c in mb)
     payload["memory_bound_geomean_vs_better_torch"] = geo
     md = "\n".join([
         "# Kernels on the H200: tuned / heuristic default vs torch",

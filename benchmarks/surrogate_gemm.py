@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 from pathlib import Path
 
 from common import environment, write
+from flytune_nb.analysis import geomean
 from flytune_nb.config import Config
 from flytune_nb.store import Store
 from flytune_nb.strategies import random_search, surrogate
@@ -53,12 +53,12 @@ def replay(db: str, kernel: str) -> dict:
             for seed in range(SEEDS):
                 trials = strat(space, Replay(p50), budget=budget, seed=seed)
                 ratios.append(min(t.p50 for t in trials if t.ok) / best)
-            found[name] = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            found[name] = geomean(ratios)
         out.append({"shape": json.loads(shape), "dtype": dtype, "configs": len(p50), "budget": budget,
                     "best_ms": best, **found})
-    gm = lambda k: math.exp(sum(math.log(r[k]) for r in out) / len(out)) if out else float("nan")  # noqa: E731
-    return {"db": str(db), "kernel": kernel, "shapes": out, "geomean_surrogate": gm("surrogate"),
-            "geomean_random": gm("random"), "budget_fraction": BUDGET_FRACTION, "seeds": SEEDS}
+    return {"db": str(db), "kernel": kernel, "shapes": out,
+            "geomean_surrogate": geomean(r["surrogate"] for r in out),
+            "geomean_random": geomean(r["random"] for r in out), "budget_fraction": BUDGET_FRACTION, "seeds": SEEDS}
 
 
 def main():

@@ -20,7 +20,6 @@ import sys
 import time
 from collections import Counter
 
-SGLANG_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
 
 
 def parse_args(argv=None):
@@ -46,6 +45,7 @@ def main(argv=None) -> int:
     import torch
 
     from flytune_nb import current_device, get_kernel, tuned
+    from flytune_nb.grid import SGLANG_BATCH_SIZES
 
     spec, dev = get_kernel(args.kernel), current_device()
     rest = {k: int(v) for k, v in (s.split("=", 1) for s in args.shape)}

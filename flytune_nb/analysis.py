@@ -76,9 +76,11 @@ def measured_ms(result, config: Config) -> float:
     return math.nan
 
 
-def load_heuristic(source: str, name: str = "default"):
-    """Compile edited heuristic source; return its ``default(shape, dtype, device)`` function."""
-    namespace: dict = {}
+def load_heuristic(source: str, name: str = "default", package: str | None = None):
+    """Compile edited heuristic source; return its ``default(shape, dtype, device)`` function. ``package`` is the
+    kernel folder's package, so that the heuristic's relative imports (``from .configs import ...``) resolve as they
+    do in the file."""
+    namespace: dict = {"__name__": f"{package}._edited_heuristic", "__package__": package} if package else {}
     try:
         code = compile(textwrap.dedent(source), "<edited heuristic>", "exec")
         exec(code, namespace)  # noqa: S102 - the user's own code, in their own notebook kernel
@@ -118,7 +120,8 @@ def speedup_rows(results) -> list[dict]:
         eager = (r.baselines.get("torch_eager") or {}).get("p50", math.nan)
         comp = (r.baselines.get("torch_compile") or {}).get("p50", math.nan)
         rows.append({**r.shape, "dtype": r.dtype, "default": str(r.default),
-                     "default_ms": d.p50 if d and d.ok else math.nan, "best": str(b.config) if b else "",
+                     # inf: the heuristic's config fails (a loss that regret must show); nan: never measured
+                     "default_ms": (d.p50 if d.ok else math.inf) if d else math.nan, "best": str(b.config) if b else "",
                      "best_ms": b.p50 if b else math.nan, "speedup": r.speedup, "torch_eager_ms": eager,
                      "torch_compile_ms": comp})
     return rows

@@ -17,8 +17,9 @@ def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustiv
               db: str = "batch.db", export_dir: str | None = "exports", results_csv: str | None = "results.csv",
               results_json: str | None = "results.json", isolate: bool = True, paths=(), progress: bool = True):
     """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults."""
-    if isinstance(dtypes, str):
-        dtypes = [d.strip() for d in dtypes.replace(",", " ").split() if d.strip()]
+    from .dtypes import parse_list
+
+    dtypes = parse_list(dtypes)
     sweep = Sweep(kernel, grid, dtypes, db=db, strategy=strategy, budget=budget, isolate=isolate, paths=paths,
                   listeners=[TqdmListener(disable=not progress)])
     results = sweep.run()

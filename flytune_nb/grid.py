@@ -33,25 +33,33 @@ def parse_values(axis: str, text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def parse_grid(text: str | dict, axes: tuple[str, ...]) -> list[dict[str, int]]:
-    """Grid text or ``{axis: [values]}`` -> list of shapes, every axis present exactly once."""
-    if isinstance(text, dict):
-        per_axis = {str(a): parse_values(str(a), ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v))
-                    for a, v in text.items()}
+def split_axes(grid: str | dict, axes: tuple[str, ...]) -> dict[str, str]:
+    """Grid text (``"M=1,64 N=4096"``) or ``{axis: "1,64" | [1, 64]}`` -> {axis: value text}, axes not given left
+    out. A malformed term, an axis given twice or an axis the kernel does not have is a GridError: never dropped
+    silently (a typo'd ``n=1024`` must not run N=4096)."""
+    per_axis: dict[str, str] = {}
+    if isinstance(grid, dict):
+        for a, v in grid.items():
+            per_axis[str(a)] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
     else:
-        per_axis = {}
-        for token in str(text).replace(";", " ").split():
+        for token in str(grid).replace(";", " ").split():
             axis, sep, values = token.partition("=")
             if not sep or not axis:
                 raise GridError(f"grid term {token!r} is not AXIS=v1,v2,... (e.g. \"M=1,64 N=4096\")")
             if axis in per_axis:
                 raise GridError(f"axis {axis} given twice in the grid")
-            per_axis[axis] = parse_values(axis, values)
+            per_axis[axis] = values
     unknown = [a for a in per_axis if a not in axes]
+    if unknown:
+        raise GridError(f"grid may only set the kernel's axes {list(axes)}; unknown {unknown}")
+    return per_axis
+
+
+def parse_grid(text: str | dict, axes: tuple[str, ...]) -> list[dict[str, int]]:
+    """Grid text or ``{axis: [values]}`` -> list of shapes, every axis present exactly once."""
+    per_axis = {a: parse_values(a, v) for a, v in split_axes(text, axes).items()}
     missing = [a for a in axes if a not in per_axis]
-    if unknown or missing:
-        raise GridError(f"grid must set each of the kernel's axes {list(axes)}; "
-                        f"{'missing ' + str(missing) if missing else ''}{' ' if missing and unknown else ''}"
-                        f"{'unknown ' + str(unknown) if unknown else ''}")
+    if missing:
+        raise GridError(f"grid must set each of the kernel's axes {list(axes)}; missing {missing}")
     combos = itertools.product(*(per_axis[a] for a in axes))
     return [dict(zip(axes, c)) for c in combos]

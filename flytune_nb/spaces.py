@@ -12,6 +12,10 @@ from .dtypes import itemsize
 UNKNOWN_SMEM = 96 * 1024  # interpreter: a floor every current datacenter GPU meets
 HIP_LDS = 64 * 1024  # vLLM's ROCm rule: one copy of the A and B tiles must fit 64 KiB of LDS
 ACC_PER_THREAD = (4, 128)  # fp32 accumulators per thread: above 128 they spill, below 4 most warps only wait
+# What moving a tile knob away from a heuristic's wish costs in nearest() (per doubling): stages are the cheapest to
+# give up, then a thinner K tile, then narrower N / M tiles.
+TILE_WEIGHTS = {"num_stages": 0.25, "BLOCK_SIZE_K": 0.5, "GROUP_SIZE_M": 0.25, "BLOCK_SIZE_N": 1.0,
+                "BLOCK_SIZE_M": 1.5, "num_warps": 1.0}
 
 
 def next_pow2(n: int) -> int:

@@ -144,3 +144,18 @@ def test_kernels_listing_and_the_workbench_use_the_example_shape(spec, capsys):
     assert main(["kernels"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("fused_moe"))
     assert "E=8 N=14336 K=4096 topk=2" in line
+
+
+def test_memory_check_counts_every_expert_not_the_traffic(spec):
+    """At M=1 the traffic model reads 2 of 256 experts (0.66 GiB); the weights on the device are 21 GiB."""
+    import dataclasses
+
+    from flytune_nb.memory import ShapeTooLarge, check_fits, footprint
+
+    shape = {"M": 1, "E": 256, "N": 2048, "K": 7168, "topk": 8}
+    h200 = SIM["H200"]
+    assert footprint(spec, shape, "bf16", h200) == pytest.approx(21.0 * 2**30, rel=1e-3)
+    assert 3 * spec.bytes(shape, "bf16") < 2 * 2**30  # the old check would have let it through on a 40 GiB card
+    with pytest.raises(ShapeTooLarge, match="needs ~63.0 GiB"):
+        check_fits(spec, shape, "bf16", dataclasses.replace(h200, total_memory=40 * 2**30))
+    check_fits(spec, shape, "bf16", h200)  # 141 GB H200: fits

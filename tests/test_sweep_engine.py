@@ -274,3 +274,19 @@ def test_precompile_pool_starts_before_planning_and_closes_if_planning_fails(mon
     with pytest.raises(SweepError):
         Sweep("toy", "N=64", ["fp32"], paths=[PLUGINS], precompile=True, baselines=(), isolate=False).run()
     assert closed[-1] is True
+
+
+def test_compile_baseline_starts_from_a_fresh_dynamo_per_shape(monkeypatch, dev):
+    """Without a reset, one worker's 9th shape would hit dynamo's recompile limit and time eager code as
+    'torch_compile'. Each baseline compile must follow a reset."""
+    import torch
+
+    from flytune_nb import tasks
+
+    calls = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: calls.append("reset"))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: (calls.append("compile"), fn)[1])
+    for N in (64, 128):
+        rows = tasks.baselines("rmsnorm", (), {"M": 2, "N": N}, "fp32", ("torch_compile",), (("reps", 1),))
+        assert rows[0]["status"] == "ok"
+    assert calls == ["reset", "compile", "reset", "compile"]

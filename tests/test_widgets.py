@@ -178,3 +178,54 @@ def test_workbench_bad_grid_is_one_inline_message(tmp_path):
     wb = Workbench("rmsnorm", {"M": "1", "N": "4096"}, ["bf16"], db=str(tmp_path / "x.db"), isolate=False)
     wb.grid.axis_boxes["N"].value = "4096,abc"
     assert wb.run() is None and "not a positive integer" in wb.message.value
+
+
+def test_heuristic_editor_loads_unedited_heuristics_with_relative_imports(dev):
+    """softmax, matmul and fused_moe heuristics import from their own folder (from .configs import ...): the editor
+    must score the file as it is, not reject it."""
+    for kernel, grid in (("softmax", "M=2 N=300"), ("matmul", "M=5 N=40 K=64")):
+        results = Sweep(kernel, grid, ["fp16"], isolate=False, baselines=(), strategy="random", budget=2).run()
+        spec = get_kernel(kernel)
+        ed = HeuristicEditor(lambda: spec, lambda: results, lambda: dev, measure=None)
+        ed.score()
+        assert ed.last is not None, ed.result.value
+        assert ed.last.summary()["same"] == len(results)  # the unedited rule picks what the stored default was
+
+
+def test_grid_editor_never_drops_a_typo_and_takes_the_batch_notebooks_forms():
+    """A misspelled axis or a malformed term is shown, not ignored; dict-of-lists grids and "fp16" dtype strings
+    (what batch_sweep.ipynb documents) work; a dtype problem clears once the user picks from the list; a shape that
+    cannot fit is refused in the preview."""
+    picker = KernelPicker("rmsnorm")
+    import html
+
+    typo = GridEditor(picker, {"M": "1,16", "n": "1024"}, ["bf16"])
+    assert "unknown ['n']" in html.unescape(typo.preview.value)
+    bad = GridEditor(picker, "M=1,64 N4096", ["bf16"])
+    assert "is not AXIS=v1,v2" in html.unescape(bad.preview.value)
+    ok = GridEditor(picker, {"M": [1, 16], "N": [1024]}, "fp16")
+    assert ok.axis_boxes["M"].value == "1,16" and ok.dtypes.value == ("fp16",) and "<b>2</b> shapes" in ok.preview.value
+    wrong = GridEditor(picker, {"M": "1", "N": "64"}, "bf61")
+    assert "unknown dtype 'bf61'" in html.unescape(wrong.preview.value)
+    wrong.dtypes.value = ("fp32",)
+    assert "bf61" not in wrong.preview.value and "&#9888;" not in wrong.preview.value
+    wrong.axis_boxes["M"].value = "100000000000"
+    assert "needs ~" in wrong.preview.value and "GiB" in wrong.preview.value
+
+
+def test_compare_view_shows_a_failing_default_as_infinite_regret(dev):
+    """A heuristic that is wrong on some shapes must not show a clean regret."""
+    from flytune_nb.widgets.views import CompareView
+
+    good, bad = Config({"BLOCK_N": 256}, num_warps=2), Config({"BLOCK_N": 256}, num_warps=1)
+    ok = SearchResult("rmsnorm", {"M": 1, "N": 256}, "fp32", dev, bad,
+                      [Trial("rmsnorm", {"M": 1, "N": 256}, "fp32", bad, "ok", p20=2.0, p50=2.0, p80=2.0),
+                       Trial("rmsnorm", {"M": 1, "N": 256}, "fp32", good, "ok", p20=1.0, p50=1.0, p80=1.0)])
+    failing = SearchResult("rmsnorm", {"M": 2, "N": 256}, "fp32", dev, bad,
+                           [Trial("rmsnorm", {"M": 2, "N": 256}, "fp32", bad, "wrong", "rel error 0.5"),
+                            Trial("rmsnorm", {"M": 2, "N": 256}, "fp32", good, "ok", p20=1.0, p50=1.0, p80=1.0)])
+    view = CompareView()
+    view.update([ok])
+    assert "2.000x" in view.summary.value
+    view.update([ok, failing])
+    assert "inf: the heuristic default fails on 1 shape" in view.summary.value

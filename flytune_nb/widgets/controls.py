@@ -11,8 +11,10 @@ import time
 import ipywidgets as W
 
 from ..device import current_device
+from ..dtypes import DtypeError, canonical, parse_list
 from ..events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
-from ..grid import SGLANG_BATCH_SIZES, GridError, parse_grid
+from ..grid import SGLANG_BATCH_SIZES, GridError, parse_grid, split_axes
+from ..memory import check_fits
 from ..registry import get_kernel, list_kernels
 
 PRESETS = {"custom": None, "SGLang batch sizes (1 ... 4096)": ",".join(map(str, SGLANG_BATCH_SIZES)),
@@ -45,10 +47,11 @@ class KernelPicker(W.VBox):
     def refresh(self) -> None:
         try:
             s = self.spec
-            example = {a: 4096 for a in s.axes}
+            example = s.example()
             n = len(s.configs(example, s.dtypes[0], current_device()))
             self.info.value = (f"<small>axes <b>{', '.join(s.axes)}</b> (batch: {s.batch_axis}); dtypes "
-                               f"{', '.join(s.dtypes)}; {n} configs at {' '.join(f'{k}=4096' for k in s.axes)}. "
+                               f"{', '.join(s.dtypes)}; {n} configs at "
+                               f"{' '.join(f'{k}={v}' for k, v in example.items())}. "
                                f"{html.escape(s.description)}</small>")
         except Exception as e:  # noqa: BLE001 - a broken plugin is shown, not raised
             self.info.value = error_html(str(e))
@@ -66,15 +69,19 @@ class GridEditor(W.VBox):
         self.rows = W.VBox()
         super().__init__([self.rows, self.preset, self.dtypes, self.preview])
         self.preset.observe(self._apply_preset, "value")
-        self.dtypes.observe(lambda _: self.update_preview(), "value")
+        self.dtypes.observe(self._dtypes_changed, "value")
         picker.dropdown.observe(lambda _: self.rebuild(), "value")
         self.rebuild(grid or {}, dtypes)
 
     def rebuild(self, grid: dict | str | None = None, dtypes=None) -> None:
         spec = self.picker.spec
-        if isinstance(grid, str):  # the papermill / CLI form "M=1,64 N=4096": split per axis, validate in preview
-            grid = dict(t.partition("=")[::2] for t in grid.replace(";", " ").split())
-        grid = grid or {}
+        # The core's own splitter (the papermill / CLI string form or a dict of lists): a malformed term or an axis
+        # the kernel does not have is shown in the preview, never dropped; axes not given start at the example.
+        self.grid_problem = ""
+        try:
+            grid = split_axes(grid or {}, spec.axes)
+        except GridError as e:
+            self.grid_problem, grid = str(e), {}
         example = spec.example()
         self.axis_boxes = {a: W.Text(value=str(grid.get(a, "1,64" if a == spec.batch_axis else example[a])),
                                      description=a, continuous_update=False) for a in spec.axes}
@@ -82,8 +89,7 @@ class GridEditor(W.VBox):
             box.observe(lambda _: self.update_preview(), "value")
         self.rows.children = list(self.axis_boxes.values())
         self.dtypes.options = list(spec.dtypes)
-        wanted = [str(d) for d in (dtypes or self.dtypes.value or spec.dtypes[:1])]
-        from ..dtypes import DtypeError, canonical
+        wanted = [str(d) for d in (parse_list(dtypes) if dtypes else (self.dtypes.value or spec.dtypes[:1]))]
 
         chosen, self.dtype_problem = [], ""
         for d in wanted:
@@ -96,7 +102,13 @@ class GridEditor(W.VBox):
                 chosen.append(c)
             else:
                 self.dtype_problem = f"{spec.name} does not support {c}; it supports {', '.join(spec.dtypes)}"
-        self.dtypes.value = tuple(dict.fromkeys(chosen)) or tuple(spec.dtypes[:1])
+        problem, self.dtype_problem = self.dtype_problem, ""
+        self.dtypes.value = tuple(dict.fromkeys(chosen)) or tuple(spec.dtypes[:1])  # fires _dtypes_changed
+        self.dtype_problem = problem
+        self.update_preview()
+
+    def _dtypes_changed(self, _) -> None:
+        self.dtype_problem = ""  # the user picked from the list: an earlier parameters-cell problem is answered
         self.update_preview()
 
     def _apply_preset(self, change) -> None:
@@ -114,10 +126,13 @@ class GridEditor(W.VBox):
             if not self.dtypes.value:
                 raise GridError("choose at least one dtype")
             spec, dev = self.picker.spec, current_device()
+            for s in shapes:  # too large for this device: one line now, not a failed worker later
+                for d in self.dtypes.value:
+                    check_fits(spec, s, d, dev)
             n = sum(len(set(spec.configs(s, d, dev)) | {spec.default(s, d, dev)}) for s in shapes
                     for d in self.dtypes.value)
             per_trial = 0.2 if dev.is_gpu else 0.05  # s: ~125 ms of timing on a GPU; interpreter at small shapes
-            warn = error_html(self.dtype_problem) + "<br>" if getattr(self, "dtype_problem", "") else ""
+            warn = "".join(error_html(p) + "<br>" for p in (self.grid_problem, self.dtype_problem) if p)
             self.preview.value = warn + (f"<b>{len(shapes)}</b> shapes x <b>{len(self.dtypes.value)}</b> dtypes = "
                                   f"<b>{n}</b> trials after pruning, roughly {max(1, round(n * per_trial))} s "
                                   f"on {dev.name}, plus compile time on a GPU (less when the store already has "
@@ -139,7 +154,6 @@ class RunControl(W.VBox):
         super().__init__([W.HBox([self.run_button, self.stop_button]), self.bar, self.label])
         self.done = 0
         self._t0 = time.monotonic()
-        self._shape_t0 = self._t0
 
     def start(self, total_shapes: int) -> None:
         self.done, self._t0 = 0, time.monotonic()
@@ -155,7 +169,6 @@ class RunControl(W.VBox):
     def __call__(self, event) -> None:
         if isinstance(event, TrialStarted):
             self.bar.max = max(event.total, 1)
-            self.current = str(event.config)
         elif isinstance(event, (TrialDone, TrialFailed)):
             t = event.trial
             self.bar.value = min(event.index + 1, self.bar.max)

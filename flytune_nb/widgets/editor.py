@@ -45,13 +45,19 @@ class HeuristicEditor(W.VBox):
         self.save_path.value = str(path)
         self.code.value = path.read_text()
 
+    def _package(self) -> str | None:
+        import sys
+
+        module = sys.modules.get(self.spec_getter().default.__module__)
+        return getattr(module, "__package__", None)
+
     def score(self):
         results = [r for r in self.results_getter() if r.best is not None]
         if not results:
             self.result.value = "<i>run a sweep first: the edit is scored on its stored timings</i>"
             return None
         try:
-            fn = load_heuristic(self.code.value)
+            fn = load_heuristic(self.code.value, package=self._package())
             self.last = rescore(fn, results, self.device_getter())
         except HeuristicError as e:
             self.last = None
@@ -85,7 +91,7 @@ class HeuristicEditor(W.VBox):
 
     def save(self) -> None:
         try:
-            load_heuristic(self.code.value)  # never save code that does not load
+            load_heuristic(self.code.value, package=self._package())  # never save code that does not load
             path = Path(self.save_path.value)
             if path.exists():
                 path.with_suffix(path.suffix + ".bak").write_text(path.read_text())

@@ -71,10 +71,12 @@ class CompareView(W.VBox):
             self.summary.value = "<i>no finished shapes yet</i>"
             return
         df = pd.DataFrame(rows)
-        regret = geomean(r["default_ms"] / r["best_ms"] for r in rows)
+        failing = sum(math.isinf(r["default_ms"]) for r in rows)
+        regret = math.inf if failing else geomean(r["default_ms"] / r["best_ms"] for r in rows)
         worst = max((r for r in rows if math.isfinite(r["speedup"])), key=lambda r: r["speedup"], default=None)
         self.summary.value = (f"<b>heuristic regret</b> (geomean default / best over {len(rows)} shapes): "
-                              f"<b>{regret:.3f}x</b>" + (
+                              + (f"<b>inf: the heuristic default fails on {failing} shape(s)</b>" if failing
+                                 else f"<b>{regret:.3f}x</b>") + (
                                   f"; worst at {html.escape(' '.join(f'{k}={worst[k]}' for k in results[0].shape))}"
                                   f" {worst['dtype']}: {worst['speedup']:.2f}x" if worst else ""))
         self.table.value = df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")

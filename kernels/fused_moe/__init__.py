@@ -1,7 +1,8 @@
 """fused_moe: a top-k routed mixture-of-experts MLP (gate+up GEMM, SiLU*up, down GEMM, weighted sum), the kernel
 SGLang tunes, with SGLang's artifact contract: files ``E=…,N=…,device_name=….json`` (no dtype part for bf16/fp16;
 K and top-k are not in the name, as in SGLang — the provenance sidecar records them) holding batch-size keys and the
-knobs BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages. Point SGLang's config dir at exports/fused_moe/.
+knobs BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages. SGLang reads them through
+$SGLANG_MOE_CONFIG_DIR/configs/triton_X_Y_Z/ (docs/guide.md, section 4).
 
 Axes: M tokens (batch), E experts, N intermediate size (w1 is (E, 2N, K), w2 (E, K, N)), K hidden size, topk.
 """
@@ -25,10 +26,11 @@ def make_inputs(shape, dtype, device):
     # unequal loads (ragged per-expert runs are what moe_align must pad).
     logits = torch.randn(M, E, device=dev) + torch.linspace(0, 2, E, device=dev)
     weights, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
+    # Drawn in the target dtype and scaled in place: an fp32 draw would briefly need 5x the weights' bf16 size.
     return {
-        "x": torch.randn(M, K, device=dev).to(dt),
-        "w1": (torch.randn(E, 2 * N, K, device=dev) * K ** -0.5).to(dt),
-        "w2": (torch.randn(E, K, N, device=dev) * N ** -0.5).to(dt),
+        "x": torch.randn(M, K, device=dev, dtype=dt),
+        "w1": torch.randn(E, 2 * N, K, device=dev, dtype=dt).mul_(K ** -0.5),
+        "w2": torch.randn(E, K, N, device=dev, dtype=dt).mul_(N ** -0.5),
         "topk_weights": (weights / weights.sum(-1, keepdim=True)).float(),
         "topk_ids": ids.to(torch.int32),
         "out": torch.empty(M, K, device=dev, dtype=dt),

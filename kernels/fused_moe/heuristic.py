@@ -11,12 +11,9 @@ The wish is landed on the nearest config of the pruned space, so the default is 
 from __future__ import annotations
 
 from flytune_nb.config import Config
-from flytune_nb.spaces import nearest
+from flytune_nb.spaces import TILE_WEIGHTS, nearest
 
 from .configs import configs
-
-WEIGHTS = {"num_stages": 0.25, "BLOCK_SIZE_K": 0.5, "GROUP_SIZE_M": 0.25, "BLOCK_SIZE_N": 1.0, "BLOCK_SIZE_M": 1.5,
-           "num_warps": 1.0}
 
 
 def default(shape, dtype, device) -> Config:
@@ -31,4 +28,4 @@ def default(shape, dtype, device) -> Config:
         stages = 2
     wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group},
                   num_warps=warps, num_stages=stages)
-    return nearest(configs(shape, dtype, device), wish, WEIGHTS)
+    return nearest(configs(shape, dtype, device), wish, TILE_WEIGHTS)

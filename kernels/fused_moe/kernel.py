@@ -37,7 +37,8 @@ def fused_moe_kernel(A, B, C, topk_weights, sorted_token_ids, expert_ids, num_to
     if pid_m * BLOCK_SIZE_M >= tl.load(num_tokens_post_padded):
         return  # a tile past the padded total: the grid is sized for the worst case, no host sync
 
-    offs_token = tl.load(sorted_token_ids + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M))
+    # int64: token * stride overflows int32 once M*topk*2N passes 2^31 (M=16384, top-8, 2N=28672).
+    offs_token = tl.load(sorted_token_ids + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)).to(tl.int64)
     token_mask = offs_token < num_valid_tokens
     expert = tl.load(expert_ids + pid_m).to(tl.int64)
     offs_n = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N

@@ -16,8 +16,8 @@ from .reference import matmul_ref, matmul_torch
 def make_inputs(shape, dtype, device):
     M, N, K, dt, dev = shape["M"], shape["N"], shape["K"], to_torch(dtype), device.torch_device
     return {
-        "a": torch.randn(M, K, device=dev).to(dt),
-        "w": (torch.randn(N, K, device=dev) * K ** -0.5).to(dt),  # unit-variance outputs, as in a trained layer
+        "a": torch.randn(M, K, device=dev, dtype=dt),
+        "w": torch.randn(N, K, device=dev, dtype=dt).mul_(K ** -0.5),  # unit-variance outputs, as in a trained layer
         "out": torch.empty(M, N, device=dev, dtype=dt),
     }
 

@@ -14,13 +14,9 @@ narrower N/M tiles), so the default is always one the sweep also times.
 from __future__ import annotations
 
 from flytune_nb.config import Config
-from flytune_nb.spaces import nearest, next_pow2
+from flytune_nb.spaces import TILE_WEIGHTS, nearest, next_pow2
 
 from .configs import configs
-
-# How much moving each knob away from the wish costs (per doubling): stages are the cheapest to give up.
-WEIGHTS = {"num_stages": 0.25, "BLOCK_SIZE_K": 0.5, "GROUP_SIZE_M": 0.25, "BLOCK_SIZE_N": 1.0, "BLOCK_SIZE_M": 1.5,
-           "num_warps": 1.0}
 
 
 def default(shape, dtype, device) -> Config:
@@ -40,4 +36,4 @@ def default(shape, dtype, device) -> Config:
                   num_warps=warps, num_stages=stages)
     if device.backend == "hip":
         wish = wish.replace(matrix_instr_nonkdim=16, waves_per_eu=2)
-    return nearest(configs(shape, dtype, device), wish, WEIGHTS)
+    return nearest(configs(shape, dtype, device), wish, TILE_WEIGHTS)

@@ -29,8 +29,9 @@ def matmul_kernel(A, W, C, M, N, K, stride_am, stride_ak, stride_wn, stride_wk, 
     in_group = GROUP_SIZE_M * num_pid_n
     first_m = (pid // in_group) * GROUP_SIZE_M
     group_m = min(num_pid_m - first_m, GROUP_SIZE_M)
-    pid_m = first_m + (pid % in_group) % group_m
-    pid_n = (pid % in_group) // group_m
+    # int64 from here: row * stride overflows int32 once M*N or M*K passes 2^31 (an LM head, N=152k, at M=16k).
+    pid_m = (first_m + (pid % in_group) % group_m).to(tl.int64)
+    pid_n = ((pid % in_group) // group_m).to(tl.int64)
 
     offs_m = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
     offs_n = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
