@@ -73,12 +73,12 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
     if df.empty:
         return []
     out_dir = Path(out_dir)
-    candidates = []
+    candidates, specs = [], {}
     for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
         ok = g[(g["status"] == "ok") & (g["fidelity"] == "full")]
         if ok.empty:
             continue
-        spec = get_kernel(kname, list(paths))
+        spec = specs.get(kname) or specs.setdefault(kname, get_kernel(kname, list(paths)))
         shape = json.loads(shape_json)
         best = ok.loc[ok["p50"].idxmin()]
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]

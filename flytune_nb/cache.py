@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 from filelock import FileLock
 
+from .artifacts import atomic_write
 from .config import Config, ConfigError
 
 
@@ -46,12 +46,5 @@ class DiskCache:
         p.parent.mkdir(parents=True, exist_ok=True)
         body = {"config": config.to_dict(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(meta or {})}
         with FileLock(str(p) + ".lock"):
-            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    json.dump(body, f, sort_keys=True, indent=1, default=str)
-                os.replace(tmp, p)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            atomic_write(p, json.dumps(body, sort_keys=True, indent=1, default=str))
         return p

@@ -26,7 +26,10 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """``||out - ref|| / ||ref||`` in float64; inf when out holds NaN/Inf or shapes differ."""
     if tuple(out.shape) != tuple(ref.shape):
         return math.inf
-    o, r = _f64(out, ref), _f64(ref, ref)
+    return _rel_error64(_f64(out, ref), _f64(ref, ref))
+
+
+def _rel_error64(o: torch.Tensor, r: torch.Tensor) -> float:
     if not torch.isfinite(o).all():
         return math.inf
     denom = torch.linalg.vector_norm(r).item()
@@ -51,14 +54,14 @@ def compare(outs: Any, refs: Any, tol: float, elementwise: tuple[float, float] |
     for i, (o, r) in enumerate(zip(outs, refs)):
         if tuple(o.shape) != tuple(r.shape):
             return CheckResult(False, math.inf, f"output {i}: shape {tuple(o.shape)} != reference {tuple(r.shape)}")
-        err = rel_error(o, r)
+        o64, r64 = _f64(o, r), _f64(r, r)  # once per output: a 4096x8192 fp64 copy is 256 MiB
+        err = _rel_error64(o64, r64)
         if not math.isfinite(err):
-            bad = (~torch.isfinite(_f64(o, r))).sum().item()
+            bad = (~torch.isfinite(o64)).sum().item()
             return CheckResult(False, math.inf, f"output {i}: {bad} of {o.numel()} elements NaN/Inf (unwritten?)")
         worst = max(worst, err)
         if elementwise is not None:
             rtol, atol = elementwise
-            o64, r64 = _f64(o, r), _f64(r, r)
             bad = (o64 - r64).abs() > atol + rtol * r64.abs()
             if bad.any():
                 i0 = tuple(int(v) for v in bad.nonzero()[0])

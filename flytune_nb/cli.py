@@ -210,9 +210,11 @@ def cmd_export(args) -> int:
 
     from .lookup import config_dir
 
-    if not Path(args.db).exists():
-        raise ValueError(f"no results store at {args.db}")
-    written = export(Store(args.db, readonly=True), args.out or config_dir(), kernel=args.kernel, paths=args.path)
+    store = Store(args.db, readonly=True)  # StoreError "no results store at ..." when it is missing
+    try:
+        written = export(store, args.out or config_dir(), kernel=args.kernel, paths=args.path)
+    finally:
+        store.close()
     if not written:
         print(f"flytune: nothing to export from {args.db} (no passing trials"
               f"{' for ' + args.kernel if args.kernel else ''})")

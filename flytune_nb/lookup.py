@@ -41,6 +41,18 @@ def version_key(name: str) -> tuple:
     return tuple(int(p) for p in re.findall(r"\d+", name))
 
 
+def triton_dir(kdir: Path) -> tuple[Path | None, str]:
+    """(folder to read, the running Triton's folder name): ``triton_<running version>`` under a kernel's config
+    folder if present, else the newest ``triton_*`` there, else None. Lookup warns when it is not the running one."""
+    import triton
+
+    running = triton_dir_name(triton.__version__)
+    if (kdir / running).is_dir():
+        return kdir / running, running
+    present = sorted((d for d in kdir.glob("triton_*") if d.is_dir()), key=lambda d: version_key(d.name))
+    return (present[-1] if present else None), running
+
+
 def validated_table(spec, path: Path, rest: dict, dtype: str, device) -> dict[int, Config]:
     """{M: Config} from one artifact, or ArtifactError: every entry must hold exactly the knobs the kernel's launcher
     consumes (those its heuristic names; AMD ones may be added on HIP) — no missing knob silently defaulted."""
@@ -98,18 +110,14 @@ class Lookup:
         if not SAFE.match(device_name):
             raise ArtifactError(f"device name {device_name!r} is not a safe file-name part")
         kdir = root / spec.name
-        import triton
-
-        want = kdir / triton_dir_name(triton.__version__)
-        if not want.is_dir():
-            present = sorted((d for d in kdir.glob("triton_*") if d.is_dir()), key=lambda d: version_key(d.name))
-            if not present:
-                warnings.warn(f"no exported configs for {spec.name} under {root}; using the heuristic default",
-                              ArtifactWarning, stacklevel=4)
-                return None
-            warnings.warn(f"{spec.name}: no {want.name} in {kdir}; using the newest present, {present[-1].name}",
+        want, running = triton_dir(kdir)
+        if want is None:
+            warnings.warn(f"no exported configs for {spec.name} under {root}; using the heuristic default",
                           ArtifactWarning, stacklevel=4)
-            want = present[-1]
+            return None
+        if want.name != running:
+            warnings.warn(f"{spec.name}: no {running} in {kdir}; using the newest present, {want.name}",
+                          ArtifactWarning, stacklevel=4)
         path = (want / file_name(spec, rest, device_name, dtype)).resolve()
         if not path.is_relative_to(root.resolve()):
             raise ArtifactError(f"{path} resolves outside the config dir {root}")

@@ -18,6 +18,9 @@ from .tasks import compile_one, warm_up
 
 
 def _set_env(env: dict) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are the parent's (see worker._worker_main)
     os.environ.update(env)
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from .artifacts import PROVENANCE, read_provenance, triton_dir_name
+from .artifacts import PROVENANCE, read_provenance
 from .lookup import validated_table
 
 WARN, FAIL = 1.10, 1.15
@@ -51,16 +51,13 @@ def parse_name(name: str) -> tuple[dict, str, str | None]:
 
 
 def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
-    """(kernel, file) for every artifact of this device, in the running Triton's folder (else the newest)."""
-    import triton
-
-    from .lookup import version_key
+    """(kernel, file) for every artifact of this device, in the folder lookup would read (the running Triton's,
+    else the newest)."""
+    from .lookup import triton_dir
 
     out = []
     for kdir in sorted(p for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")):
-        tdirs = sorted((d for d in kdir.glob("triton_*") if d.is_dir()), key=lambda d: version_key(d.name))
-        want = kdir / triton_dir_name(triton.__version__)
-        tdir = want if want.is_dir() else (tdirs[-1] if tdirs else None)
+        tdir, _ = triton_dir(kdir)
         if tdir is None:
             continue
         # "…,device_name=D,dtype=T.json", or "…,device_name=D.json" where the kernel writes no dtype part (MoE).

@@ -50,6 +50,7 @@ def _num(v):
 class Store:
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
+        self._db = None
         try:
             if readonly:
                 if not self.path.exists():
@@ -72,9 +73,13 @@ class Store:
                 self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed row survives a kill
                 self._db.executescript(SCHEMA)
                 self._migrate()
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
-        except OSError as e:
+        except (StoreError, sqlite3.DatabaseError, OSError) as e:
+            if self._db is not None:  # refused: do not keep someone else's database open
+                self._db.close()
+            if isinstance(e, StoreError):
+                raise
+            if isinstance(e, sqlite3.DatabaseError):
+                raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
             raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
         self._lock = threading.Lock()  # one connection shared by the sweep's per-GPU threads
 

@@ -113,13 +113,15 @@ class Sweep:
     def run(self) -> list[SearchResult]:
         from . import tasks
 
-        tasks._OVERRIDES.pop(self.spec.name, None)
-        if self._override:
-            tasks._OVERRIDES[self.spec.name] = self.spec
-        lanes = self._lanes()
-        precompiler = self._precompiler()  # its processes start while the timing worker plans
+        lanes, precompiler, completed = [], None, False
         try:
+            tasks._OVERRIDES.pop(self.spec.name, None)
+            if self._override:
+                tasks._OVERRIDES[self.spec.name] = self.spec
+            lanes = self._lanes()
+            precompiler = self._precompiler()  # its processes start while the timing worker plans
             plans = self._plan(lanes[0])  # user errors (too large, broken plugin) surface here, before any write
+            self._check_configs(plans[0])
             if self.store is None:
                 self.store = Store(self._db if self._db is not None else ":memory:")
             device = plans[0]["device"]
@@ -131,44 +133,51 @@ class Sweep:
             results: dict[int, SearchResult] = {}
             errors: list[BaseException] = []
 
-            def drain(lane):
-                while not self._stop.is_set() and not errors:
-                    try:
-                        plan = jobs.get_nowait()
-                    except queue.Empty:
-                        return
-                    try:
-                        results[plan["index"]] = self._run_shape(lane, plan, precompiler)
-                    except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
-                        errors.append(e)
+            def drain(lane, finished: threading.Event):
+                try:
+                    while not self._stop.is_set() and not errors:
+                        try:
+                            plan = jobs.get_nowait()
+                        except queue.Empty:
+                            return
+                        try:
+                            results[plan["index"]] = self._run_shape(lane, plan, precompiler)
+                        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
+                            errors.append(e)
+                finally:
+                    finished.set()
 
-            threads = [threading.Thread(target=drain, args=(lane,), daemon=True) for lane in lanes]
-            for t in threads:
-                t.start()
+            finished = [threading.Event() for _ in lanes]
+            for lane, done in zip(lanes, finished):
+                threading.Thread(target=drain, args=(lane, done), daemon=True).start()
             try:
-                for t in threads:
-                    t.join()
+                _wait_all(finished)
             except BaseException:  # Ctrl-C / a notebook interrupt: stop after the trial in flight, then unwind
                 self._stop.set()
-                for t in threads:
-                    t.join()
+                _wait_all(finished)  # the lanes are closed below only once no thread uses them
                 raise
-            finally:
-                if precompiler is not None:
-                    precompiler.close()
-                    precompiler = None
             if errors:
                 raise errors[0]
             self.results = [results[i] for i in sorted(results)]
             self.store.finish_run(self.run_id)
             self.emit(SweepDone(self.spec.name, self.results))
+            completed = True
             return self.results
         finally:
-            if precompiler is not None:  # planning failed: the warmed pool is not needed
-                precompiler.close(kill=True)
+            if precompiler is not None:  # after a failure or an interrupt, compiles still running are not waited for
+                precompiler.close(kill=not completed)
             for lane in lanes:
                 lane.close()
             tasks._OVERRIDES.pop(self.spec.name, None)
+
+    def _check_configs(self, plan: dict) -> None:
+        """An explicit config list must carry exactly this kernel's knobs: checked once, before anything is written."""
+        if self.configs is None:
+            return
+        knobs = set(Config.from_dict(plan["default"]).to_dict())
+        bad = [c for c in self.configs if set(c.to_dict()) != knobs]
+        if bad:
+            raise SweepError(f"{self.spec.name}: {bad[0]} does not have this kernel's knobs ({', '.join(sorted(knobs))})")
 
     def _lanes(self) -> list:
         if self.ray is not None:
@@ -189,7 +198,7 @@ class Sweep:
                                      f"{first_line(e)}") from e
                 if d.get("too_large"):
                     raise ShapeTooLarge(d["too_large"])
-                plans.append({**d, "shape": shape, "dtype": dtype, "index": len(plans), "device": d["device"]})
+                plans.append({**d, "shape": shape, "dtype": dtype, "index": len(plans)})
         return plans
 
     def _precompiler(self):
@@ -213,7 +222,7 @@ class Sweep:
         pc.warm(self.spec.name, self.paths)
         return pc
 
-    def _timer(self, fidelity: str, device: dict) -> tuple:
+    def _timer(self, fidelity: str) -> tuple:
         t = dict(self.timer)
         if fidelity == "quick":  # successive halving's cheap round: an eighth of the timing budget
             t.update(rep_ms=t.get("rep_ms", 100.0) / 8, warmup_ms=5.0, min_reps=5, reps=1)
@@ -225,10 +234,6 @@ class Sweep:
         default = Config.from_dict(plan["default"])
         space = [Config.from_dict(c) for c in plan["space"]]
         if self.configs is not None:
-            knobs = set(default.to_dict())
-            bad = [c for c in self.configs if set(c.to_dict()) != knobs]
-            if bad:
-                raise SweepError(f"{spec.name}: {bad[0]} does not have this kernel's knobs ({', '.join(sorted(knobs))})")
             space = self.configs
         stored = self.store.trials_for(key)
         if self.retry_failed:
@@ -252,6 +257,8 @@ class Sweep:
             if trial is None:
                 self.emit(TrialStarted(spec.name, shape, dtype, config, i, total))
                 trial = self._measure(lane, shape, dtype, config, fidelity, device)
+                if self._stop.is_set() and trial.status in ("crashed", "timeout"):
+                    raise _Stopped  # the interrupt took the worker down: not this config's fault, measure it next run
                 self.store.add(trial, key=key, run_id=self.run_id, arch=device.arch, toolchain=toolchain,
                                is_default=config == default, source=plan["key_fields"]["source"])
                 stored[(config, fidelity)] = trial
@@ -277,7 +284,7 @@ class Sweep:
                     fidelity=fidelity)
         try:
             d = lane.call("trial", dict(kernel=self.spec.name, paths=self.paths, shape=shape, dtype=dtype,
-                                        config=config.to_dict(), timer=self._timer(fidelity, device)),
+                                        config=config.to_dict(), timer=self._timer(fidelity)),
                           timeout=self.timeout)
         except WorkerTimeout as e:
             return Trial(**base, status="timeout", reason=str(e))
@@ -300,7 +307,7 @@ class Sweep:
             try:
                 rows = lane.call("baselines", dict(kernel=self.spec.name, paths=self.paths, shape=plan["shape"],
                                                    dtype=plan["dtype"], names=missing,
-                                                   timer=self._timer("full", device)),
+                                                   timer=self._timer("full")),
                                  timeout=max(self.timeout, 600.0))  # torch.compile's first call takes a while
             except (WorkerTimeout, WorkerCrashed) as e:
                 rows = [{"name": n, "status": "error", "reason": str(e), "p20": math.inf, "p50": math.inf,
@@ -312,6 +319,10 @@ class Sweep:
         return {n: have[n] for n in names if n in have}
 
 
-def sweep(kernel, grid, dtypes: Iterable[str] = ("bf16",), **kwargs) -> list[SearchResult]:
-    """One-call form of ``Sweep(...).run()``."""
-    return Sweep(kernel, grid, dtypes, **kwargs).run()
+def _wait_all(events: list) -> None:
+    """Wait for every event. Event.wait with a timeout stays interruptible, unlike Thread.join, which an interrupt can
+    leave reporting a still-running thread as finished (bpo-45274)."""
+    for e in events:
+        while not e.wait(0.2):
+            pass
+

@@ -19,13 +19,11 @@ _OVERRIDES: dict = {}
 
 
 def _spec(kernel: str, paths: tuple):
+    """The kernel as its folder is now: the registry re-imports a folder whose source changed (its fingerprint keys
+    the module) and otherwise answers from sys.modules (0.17 ms a call), so an edit made in an editor, a git checkout
+    or the workbench is what the next trial runs."""
     if kernel in _OVERRIDES:
         return _OVERRIDES[kernel]
-    return _load(kernel, paths)
-
-
-@lru_cache(maxsize=None)
-def _load(kernel: str, paths: tuple):
     from .registry import get_kernel
 
     return get_kernel(kernel, list(paths))

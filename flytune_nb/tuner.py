@@ -18,16 +18,6 @@ from .device import DeviceInfo, current_device
 from .key import CODEGEN_ENV, make_key
 from .trial import SearchResult, search
 
-# Step 3, the offline artifact: fn(spec, shape, dtype, device) -> Config | None. None here means the exported
-# SGLang-format files (flytune_nb.lookup); set_artifact_lookup() swaps in another source.
-_artifact_lookup: Callable | None = None
-
-
-def set_artifact_lookup(fn: Callable | None) -> None:
-    global _artifact_lookup
-    _artifact_lookup = fn
-
-
 def autotune_requested() -> bool:
     return os.environ.get("FLYTUNE_AUTOTUNE", "0") not in ("", "0")
 
@@ -88,7 +78,7 @@ class TunedKernel:
         if self._want_search():
             result = self._search(shape, dtype, inputs, key)
             return result.require_best().config, "search"
-        lookup = self.artifact_lookup or _artifact_lookup
+        lookup = self.artifact_lookup  # step 3, the offline artifact: None means the exported files
         if lookup is None:
             from .lookup import artifact_hook as lookup
         found = lookup(self.spec, shape, dtype, self.device)
@@ -130,8 +120,10 @@ def _fast_key(inputs: dict) -> tuple:
     """The memory cache's key, built for a ~2 us hit on the serving path: exact dtype, shape and strides of every
     tensor (finer than the tuning key, so a miss only costs one slow resolution that stores under this key too) and
     the codegen variables we list. Triton's own cache-invalidating-env query costs 4 us and is left to the slow path
-    (TuningKey); computing the full key here measured 17 us per call on our CPU."""
-    return (tuple((k, v.dtype, v.shape, v.stride()) for k, v in inputs.items() if isinstance(v, torch.Tensor)),
+    (TuningKey); computing the full key here measured 17 us per call on our CPU. Scalar inputs are in too: a
+    plugin's shape_of may read one (e.g. a top-k passed as an int)."""
+    return (tuple((k, v.dtype, v.shape, v.stride()) if isinstance(v, torch.Tensor) else (k, v)
+                  for k, v in inputs.items() if isinstance(v, (torch.Tensor, int, float))),
             _env_signature())
 
 

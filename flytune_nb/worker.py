@@ -34,6 +34,9 @@ STARTUP_TIMEOUT_S = 300.0  # importing torch + triton on a loaded 2-core machine
 
 
 def _worker_main(conn, env: dict) -> None:
+    # Ctrl-C in a terminal reaches the whole process group: the parent owns interrupts (it stops after the trial in
+    # flight); a worker dying of SIGINT mid-trial would be recorded as that config crashing.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(env)
     from .device import ensure_backend
 
@@ -84,7 +87,6 @@ class ProcessLane:
         self.name = name
         self.proc = None
         self.conn = None
-        self.restarts = 0
 
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
@@ -97,48 +99,55 @@ class ProcessLane:
         child.close()
         if not parent.poll(STARTUP_TIMEOUT_S):
             proc.kill()
+            proc.join(10)
+            parent.close()
             raise WorkerStartError(f"{self.name}: worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
         try:
             parent.recv()
         except EOFError:
             proc.join(5)
+            parent.close()
             raise WorkerStartError(f"{self.name}: {_describe_exit(proc.exitcode)} during start-up") from None
         self.proc, self.conn = proc, parent
 
     def _kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.join(10)
-        if self.conn is not None:
-            self.conn.close()
-        self.proc = self.conn = None
-        self.restarts += 1
+        proc, conn, self.proc, self.conn = self.proc, self.conn, None, None
+        if proc is not None:
+            proc.kill()
+            proc.join(10)
+        if conn is not None:
+            conn.close()
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
         if self.proc is None or not self.proc.is_alive():
+            self._kill()  # a dead worker's pipe is closed before the fresh one starts
             self._start()
-        self.conn.send((op, kwargs))
-        if not self.conn.poll(timeout):
-            self._kill()
-            raise WorkerTimeout(f"no answer within {timeout:g} s (worker killed)")
         try:
-            status, value = self.conn.recv()
-        except (EOFError, OSError):
+            self.conn.send((op, kwargs))
+            answered = self.conn.poll(timeout)
+            if answered:
+                status, value = self.conn.recv()
+        except (EOFError, OSError):  # it died before or while answering (a broken pipe on send included)
             self.proc.join(10)
             reason = _describe_exit(self.proc.exitcode)
             self._kill()
             raise WorkerCrashed(reason) from None
+        if not answered:
+            self._kill()
+            raise WorkerTimeout(f"no answer within {timeout:g} s (worker killed)")
         if status == "error":
             raise WorkerError(value)
         return value
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
-            self.conn.close()  # the worker sees EOF and returns
-            self.proc.join(5)
-            if self.proc.is_alive():
-                self.proc.kill()
-        self.proc = self.conn = None
+        proc, conn, self.proc, self.conn = self.proc, self.conn, None, None
+        if conn is not None:
+            conn.close()  # the worker sees EOF and returns
+        if proc is not None and proc.is_alive():
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
 
 
 def local_lanes(gpus: list[int] | None, isolate: bool) -> list:

@@ -290,3 +290,46 @@ def test_compile_baseline_starts_from_a_fresh_dynamo_per_shape(monkeypatch, dev)
         rows = tasks.baselines("rmsnorm", (), {"M": 2, "N": N}, "fp32", ("torch_compile",), (("reps", 1),))
         assert rows[0]["status"] == "ok"
     assert calls == ["reset", "compile", "reset", "compile"]
+
+
+def test_ctrl_c_in_a_terminal_stops_cleanly_and_blames_no_config(tmp_path):
+    """SIGINT to the whole process group (what Ctrl-C does) reaches the worker too: the sweep must exit 130 with its
+    one-line message, and the trial in flight must not be stored as a crash of its config."""
+    db = tmp_path / "i.db"
+    env = {**os.environ, "FLYTUNE_EVIL_MODES": "0", "FLYTUNE_EVIL_SLEEPS": ",".join(str(i) for i in range(300, 312)),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    cmd = [sys.executable, "-m", "flytune_nb.cli", "sweep", "evil", "--path", PLUGINS, "--grid", "N=32",
+           "--dtype", "fp32", "--db", str(db), "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            if db.exists() and _count(db) >= 3:
+                break
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    statuses = [r[0] for r in sqlite3.connect(db).execute("SELECT status FROM trials")]
+    assert len(statuses) >= 3 and set(statuses) == {"ok"}, statuses
+
+
+def test_an_in_process_sweep_runs_the_kernel_as_its_folder_is_now(tmp_path):
+    """A heuristic edited on disk (an editor, a git checkout) between two sweeps in one process is what the second
+    sweep runs: no per-process cache of the old module."""
+    import shutil
+
+    folder = tmp_path / "kern" / "toy"
+    shutil.copytree(os.path.join(PLUGINS, "toy"), folder)
+    first = Sweep("toy", "N=64", ["fp32"], paths=[folder.parent], isolate=False, baselines=(), strategy="random",
+                  budget=1).run()[0]
+    assert first.default["BLOCK"] == 128
+    heuristic = folder / "heuristic.py"
+    heuristic.write_text(heuristic.read_text().replace('"BLOCK": 128', '"BLOCK": 64'))
+    second = Sweep("toy", "N=64", ["fp32"], paths=[folder.parent], isolate=False, baselines=(), strategy="random",
+                   budget=1).run()[0]
+    assert second.default["BLOCK"] == 64

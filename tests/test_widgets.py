@@ -168,6 +168,7 @@ def test_editor_measures_unmeasured_picks_and_scores_wins_and_failures(tmp_path)
 def test_workbench_reports_bad_parameters_inline(tmp_path):
     wb = Workbench("rmsnrom", "M=1,64 N=4096", ["fp8", "bf16"], db=str(tmp_path / "x.db"), isolate=False)
     assert "unknown kernel &#x27;rmsnrom&#x27;" in wb.picker.warning.value
+    assert "Did you mean &#x27;rmsnorm&#x27;?" in wb.picker.warning.value
     wb.picker.dropdown.value = "rmsnorm"
     wb.grid.rebuild("M=1,64 N=4096", ["fp8", "bf16"])
     assert wb.grid.axis_boxes["M"].value == "1,64" and wb.grid.dtypes.value == ("bf16",)

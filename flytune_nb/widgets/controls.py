@@ -4,6 +4,7 @@ Each shows bad input inline (one red line) instead of raising into the notebook.
 """
 from __future__ import annotations
 
+import difflib
 import html
 import threading
 import time
@@ -37,7 +38,9 @@ class KernelPicker(W.VBox):
         self.dropdown.observe(lambda _: self.refresh(), "value")
         self.refresh()
         if kernel is not None and kernel not in names:  # a typo in the parameters cell: say so, never guess silently
-            self.warning.value = error_html(f"unknown kernel {kernel!r}; showing {self.dropdown.value!r}. "
+            close = difflib.get_close_matches(str(kernel), names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            self.warning.value = error_html(f"unknown kernel {kernel!r}.{hint} Showing {self.dropdown.value!r}. "
                                             f"Known: {', '.join(names)}")
 
     @property

@@ -96,9 +96,6 @@ class HeuristicEditor(W.VBox):
             if path.exists():
                 path.with_suffix(path.suffix + ".bak").write_text(path.read_text())
             path.write_text(self.code.value)
-            from .. import tasks
-
-            tasks._load.cache_clear()  # in-process sweeps import the saved rule, not the cached old one
             self.result.value += f"<p>saved to <code>{html.escape(str(path))}</code></p>"
         except (HeuristicError, OSError) as e:
             self.result.value = error_html(f"not saved: {e}")
