@@ -296,12 +296,14 @@ def test_ctrl_c_in_a_terminal_stops_cleanly_and_blames_no_config(tmp_path):
     """SIGINT to the whole process group (what Ctrl-C does) reaches the worker too: the sweep must exit 130 with its
     one-line message, and the trial in flight must not be stored as a crash of its config."""
     db = tmp_path / "i.db"
-    env = {**os.environ, "FLYTUNE_EVIL_MODES": "0", "FLYTUNE_EVIL_SLEEPS": ",".join(str(i) for i in range(300, 312)),
+    # 41 configs of ~1.5 s each: a minute of work, so a loaded CI machine cannot finish it before the interrupt.
+    env = {**os.environ, "FLYTUNE_EVIL_MODES": "0", "FLYTUNE_EVIL_SLEEPS": ",".join(str(i) for i in range(300, 340)),
            "PYTHONPATH": os.pathsep.join(sys.path)}
     cmd = [sys.executable, "-m", "flytune_nb.cli", "sweep", "evil", "--path", PLUGINS, "--grid", "N=32",
            "--dtype", "fp32", "--db", str(db), "--quiet"]
+    # As from an interactive shell: SIGINT at its default, whatever this test process inherited.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 180
     while time.time() < deadline:
         try:
@@ -310,8 +312,10 @@ def test_ctrl_c_in_a_terminal_stops_cleanly_and_blames_no_config(tmp_path):
         except sqlite3.OperationalError:
             pass
         time.sleep(0.05)
+    at_interrupt = _count(db)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
+    assert at_interrupt < 41, "the sweep finished before the interrupt: nothing was tested"
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "Traceback" not in err
     statuses = [r[0] for r in sqlite3.connect(db).execute("SELECT status FROM trials")]
