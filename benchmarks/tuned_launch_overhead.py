@@ -1,6 +1,10 @@
 """What the tuned launcher adds over a raw Triton launch, on the GPU: rmsnorm M=1 N=4096 bf16 (a ~5 us kernel, so
-host overhead shows). Both launch the same config; times are host wall-clock per call over many calls with the GPU
-kept ahead (launch-bound). Target: tuned <= 1.05x raw.
+host overhead shows). All paths launch the same config; times are host wall-clock per call over many calls with the
+GPU kept ahead (launch-bound). Target: tuned <= 1.05x raw.
+
+Paths: raw ``rmsnorm_kernel[grid](...)`` (Triton's dispatch); flytune_nb.launch's remembered kernel alone; the
+compiled kernel's launcher called by hand (the floor: no key, no lookup); the kernel's launcher ``spec.run`` (shape
+checks + remembered launch); the tuned call (config resolution + all of that).
 
 Also under CUDA graphs, the way engines serve decode (SGLang captures one graph per batch size): 100 calls captured
 once, then replayed; the tuned launcher's resolution runs at capture time only, so per-call replay cost is the
@@ -13,6 +17,7 @@ import torch
 
 from common import environment, write
 from flytune_nb.device import current_device
+from flytune_nb.launch import launch as flaunch
 from flytune_nb.registry import get_kernel
 from flytune_nb.tuner import TunedKernel
 
@@ -67,18 +72,28 @@ def main():
     launch = cfg.launch_options(dev.backend)
     raw = per_call(lambda: kmod.rmsnorm_kernel[(1,)](x, w, y, x.stride(0), y.stride(0), 4096, 1e-6,
                                                       BLOCK_N=cfg["BLOCK_N"], SINGLE_PASS=True, **launch))
+    args = (x, w, y, x.stride(0), y.stride(0), 4096, 1e-6)
+    remembered = per_call(lambda: flaunch(kmod.rmsnorm_kernel, (1,), args, cfg, BLOCK_N=cfg["BLOCK_N"],
+                                          SINGLE_PASS=True))
+    compiled = kmod.rmsnorm_kernel[(1,)](*args, BLOCK_N=cfg["BLOCK_N"], SINGLE_PASS=True, **launch)
+    krun, fn, packed = compiled.run, compiled.function, compiled.packed_metadata
+    stream = torch.cuda.current_stream().cuda_stream
+    floor = per_call(lambda: krun(1, 1, 1, stream, fn, packed, None, None, None, *args, cfg["BLOCK_N"], True))
     wrapper = per_call(lambda: spec.run(inputs, cfg))
     tuned = per_call(lambda: op(**inputs))
     raw_graph = graph_per_call(lambda: kmod.rmsnorm_kernel[(1,)](x, w, y, x.stride(0), y.stride(0), 4096, 1e-6,
                                                                   BLOCK_N=cfg["BLOCK_N"], SINGLE_PASS=True, **launch))
     tuned_graph = graph_per_call(lambda: op(**inputs))
     env = environment()
-    payload = {"env": env, "config": str(cfg), "source": op.last_source, "raw_us": raw, "launcher_us": wrapper,
+    payload = {"env": env, "config": str(cfg), "source": op.last_source, "raw_us": raw, "remembered_launch_us": remembered,
+               "compiled_launcher_floor_us": floor, "launcher_us": wrapper,
                "tuned_us": tuned, "tuned_over_raw": tuned / raw, "raw_graph_us": raw_graph,
                "tuned_graph_us": tuned_graph, "tuned_over_raw_graph": tuned_graph / raw_graph}
     md = "\n".join([f"# Tuned launch overhead, rmsnorm M=1 N=4096 bf16 ({op.last_source} config `{cfg}`)",
                     f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}", "",
-                    "| path | host time per call |", "|---|---|", f"| raw Triton launch | {raw:.2f} us |",
+                    "| path | host time per call |", "|---|---|", f"| raw Triton launch `kernel[grid](...)` | {raw:.2f} us |",
+                    f"| compiled kernel's launcher called by hand (floor) | {floor:.2f} us |",
+                    f"| flytune_nb.launch, remembered kernel | {remembered:.2f} us |",
                     f"| kernel launcher (spec.run) | {wrapper:.2f} us |", f"| tuned(...) call | {tuned:.2f} us |",
                     f"| tuned / raw | {tuned / raw:.3f} |", "",
                     "Under a CUDA graph (100 calls captured once, replayed; per call):", "",

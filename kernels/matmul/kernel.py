@@ -17,6 +17,7 @@ import triton.language as tl
 
 from flytune_nb.config import Config
 from flytune_nb.device import current_device
+from flytune_nb.launch import launch
 
 
 @triton.jit
@@ -77,9 +78,8 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
     bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     backend = current_device().backend
-    matmul_kernel[grid](a2, w, c2, M, N, K, a2.stride(0), a2.stride(1), w.stride(0), w.stride(1), c2.stride(0),
-                        c2.stride(1), BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk,
-                        GROUP_SIZE_M=config["GROUP_SIZE_M"], EVEN_K=K % bk == 0,
-                        UPCAST=backend == "interpreter" and a.dtype == torch.bfloat16,
-                        **config.launch_options(backend))
+    launch(matmul_kernel, grid, (a2, w, c2, M, N, K, a2.stride(0), a2.stride(1), w.stride(0), w.stride(1),
+                                 c2.stride(0), c2.stride(1)), config,
+           BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"], EVEN_K=K % bk == 0,
+           UPCAST=backend == "interpreter" and a.dtype == torch.bfloat16)
     return out

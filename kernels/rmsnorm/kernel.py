@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from flytune_nb.config import Config
-from flytune_nb.device import current_device
+from flytune_nb.launch import launch
 
 
 @triton.jit
@@ -51,13 +51,14 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = No
         x = x.contiguous()
     if weight.stride(0) != 1:  # e.g. a broadcast (stride-0) weight: the kernel reads it with unit stride
         weight = weight.contiguous()
-    x2 = x.reshape(-1, N)  # a view when rows are evenly strided, else a copy
+    # reshape/view cost ~1 us each on the host, which a decode-sized launch notices (issue #4): skip them for 2-D
+    x2 = x if x.dim() == 2 else x.reshape(-1, N)  # a view when rows are evenly strided, else a copy
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # not empty_like: that keeps x's permutation
     elif not out.is_contiguous():
         raise ValueError("out must be contiguous")
-    y2 = out.view(-1, N)
+    y2 = out if out.dim() == 2 else out.view(-1, N)
     block = config["BLOCK_N"]
-    rmsnorm_kernel[(x2.shape[0],)](x2, weight, y2, x2.stride(0), y2.stride(0), N, eps, BLOCK_N=block,
-                                   SINGLE_PASS=block >= N, **config.launch_options(current_device().backend))
+    launch(rmsnorm_kernel, (x2.shape[0],), (x2, weight, y2, x2.stride(0), y2.stride(0), N, eps), config,
+           BLOCK_N=block, SINGLE_PASS=block >= N)
     return out

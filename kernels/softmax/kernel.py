@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from flytune_nb.config import Config
-from flytune_nb.device import current_device
+from flytune_nb.launch import launch
 
 
 @triton.jit
@@ -50,13 +50,13 @@ def softmax(x: torch.Tensor, out: torch.Tensor | None = None, *, config: Config)
     N = x.shape[-1]
     if x.stride(-1) != 1:
         x = x.contiguous()
-    x2 = x.reshape(-1, N)
+    x2 = x if x.dim() == 2 else x.reshape(-1, N)
     if out is None:
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     elif not out.is_contiguous():
         raise ValueError("out must be contiguous")
-    y2 = out.view(-1, N)
+    y2 = out if out.dim() == 2 else out.view(-1, N)
     block = config["BLOCK_N"]
-    softmax_kernel[(x2.shape[0],)](x2, y2, x2.stride(0), y2.stride(0), N, BLOCK_N=block, SINGLE_PASS=block >= N,
-                                   **config.launch_options(current_device().backend))
+    launch(softmax_kernel, (x2.shape[0],), (x2, y2, x2.stride(0), y2.stride(0), N), config, BLOCK_N=block,
+           SINGLE_PASS=block >= N)
     return out
