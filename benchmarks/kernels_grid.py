@@ -6,7 +6,8 @@
    (successive halving through the sweep engine, precompiled) vs torch eager and torch.compile (static shapes), and
    the best's share of the measured device-to-device copy bandwidth.
 A deadline (BENCH_DEADLINE_S, default 330 s) keeps it inside one device call: sections stop adding shapes when it
-passes, and the table says which were skipped."""
+passes, and the table says which were skipped. SECTIONS (default moe,gemm,memory) and MEM_KERNELS pick a slice;
+BENCH_NAME names the result files (default kernels_grid)."""
 from __future__ import annotations
 
 import os
@@ -48,7 +49,7 @@ def compiled_p50(timer, spec, inputs):
 
 
 def memory_bound(dev, timer, bw, rows, data):
-    for kernel in ("rmsnorm", "fused_add_rmsnorm", "softmax"):
+    for kernel in os.environ.get("MEM_KERNELS", "rmsnorm,fused_add_rmsnorm,softmax").split(","):
         if left() < 60:
             rows.append(f"| {kernel} | skipped: deadline | | | | | | | | |")
             continue
@@ -118,9 +119,13 @@ def main():
     env = environment()
     mem_rows, gemm_rows, moe_rows = [], [], []
     payload = {"env": env, "copy_bandwidth_Bps": bw, "memory_bound": [], "matmul": [], "fused_moe": []}
-    moe(dev, timer, moe_rows, payload["fused_moe"])
-    gemm(dev, timer, gemm_rows, payload["matmul"])
-    memory_bound(dev, timer, bw, mem_rows, payload["memory_bound"])
+    sections = os.environ.get("SECTIONS", "moe,gemm,memory").split(",")
+    if "moe" in sections:
+        moe(dev, timer, moe_rows, payload["fused_moe"])
+    if "gemm" in sections:
+        gemm(dev, timer, gemm_rows, payload["matmul"])
+    if "memory" in sections:
+        memory_bound(dev, timer, bw, mem_rows, payload["memory_bound"])
     mb = payload["memory_bound"]
     geo = geomean(c["vs_better_torch"] for c in mb)
     payload["memory_bound_geomean_vs_better_torch"] = geo
@@ -139,7 +144,7 @@ def main():
         "| kernel | M | N | default | best | torch eager | torch.compile | best vs better torch | best, share of copy BW "
         "| best config |", "|---|---|---|---|---|---|---|---|---|---|", *mem_rows, "",
         f"Geomean of best vs the better of eager/compile: {geo:.2f}x over {len(mb)} shapes."])
-    write("kernels_grid", payload, md)
+    write(os.environ.get("BENCH_NAME", "kernels_grid"), payload, md)
 
 
 if __name__ == "__main__":

@@ -34,16 +34,33 @@ class Replay:
         return Trial("k", {}, "bf16", config, "ok", p20=p, p50=p, p80=p)
 
 
+def _space_size(kernel: str):
+    """On a GPU, the size of each shape's space there, so a sweep cut short by its time limit is not mistaken for an
+    exhaustive one; None elsewhere (a replay of a finished store)."""
+    from flytune_nb.device import current_device
+    from flytune_nb.registry import get_kernel
+
+    dev = current_device()
+    if not dev.is_gpu:
+        return None
+    spec = get_kernel(kernel)
+    return lambda shape, dtype: len(spec.configs(shape, dtype, dev))
+
+
 def replay(db: str, kernel: str) -> dict:
     df = Store(db, readonly=True).frame(kernel)
     df = df[df["fidelity"] == "full"]
-    out = []
+    size = _space_size(kernel)
+    out, partial = [], []
     for (shape, dtype), g in df.groupby(["shape", "dtype"]):
         p50 = {}
         for cfg, status, p in zip(g["config"], g["status"], g["p50"]):
             p50[Config.from_json(cfg)] = float(p) if status == "ok" else None
         ok = [v for v in p50.values() if v is not None]
         if len(p50) < 50 or not ok:
+            continue
+        if size is not None and len(p50) < size(json.loads(shape), dtype):
+            partial.append(f"{shape}: {len(p50)} of {size(json.loads(shape), dtype)} configs")
             continue
         best, budget = min(ok), max(1, round(BUDGET_FRACTION * len(p50)))
         space = list(p50)
@@ -54,11 +71,21 @@ def replay(db: str, kernel: str) -> dict:
                 trials = strat(space, Replay(p50), budget=budget, seed=seed)
                 ratios.append(min(t.p50 for t in trials if t.ok) / best)
             found[name] = geomean(ratios)
+        torch_ms = _baseline(db, kernel, shape, dtype)
         out.append({"shape": json.loads(shape), "dtype": dtype, "configs": len(p50), "budget": budget,
-                    "best_ms": best, **found})
-    return {"db": str(db), "kernel": kernel, "shapes": out,
+                    "best_ms": best, "torch_ms": torch_ms, **found})
+    return {"db": str(db), "kernel": kernel, "shapes": out, "incomplete_shapes": partial,
             "geomean_surrogate": geomean(r["surrogate"] for r in out),
             "geomean_random": geomean(r["random"] for r in out), "budget_fraction": BUDGET_FRACTION, "seeds": SEEDS}
+
+
+def _baseline(db: str, kernel: str, shape: str, dtype: str) -> float | None:
+    """torch eager's p50 stored beside the sweep (torch.matmul for matmul), or None."""
+    df = Store(db, readonly=True).frame(kernel, table="baselines")
+    if df.empty:
+        return None
+    hit = df[(df["shape"] == shape) & (df["dtype"] == dtype) & (df["name"] == "torch_eager") & (df["status"] == "ok")]
+    return float(hit["p50"].min()) if len(hit) else None
 
 
 def main():
@@ -72,18 +99,27 @@ def main():
         from flytune_nb.sweep import Sweep
 
         db = str(Path(os.environ.get("BENCH_OUT", "results")) / "gemm_sweeps.db")
-        Sweep(args.kernel, SHAPES, ["bf16"], db=db, baselines=(), timer={"rep_ms": 10.0, "warmup_ms": 2.0}).run()
+        # GPUS=0,1 spreads the shapes over two GPUs; torch.matmul (cuBLAS) is timed beside, with the same timer
+        gpus = [int(g) for g in os.environ["GPUS"].split(",")] if os.environ.get("GPUS") else None
+        Sweep(args.kernel, SHAPES, ["bf16"], db=db, baselines=("torch_eager",), gpus=gpus,
+              timer={"rep_ms": 10.0, "warmup_ms": 2.0}).run()
         env = environment()
     r = replay(db, args.kernel)
     r["env"] = env
+    def vs_torch(s):
+        return "" if s.get("torch_ms") is None else f"{s['torch_ms'] / s['best_ms']:.2f}x"
+
     rows = [f"| {' '.join(f'{k}={v}' for k, v in s['shape'].items())} | {s['configs']} | {s['budget']} | "
-            f"{s['surrogate']:.3f} | {s['random']:.3f} |" for s in r["shapes"]]
+            f"{s['surrogate']:.3f} | {s['random']:.3f} | {s['best_ms'] * 1e3:.1f} | {vs_torch(s)} |"
+            for s in r["shapes"]]
     md = "\n".join([
         f"# Surrogate (Optuna TPE) vs random at {BUDGET_FRACTION:.0%} of the evaluations: {args.kernel}, replayed "
         f"from `{Path(db).name}`", "" if env is None else f"{env['device']}, {env['date']}, triton {env['triton']}", "",
         "best found / exhaustive best, geomean over seeds (target: surrogate <= 1.02)", "",
-        "| shape | configs | budget | surrogate | random |", "|---|---|---|---|---|", *rows, "",
-        f"Geomean over shapes: surrogate {r['geomean_surrogate']:.3f}, random {r['geomean_random']:.3f}."])
+        "| shape | configs | budget | surrogate | random | exhaustive best (us) | torch / best |",
+        "|---|---|---|---|---|---|---|", *rows, "",
+        f"Geomean over shapes: surrogate {r['geomean_surrogate']:.3f}, random {r['geomean_random']:.3f}.",
+        *([f"Left out, their sweep cut short: {'; '.join(r['incomplete_shapes'])}."] if r["incomplete_shapes"] else [])])
     write(f"surrogate_{args.kernel}", r, md)
 
 

@@ -30,7 +30,12 @@ def _runtime() -> dict:
         from triton.runtime.jit import JITFunction
 
         active = driver.active
-        _RT.update(knobs=knobs, spec=native_specialize_impl, jit=JITFunction, device=active.get_current_device,
+        # Triton's get_current_device is torch.cuda.current_device, a Python function that re-checks lazy init; the
+        # fast path runs only after Triton has launched this kernel, so CUDA is up and torch's C getter will do.
+        import torch
+
+        device = getattr(torch._C, "_cuda_getDevice", None) or active.get_current_device
+        _RT.update(knobs=knobs, spec=native_specialize_impl, jit=JITFunction, device=device,
                    stream=active.get_current_stream)
     return _RT
 
@@ -44,7 +49,8 @@ def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
         return _triton(fn, grid, args, config, meta)
     knobs = rt["knobs"]
     run_knobs = knobs.runtime
-    if _active(run_knobs.launch_enter_hook) or _active(run_knobs.launch_exit_hook):
+    enter, leave = run_knobs.launch_enter_hook, run_knobs.launch_exit_hook
+    if (enter is not None and _active(enter)) or (leave is not None and _active(leave)):
         return _triton(fn, grid, args, config, meta)  # a profiler wants Triton's launch metadata
     dev = rt["device"]()
     backend = fn.device_caches[dev][3]
@@ -60,17 +66,16 @@ def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
         return None  # _first_launch launched it
     if entry is _SLOW:
         return _triton(fn, grid, args, config, meta)
-    kernel_run, function, packed, tail = entry
+    call, function, mid, tail = entry
     n = len(grid)
-    kernel_run(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, rt["stream"](dev), function, packed, None,
-               None, None, *args, *tail)
+    call(grid[0], grid[1] if n > 1 else 1, grid[2] if n > 2 else 1, rt["stream"](dev), function, *mid, *args, *tail)
     return None
 
 
 def _active(hook) -> bool:
     """Triton 3.6 keeps an empty HookChain in the launch-hook knobs (never None) and calls it on every launch; a
     chain with no calls in it is no hook. Any other non-None hook is one."""
-    return hook is not None and bool(getattr(hook, "calls", True))
+    return bool(getattr(hook, "calls", True))
 
 
 def _runtime_or_none(fn):
@@ -105,7 +110,26 @@ def _first_launch(fn, grid, args, config, meta):
             tail.append(p.default)
         else:
             return _SLOW
-    return kernel.run, kernel.function, kernel.packed_metadata, tuple(tail)
+    run = kernel.run
+    # No launch metadata and no hooks: Triton builds the metadata only for a hook, and its launcher skips None.
+    c_launch = _c_launch(run)
+    if c_launch is not None:
+        call, coop, pdl = c_launch
+        return call, kernel.function, (coop, pdl, None, None, kernel.packed_metadata, None, None, None), tuple(tail)
+    return run, kernel.function, (kernel.packed_metadata, None, None, None), tuple(tail)
+
+
+def _c_launch(run):
+    """Triton's CudaLauncher.__call__ only allocates scratch memory (when the kernel asks for some) and then calls
+    its compiled C ``launch``: for a kernel that needs no scratch, call that directly and skip a Python frame and a
+    closure per launch. Anything else (HIP's launcher, another Triton's layout) keeps ``run``."""
+    if type(run).__name__ != "CudaLauncher":
+        return None
+    need = (getattr(run, "global_scratch_size", 1), getattr(run, "profile_scratch_size", 1))
+    parts = tuple(getattr(run, a, None) for a in ("launch", "launch_cooperative_grid", "launch_pdl"))
+    if any(need) or None in parts:
+        return None
+    return parts
 
 
 def clear() -> None:

@@ -45,9 +45,17 @@ class TunedKernel:
 
     # -- the hot path --------------------------------------------------------------------------------------------
     def __call__(self, **inputs: Any) -> Any:
-        config = self.config_for(inputs)
+        # The memory hit inlined (config_for is the same test): this is the serving path, where issue #4 allows the
+        # whole call 5% over a raw Triton launch, and every Python frame counts on a slow host.
+        hit = self._memory.get(_fast_key(inputs))
+        if hit is not None and not (self.autotune and hit[1] in ("default", "artifact")):
+            self.last_source = "memory"
+            config = hit[0]
+        else:
+            config = self.config_for(inputs)
         try:
-            self.spec.reset(inputs, None)  # zero the accumulators on the real call, not only while benchmarking
+            if self.spec.zeroes:
+                self.spec.reset(inputs, None)  # zero the accumulators on the real call, not only while benchmarking
             return self.spec.run(inputs, config)
         except KeyError as e:
             raise ValueError(f"{self.spec.name}: missing input {e} (got {', '.join(inputs)})") from None
@@ -142,7 +150,7 @@ def _env_signature() -> tuple:
     the mapping's own bytes dict answers in ~0.05 us, so read that when it is there."""
     data = getattr(os.environ, "_data", None)
     if isinstance(data, dict) and os.name == "posix":
-        return tuple(data.get(k) for k in _ENV_KEYS)
+        return tuple(map(data.get, _ENV_KEYS))  # map: 0.3 us against 0.5 for a generator over 11 keys
     return tuple(os.environ.get(k) for k in CODEGEN_ENV + ("FLYTUNE_AUTOTUNE",))
 
 

@@ -18,8 +18,9 @@ class Param:
 class FakeJIT:
     """Enough of JITFunction: params, device_caches[dev][3] (the backend), hooks, fn[grid](...) -> a kernel."""
 
-    def __init__(self, names, defaults=None):
+    def __init__(self, names, defaults=None, kernel=None):
         defaults = defaults or {}
+        self.kernel = kernel  # what fn[grid](...) returns; None: a stand-in that records direct launches
         self.params = [Param(n, defaults.get(n), n in defaults) for n in names]
         self.device_caches = {0: (None, None, None, "backend", None)}
         self.used_global_vals = {}
@@ -30,6 +31,8 @@ class FakeJIT:
     def __getitem__(self, grid):
         def call(*args, **kwargs):
             self.triton_calls.append((grid, args, kwargs))
+            if self.kernel is not None:
+                return self.kernel
             return SimpleNamespace(run=lambda *a: self.kernel_runs.append(a), function="fn", packed_metadata="pm")
         return call
 
@@ -162,3 +165,37 @@ def test_interpreter_uses_tritons_path(monkeypatch):
     for _ in range(2):
         L.launch(fn, (1,), (Ptr(0),), CFG, BLOCK=64)
     assert len(fn.triton_calls) == 2 and L._ENTRIES == {}
+
+
+def test_cuda_launcher_without_scratch_is_called_at_its_c_entry_in_tritons_argument_order(rt):
+    """Triton 3.6's CudaLauncher.__call__(gx, gy, gz, stream, function, packed, meta, enter, exit, *args) calls
+    launch(gx, gy, gz, stream, function, coop, pdl, global_scratch, profile_scratch, packed, meta, enter, exit,
+    *args); with no scratch to allocate we make that call ourselves."""
+    calls = []
+
+    class CudaLauncher:
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid, launch_pdl = False, True
+
+        def launch(self, *a):
+            calls.append(a)
+
+        def __call__(self, *a):
+            raise AssertionError("the Python wrapper should be skipped")
+
+    kernel = SimpleNamespace(run=CudaLauncher(), function="fn", packed_metadata="pm")
+    fn = FakeJIT(["X", "n", "BLOCK"], kernel=kernel)
+    x = Ptr(0)
+    for _ in range(2):
+        L.launch(fn, (2,), (x, 32), CFG, BLOCK=64)
+    assert calls == [(2, 1, 1, 1234, "fn", False, True, None, None, "pm", None, None, None, x, 32, 64)]
+
+
+def test_cuda_launcher_that_needs_scratch_keeps_tritons_wrapper():
+    class CudaLauncher:
+        global_scratch_size, profile_scratch_size = 256, 0
+        launch, launch_cooperative_grid, launch_pdl = print, False, False
+
+    assert L._c_launch(CudaLauncher()) is None
+    CudaLauncher.global_scratch_size = 0
+    assert L._c_launch(CudaLauncher()) == (print, False, False)
