@@ -229,19 +229,23 @@ def test_committed_h200_exports_are_valid_and_in_the_h200_space():
     h200 = from_properties(SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132,
                                            L2_cache_size=62914560, total_memory=150109880320), hip=False)
     files = sorted(BUILTIN_DIR.glob("*/triton_3_6_0/*device_name=NVIDIA_H200*.json"))
-    assert len(files) >= 4
+    assert len(files) >= 16  # rmsnorm and fused_add_rmsnorm x N in {2048, 4096, 5120, 8192} x {bf16, fp16}
+    dtypes_seen = set()
     for f in files:
         spec = get_kernel(f.parent.parent.name)
         table = artifacts.read_table(f)
         prov = json.loads((f.parent / "provenance.json").read_text())[f.name]
         rest = {k: int(v) for k, v in (p.split("=") for p in f.name.split(",")[:-2])}
+        dtype = f.name.removesuffix(".json").split("dtype=")[1]
+        dtypes_seen.add(dtype)
         for m, knobs in table.items():
             shape = {**rest, spec.batch_axis: m}
-            assert Config.from_dict(knobs) in spec.configs(shape, "bf16", h200)
+            assert Config.from_dict(knobs) in spec.configs(shape, dtype, h200)
             assert prov[str(m)]["device"] == "NVIDIA_H200" and prov[str(m)]["best_p50_ms"] > 0
             if triton.__version__.startswith("3.6.0"):
-                assert lookup(spec, shape, "bf16", device=h200, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
-                                                                                          "artifact")
+                assert lookup(spec, shape, dtype, device=h200, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
+                                                                                         "artifact")
+    assert dtypes_seen == {"bf16", "fp16"}
 
 
 def test_export_never_mixes_kernel_source_versions(tmp_path):
