@@ -20,7 +20,7 @@ from flytune_nb.strategies import random_search, surrogate
 from flytune_nb.trial import Trial
 
 SHAPES = os.environ.get("SHAPES", "M=256,1024,4096 N=4096 K=4096")  # 618, 932 and 1126 configs on the H200
-BUDGET_FRACTION, SEEDS = 0.10, 5
+BUDGET_FRACTION, SEEDS = 0.10, int(os.environ.get("SEEDS", 5))
 
 
 class Replay:
@@ -88,6 +88,14 @@ def _baseline(db: str, kernel: str, shape: str, dtype: str) -> float | None:
     return float(hit["p50"].min()) if len(hit) else None
 
 
+def measured_on(db: str, kernel: str) -> str:
+    """For a replay: where and when the stored sweeps were measured (the replay itself runs anywhere)."""
+    df = Store(db, readonly=True).frame(kernel)
+    tool = json.loads(df["toolchain"].iloc[0]) if len(df) else {}
+    return (f"sweeps measured on {', '.join(sorted(set(df['device'])))}, {min(df['created'])} to {max(df['created'])}, "
+            f"triton {tool.get('triton', '?')}; replayed on the CPU, {SEEDS} seeds") if len(df) else ""
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--replay", default=None, help="a store holding exhaustive sweeps; skips the GPU sweep")
@@ -114,7 +122,8 @@ def main():
             for s in r["shapes"]]
     md = "\n".join([
         f"# Surrogate (Optuna TPE) vs random at {BUDGET_FRACTION:.0%} of the evaluations: {args.kernel}, replayed "
-        f"from `{Path(db).name}`", "" if env is None else f"{env['device']}, {env['date']}, triton {env['triton']}", "",
+        f"from `{Path(db).name}`", measured_on(db, args.kernel) if env is None else
+        f"{env['device']}, {env['date']}, triton {env['triton']}", "",
         "best found / exhaustive best, geomean over seeds (target: surrogate <= 1.02)", "",
         "| shape | configs | budget | surrogate | random | exhaustive best (us) | torch / best |",
         "|---|---|---|---|---|---|---|", *rows, "",

@@ -179,9 +179,12 @@ def test_check_thresholds_and_exit_codes(swept, tmp_path, dev, capsys, monkeypat
     then = {m: prov[str(m)]["best_p50_ms"] for m in committed}
 
     def measure_ratio(ratio, ok=True, default_drift=1.0):
+        calls = []
+
         def measure(spec_, shape, dtype, config):
             m = shape["M"]
-            if config == committed[m]:
+            calls.append(m)
+            if sum(c == m for c in calls) % 2:  # check times config, default, config, ...; the default may be it
                 if not ok:
                     return Trial(spec_.name, shape, dtype, config, "wrong", "rel error 0.5 > tolerance")
                 p = then[m] * ratio
@@ -322,11 +325,11 @@ def test_check_confirms_a_suspect_row_before_alarming(swept, tmp_path, dev):
         def m(spec_, shape, dtype, config):
             calls.append(shape["M"])
             then = prov[str(shape["M"])]["best_p50_ms"]
-            if config != committed[shape["M"]]:
-                p = max(then * 1.2, prov[str(shape["M"])]["default_p50_ms"])  # the default, not drifted
+            nth = sum(c == shape["M"] for c in calls)  # check times config, default, config, default, ...
+            if nth % 2 == 0:  # the default (which may be the committed config itself): as fast as at export
+                p = prov[str(shape["M"])]["default_p50_ms"]
             else:
-                first = sum(c == shape["M"] for c in calls) == 1
-                p = then * (1.5 if first or not bursty else 1.0)
+                p = then * (1.5 if nth == 1 or not bursty else 1.0)
             return Trial(spec_.name, shape, dtype, config, "ok", p20=p, p50=p, p80=p)
         return m
 
@@ -357,3 +360,39 @@ def test_slowdowns_within_the_noise_floor_pass_and_the_h200_run_5_rows_rejudge(d
     rejudged = [_judge(r["kernel"], r["file"], r["shape"], r["dtype"], cfg, trial(r["now_ms"]), trial(r["default_ms"]),
                        r["then_ms"]).status for r in rows]
     assert rejudged.count("OK") == 144 and [r["status"] for r in rows].count("FAIL") == 2
+
+
+def test_the_second_h200_hosts_check_rejudges_with_the_default_drift():
+    """Session 3's check on a 2-GPU H200 host, before the guard knew about drift: 47 FAIL of 288, the bf16 rows,
+    whose defaults ran a median 1.08-1.19x slower than on the host they were tuned on. Re-judged per file with
+    that drift, from the stored timings and the committed provenance: 4 FAIL left (fused_add_rmsnorm bf16 configs
+    1.16-1.29x beyond the drift), the rest of the drifted rows WARN, fp16 (tuned on that host) all OK."""
+    from collections import Counter, defaultdict
+
+    from flytune_nb.regress import _judge, file_drift
+
+    root = Path(__file__).parent.parent
+    rows = json.loads((root / "benchmarks" / "results" / "check_x2_nodrift.json").read_text())
+    assert len(rows) == 288 and Counter(r["status"] for r in rows)["FAIL"] == 47
+    cfg = Config({"BLOCK_N": 8})
+
+    def trial(p50):
+        return Trial("k", {}, "bf16", cfg, "ok", p20=p50, p50=p50, p80=p50)
+
+    files = defaultdict(list)
+    for r in rows:
+        files[(r["kernel"], r["file"])].append(r)
+    verdicts = Counter()
+    for (kernel, name), rs in files.items():
+        prov = json.loads((root / "exports" / kernel / "triton_3_6_0" / "provenance.json").read_text())[name]
+        drift = file_drift([(trial(r["default_ms"]), prov[str(r["shape"]["M"])]["default_p50_ms"]) for r in rs])
+        for r in rs:
+            v = _judge(kernel, name, r["shape"], r["dtype"], cfg, trial(r["now_ms"]), trial(r["default_ms"]),
+                       r["then_ms"], drift=drift)
+            verdicts[(kernel, r["dtype"], v.status)] += 1
+    assert verdicts[("fused_add_rmsnorm", "bf16", "FAIL")] == 4
+    assert sum(n for (k, d, s), n in verdicts.items() if s == "FAIL") == 4
+    assert verdicts[("rmsnorm", "fp16", "OK")] == verdicts[("fused_add_rmsnorm", "fp16", "OK")] == 72
+    # and the live check on the H200 the bf16 files were tuned on, with the drift-aware guard: all 288 OK
+    live = json.loads((root / "benchmarks" / "results" / "check.json").read_text())
+    assert len(live) == 288 and {r["status"] for r in live} == {"OK"}

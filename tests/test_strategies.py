@@ -104,3 +104,25 @@ def test_surrogate_beats_random_at_the_same_budget_on_average():
             r_ratios.append(_best(random_search(r.space, r, budget=budget, seed=seed)) / r.true_best)
     gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
     assert gm(s_ratios) <= gm(r_ratios) * 1.01, (gm(s_ratios), gm(r_ratios))
+
+
+GEMM = json.loads((Path(__file__).parent / "fixtures" / "h200_gemm_sweeps.json").read_text())
+
+
+def test_surrogate_meets_issue_3s_target_on_replayed_h200_gemm_spaces():
+    """Issue #3's target, on the real thing replayed: exhaustive H200 matmul sweeps (N=K=4096, M=256/1024/4096,
+    618/932/1126 configs), 10% of the evaluations, the sweep's default seed: within 2% of the exhaustive best,
+    geomean over the shapes. Random search at the same budget is the control (it does not make it on these)."""
+    assert GEMM["device"] == "NVIDIA_H200" and all(len(s["p50_ms"]) >= 500 for s in GEMM["sweeps"])
+    s_ratios, r_ratios = [], []
+    for sweep in GEMM["sweeps"]:
+        r = Replay(sweep)
+        budget = round(0.10 * len(r.space))
+        trials = surrogate(r.space, r, budget=budget, seed=0)
+        assert len(trials) == budget == len({t.config for t in trials})
+        s_ratios.append(_best(trials) / r.true_best)
+        r = Replay(sweep)
+        r_ratios.append(_best(random_search(r.space, r, budget=budget, seed=0)) / r.true_best)
+    gm = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
+    assert gm(s_ratios) <= 1.02, s_ratios
+    assert gm(s_ratios) < gm(r_ratios), (s_ratios, r_ratios)
