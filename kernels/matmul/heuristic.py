@@ -5,9 +5,13 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   small enough that there is at least one tile per SM (N=4096 -> BN=32 -> 128 programs on 132 SMs), 4 warps,
   4 stages in flight to cover HBM latency;
 - 16 < M <= 128 (still mostly weight-bound): BM = next_pow2(M) capped at 64, BN 64, BK 128, 4 warps, 4 stages;
-- M > 128 (compute-bound): 128x256x64 tiles on 8 warps, 3 stages (144 KiB of the 227 KiB shared memory in bf16),
-  grouped by 8 row tiles so neighbouring programs reuse w's panel in L2 — the classic Hopper choice. On HIP (64 KiB
-  LDS) 128x128x64 on 4 warps, matrix_instr_nonkdim 16, waves_per_eu 2.
+- M > 128 (compute-bound): 128x128x64 tiles on 4 warps, 3 stages, grouped by 8 row tiles so neighbouring programs
+  reuse w's panel in L2. The classic Hopper 128x256 on 8 warps was our first choice; the exhaustive H200 sweeps of
+  session 3 (N=K=4096, every config of the space, tests/fixtures/h200_gemm_sweeps.json) put it 1.14-1.17x behind
+  128x128 on 4 warps at M=1024 and 4096 (Triton 3.6 without warp specialisation). When 128x128 tiles would leave
+  SMs idle (M=256, N=4096: 64 tiles on 132 SMs; that default was 2.5x the best), the row tile halves to 64 and the
+  K tile deepens to 128 with 4 stages on 8 warps (128 tiles; the sweep's best there). On HIP (64 KiB LDS) 128x128x64
+  on 4 warps, matrix_instr_nonkdim 16, waves_per_eu 2.
 The wish is then landed on the nearest config of the pruned space (fewer stages first, then a thinner K tile, then
 narrower N/M tiles), so the default is always one the sweep also times.
 """
@@ -31,7 +35,9 @@ def default(shape, dtype, device) -> Config:
     elif device.backend == "hip":
         bm, bn, bk, warps, stages, group = 128, 128, 64, 4, 2, 8
     else:
-        bm, bn, bk, warps, stages, group = 128, 256, 64, 8, 3, 8
+        bm, bn, bk, warps, stages, group = 128, 128, 64, 4, 3, 8
+        if -(-M // bm) * -(-N // bn) < device.sm_count:
+            bm, bk, warps, stages = 64, 128, 8, 4
     wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group},
                   num_warps=warps, num_stages=stages)
     if device.backend == "hip":
