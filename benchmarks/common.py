@@ -23,7 +23,7 @@ def environment() -> dict:
 
 
 def write(name: str, payload: dict, markdown: str) -> None:
-    out = Path(os.environ.get("BENCH_OUT", "benchmarks/results"))
+    out = Path(os.environ.get("BENCH_OUT") or Path(__file__).parent / "results")  # not the cwd's: scripts run from here
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.json").write_text(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
     (out / f"{name}.md").write_text(markdown + "\n")
