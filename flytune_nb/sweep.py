@@ -71,6 +71,10 @@ class Sweep:
                     raise ValueError(f"{self.spec.name}: a spec object that is not its folder's SPEC can only run "
                                      f"in this process (isolate=False); workers load kernels by name")
         self._override = not isinstance(kernel, str) and not isolate and ray is None
+        # What tasks are asked to load: the kernel's name, or for a spec object run in this process a name of this
+        # sweep's own under which it registers that object, so two such sweeps of one kernel (a notebook running an
+        # edited heuristic beside the original) never swap specs.
+        self._task_kernel = f"{self.spec.name}@sweep-{id(self):x}" if self._override else self.spec.name
         self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
         if not self.shapes:
@@ -115,9 +119,8 @@ class Sweep:
 
         lanes, precompiler, completed = [], None, False
         try:
-            tasks._OVERRIDES.pop(self.spec.name, None)
             if self._override:
-                tasks._OVERRIDES[self.spec.name] = self.spec
+                tasks._OVERRIDES[self._task_kernel] = self.spec
             lanes = self._lanes()
             precompiler = self._precompiler()  # its processes start while the timing worker plans
             plans = self._plan(lanes[0])  # user errors (too large, broken plugin) surface here, before any write
@@ -168,7 +171,7 @@ class Sweep:
                 precompiler.close(kill=not completed)
             for lane in lanes:
                 lane.close()
-            tasks._OVERRIDES.pop(self.spec.name, None)
+            tasks._OVERRIDES.pop(self._task_kernel, None)
 
     def _check_configs(self, plan: dict) -> None:
         """An explicit config list must carry exactly this kernel's knobs: checked once, before anything is written."""
@@ -191,7 +194,7 @@ class Sweep:
         for dtype in self.dtypes:
             for shape in self.shapes:
                 try:
-                    d = lane.call("describe", dict(kernel=self.spec.name, paths=self.paths, shape=shape, dtype=dtype),
+                    d = lane.call("describe", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype),
                                   timeout=max(self.timeout, 300.0))
                 except (WorkerError, WorkerCrashed, WorkerTimeout, WorkerStartError) as e:
                     raise SweepError(f"{self.spec.name} {shape} {dtype}: cannot prepare the shape: "
@@ -283,7 +286,7 @@ class Sweep:
         base = dict(kernel=self.spec.name, shape=dict(shape), dtype=dtype, config=config, device=device.name,
                     fidelity=fidelity)
         try:
-            d = lane.call("trial", dict(kernel=self.spec.name, paths=self.paths, shape=shape, dtype=dtype,
+            d = lane.call("trial", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype,
                                         config=config.to_dict(), timer=self._timer(fidelity)),
                           timeout=self.timeout)
         except WorkerTimeout as e:
@@ -305,7 +308,7 @@ class Sweep:
         missing = tuple(n for n in names if n not in have)
         if missing:
             try:
-                rows = lane.call("baselines", dict(kernel=self.spec.name, paths=self.paths, shape=plan["shape"],
+                rows = lane.call("baselines", dict(kernel=self._task_kernel, paths=self.paths, shape=plan["shape"],
                                                    dtype=plan["dtype"], names=missing,
                                                    timer=self._timer("full")),
                                  timeout=max(self.timeout, 600.0))  # torch.compile's first call takes a while

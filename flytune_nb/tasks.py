@@ -13,8 +13,8 @@ from .config import Config
 from .trial import Trial
 
 
-# name -> a KernelSpec object given directly to an in-process Sweep (e.g. with an edited heuristic); set and cleared
-# by Sweep.run. Worker processes never see it: they load kernels by name.
+# A sweep's own name for a KernelSpec object given directly to an in-process Sweep (e.g. with an edited heuristic)
+# -> that object; set and cleared by Sweep.run. Worker processes never see it: they load kernels by name.
 _OVERRIDES: dict = {}
 
 

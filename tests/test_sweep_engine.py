@@ -337,3 +337,37 @@ def test_an_in_process_sweep_runs_the_kernel_as_its_folder_is_now(tmp_path):
     second = Sweep("toy", "N=64", ["fp32"], paths=[folder.parent], isolate=False, baselines=(), strategy="random",
                    budget=1).run()[0]
     assert second.default["BLOCK"] == 64
+
+
+def test_two_in_process_sweeps_of_one_kernel_keep_their_own_spec_objects(tmp_path):
+    """A notebook can run an edited spec beside the original. Sweep B runs to completion inside sweep A (from A's
+    first TrialDone), which is the worst overlap: every trial must still run the spec object its own sweep was
+    given, before B, during B and after B has cleaned up."""
+    from dataclasses import replace
+
+    from flytune_nb.events import TrialDone
+    from flytune_nb.registry import get_kernel
+
+    base = get_kernel("toy", [PLUGINS])
+    ran = {"A": set(), "B": set()}  # (N, config) each spec object was run with
+
+    def counting(tag):
+        def run(inputs, config):
+            ran[tag].add((inputs["x"].numel(), config))
+            return base.run(inputs, config)
+        return run
+
+    spec_a, spec_b = replace(base, run=counting("A")), replace(base, run=counting("B"))
+    b_results = []
+
+    def start_b(event):
+        if isinstance(event, TrialDone) and not b_results:
+            b_results.extend(Sweep(spec_b, "N=64", ["fp32"], db=tmp_path / "b.db", isolate=False,
+                                   baselines=()).run())
+
+    a_results = Sweep(spec_a, "N=64,100", ["fp32"], db=tmp_path / "a.db", isolate=False, baselines=(),
+                      listeners=[start_b]).run()
+    assert b_results, "sweep B never ran"
+    trials = lambda results: {(r.shape["N"], t.config) for r in results for t in r.trials}  # noqa: E731
+    assert len(trials(a_results)) > len(trials(b_results)) > 0
+    assert ran["A"] == trials(a_results) and ran["B"] == trials(b_results)
