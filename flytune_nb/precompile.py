@@ -48,11 +48,12 @@ class Precompiler:
                 pool.submit(warm_up, kernel, paths)
 
     def run(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
-            per_config_s: float = 120.0, startup_s: float = 60.0) -> dict:
-        """Returns {"ok": n, "failed": n, "wall_s": s}; never raises for a config's own failure. The whole batch
-        may take ``startup_s`` (spawning processes that import torch) plus ``per_config_s`` per round of
-        ``workers`` configs; a hanging config ends precompilation there (the timing worker then times it out on its
-        own)."""
+            per_config_s: float = 120.0, startup_s: float = 60.0, stop: threading.Event | None = None) -> dict:
+        """Returns {"ok": n, "failed": n, "wall_s": s, "stopped": bool}; never raises for a config's own failure.
+        The whole batch may take ``startup_s`` (spawning processes that import torch) plus ``per_config_s`` per round
+        of ``workers`` configs; a hanging config ends precompilation there (the timing worker then times it out on
+        its own). ``stop`` (the sweep's Stop / Ctrl-C) ends the wait within a quarter second and cancels the
+        compiles not yet started: a 1126-config GEMM space is ~70 rounds of 16, a minute or more to sit through."""
         import math
         import time
 
@@ -61,12 +62,23 @@ class Precompiler:
             pool = self._get_pool()
             futs = [pool.submit(compile_one, kernel, paths, shape, dtype, c) for c in configs]
             deadline = startup_s + per_config_s * math.ceil(len(configs) / self.workers)
-            return self._collect(kernel, shape, futs, deadline, t0)
+            return self._collect(kernel, shape, futs, deadline, t0, stop)
 
-    def _collect(self, kernel, shape, futs, deadline, t0) -> dict:
+    def _collect(self, kernel, shape, futs, deadline, t0, stop=None) -> dict:
         import time
 
-        done, pending = cf.wait(futs, timeout=deadline)
+        end, pending, done = time.perf_counter() + deadline, set(futs), set()
+        while pending and not (stop is not None and stop.is_set()):
+            left = end - time.perf_counter()
+            if left <= 0:
+                break
+            finished, pending = cf.wait(pending, timeout=left if stop is None else min(left, 0.25))
+            done |= finished
+        if pending and stop is not None and stop.is_set():
+            for f in pending:
+                f.cancel()  # those not started; running compiles finish in the pool, which the sweep then closes
+            return {"ok": sum(f.exception() is None and f.result()[0] == "ok" for f in done),
+                    "failed": 0, "wall_s": time.perf_counter() - t0, "stopped": True}
         ok = failed = 0
         for f in done:
             try:
@@ -79,7 +91,7 @@ class Precompiler:
             warnings.warn(f"precompile of {kernel} {shape} stopped early ({len(pending)} pending, pool broken or "
                           f"stalled); the timing worker compiles the rest", RuntimeWarning, stacklevel=2)
             self.close(kill=True)
-        return {"ok": ok, "failed": failed + len(pending), "wall_s": time.perf_counter() - t0}
+        return {"ok": ok, "failed": failed + len(pending), "wall_s": time.perf_counter() - t0, "stopped": False}
 
     def close(self, kill: bool = False) -> None:
         if self._pool is None:

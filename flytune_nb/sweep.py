@@ -250,7 +250,8 @@ class Sweep:
         if precompiler is not None and (self.budget is None or self.budget >= len(space)):
             todo = [c.to_dict() for c in dict.fromkeys([default] + space) if (c, "full") not in stored]
             if todo:
-                precompiler.run(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout)
+                precompiler.run(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
+                                stop=self._stop)
 
         def evaluate(config: Config, fidelity: str = "full") -> Trial:
             if self._stop.is_set():

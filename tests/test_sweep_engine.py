@@ -371,3 +371,23 @@ def test_two_in_process_sweeps_of_one_kernel_keep_their_own_spec_objects(tmp_pat
     trials = lambda results: {(r.shape["N"], t.config) for r in results for t in r.trials}  # noqa: E731
     assert len(trials(a_results)) > len(trials(b_results)) > 0
     assert ran["A"] == trials(a_results) and ran["B"] == trials(b_results)
+
+
+def test_stop_ends_a_precompile_batch_without_waiting_for_it():
+    """Stop / Ctrl-C during precompilation: the wait ends within a fraction of a second and the configs not yet
+    started are cancelled, instead of sitting through the batch (here: hangs that would hold it for its deadline)."""
+    import threading
+
+    from flytune_nb.precompile import Precompiler
+
+    hang = {"MODE": 3, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    stop = threading.Event()
+    pc = Precompiler(workers=1)
+    try:
+        threading.Timer(1.0, stop.set).start()
+        t0 = time.time()
+        res = pc.run("evil", (PLUGINS,), {"N": 8}, "fp32", [hang, dict(hang, SLEEP_MS=1)], per_config_s=600,
+                     startup_s=600, stop=stop)
+        assert res["stopped"] and time.time() - t0 < 10  # not the 1800 s the batch's deadline allows
+    finally:
+        pc.close(kill=True)
