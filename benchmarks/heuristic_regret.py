@@ -3,7 +3,8 @@ default p50 / searched-best p50, both at full fidelity, and the worst shape. Rea
 
 Caveat, with numbers: the best is the minimum over ~16 full timings, so it is biased low by the timer's noise, which
 for 5 us kernels is up to ~1 us between device calls (benchmarks/results/check.md); regret at small M is an upper
-bound. Usage: python benchmarks/heuristic_regret.py [DB]"""
+bound. The default is the one the sweep timed (is_default), i.e. the heuristic as it was then. Usage:
+python benchmarks/heuristic_regret.py [DB] (results named after the store unless it is the default one)"""
 from __future__ import annotations
 
 import json
@@ -44,7 +45,8 @@ def main(db=DB):
         "|---|---|---|---|---|---|---|---|", *rows, "",
         "The searched best is the minimum of noisy timings (winner's curse); for the ~5 us small-M shapes the H200's "
         "run-to-run noise is up to ~1 us, so those regrets are upper bounds."])
-    write("heuristic_regret", {"db": str(db), "rows": payload}, md)
+    name = "heuristic_regret" if Path(db).resolve() == DB else f"heuristic_regret_{Path(db).stem}"
+    write(name, {"db": str(db), "rows": payload}, md)
 
 
 if __name__ == "__main__":
