@@ -114,15 +114,16 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
         except (LookupError, ValueError) as e:  # unknown kernel, bad name, malformed file or sidecar
             rows.append(CheckRow(**{**base, "shape": {}, "status": "FAIL", "reason": str(e)[:200]}))
             continue
-        timed = []
+        timed, defaults = [], []  # defaults: (default's trial now, its exported p50), the drift's control
         for m, config in table.items():
             shape = spec.check_shape({**rest, spec.batch_axis: m})
             entry = prov.get(str(m)) or {}
             default = spec.default(shape, dtype, device)
             t, d = measure(spec, shape, dtype, config), measure(spec, shape, dtype, default)
-            timed.append((shape, config, default, entry.get("best_p50_ms"), entry.get("default_p50_ms"), t, d))
-        drift = file_drift([(d, default_then) for *_, default_then, _, d in timed])
-        for shape, config, default, then, _, t, d in timed:
+            timed.append((shape, config, default, entry.get("best_p50_ms"), t, d))
+            defaults.append((d, entry.get("default_p50_ms")))
+        drift = file_drift(defaults)
+        for shape, config, default, then, t, d in timed:
             row = _judge(kernel, path.name, shape, dtype, config, t, d, then, min_delta_us, drift)
             if row.status != "OK" and t.ok:
                 # Confirm before alarming: a 5 us kernel's median moves by up to ~1 us between one measurement

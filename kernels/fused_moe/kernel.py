@@ -77,7 +77,8 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int):
     expert of row tile b; num_tokens_post_padded is a 1-element device tensor."""
     flat = topk_ids.flatten().to(torch.int64)
     n, dev = flat.numel(), flat.device
-    counts = torch.bincount(flat, minlength=num_experts)
+    # not torch.bincount: on CUDA it reads max() back to the host to size its output, a sync on every call
+    counts = torch.zeros(num_experts, dtype=torch.int64, device=dev).scatter_add_(0, flat, torch.ones_like(flat))
     padded = (counts + block_m - 1) // block_m * block_m
     ends = torch.cumsum(padded, 0)
     order = torch.argsort(flat, stable=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from itertools import product
 
 from flytune_nb.config import Config
-from flytune_nb.spaces import block_k_options, group_options, next_pow2, tile_fits
+from flytune_nb.spaces import block_k_options, group_options, next_pow2, tile_fits, with_hip_knobs
 
 BM, BN = (16, 32, 64, 128, 256), (32, 64, 128, 256)
 WARPS = (4, 8)
@@ -43,8 +43,5 @@ def configs(shape, dtype, device) -> list[Config]:
         for g in group_options(-(-M // bm)):
             c = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g},
                        num_warps=warps, num_stages=stages)
-            if hip:
-                out += [c.replace(matrix_instr_nonkdim=nk, waves_per_eu=w) for nk, w in product((16, 32), (None, 2))]
-            else:
-                out.append(c)
-    return out
+            out += [c.replace(matrix_instr_nonkdim=nk) for nk in (16, 32)] if hip else [c]
+    return with_hip_knobs(out, device)
