@@ -22,9 +22,15 @@ def environment() -> dict:
             "python": platform.python_version()}
 
 
-def write(name: str, payload: dict, markdown: str) -> None:
-    out = Path(os.environ.get("BENCH_OUT") or Path(__file__).parent / "results")  # not the cwd's: scripts run from here
+def out_dir() -> Path:
+    """Where results go: $BENCH_OUT (the device scripts), else benchmarks/results wherever the script runs from."""
+    out = Path(os.environ.get("BENCH_OUT") or Path(__file__).parent / "results")
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def write(name: str, payload: dict, markdown: str) -> None:
+    out = out_dir()
     (out / f"{name}.json").write_text(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
     (out / f"{name}.md").write_text(markdown + "\n")
     print(markdown)

@@ -12,3 +12,8 @@ pack_results() {
   tar -C "$OUT" -cf "$OUT/results.tar" res "${PACK_EXTRA[@]}" && rm -rf "$OUT/res" "${PACK_EXTRA[@]/#/$OUT/}"
 }
 trap pack_results EXIT
+# Fold a results store's write-ahead log into its file: a step killed by its timeout can leave trials only in -wal,
+# and only the files named under $OUT come back.
+checkpoint_db() {
+  python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$1"
+}

@@ -13,6 +13,6 @@ echo "check exit code: $?" | tee -a "$BENCH_OUT/check.txt"
 grep -E "^(FAIL|WARN)" "$BENCH_OUT/check.txt" | cut -c1-160 | head -20; tail -3 "$BENCH_OUT/check.txt"
 start=$(date +%s)
 (cd benchmarks && SHAPES="M=256 N=4096 K=4096" timeout ${SURROGATE_S:-200} python3 surrogate_gemm.py) 2>&1 | tail -8
-python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$BENCH_OUT/gemm_sweeps.db"
+checkpoint_db "$BENCH_OUT/gemm_sweeps.db"
 [ -f "$BENCH_OUT/surrogate_matmul.md" ] || (cd benchmarks && python3 surrogate_gemm.py --replay "$BENCH_OUT/gemm_sweeps.db") 2>&1 | tail -8
 echo "surrogate step: $(( $(date +%s) - start )) s"

@@ -22,5 +22,5 @@ for k in rmsnorm fused_add_rmsnorm; do
     --dtype fp16 --strategy halving --db "$DB" --baselines none --rep-ms 25 --gpus 0,1 --quiet 2>&1 | tail -4
   echo "$k fp16 on 2 GPUs: $(( $(date +%s) - start )) s" | tee -a "$BENCH_OUT/sweep_x2_times.txt"
 done
-python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$DB"
+checkpoint_db "$DB"
 python3 -m flytune_nb.cli export --db "$DB" --out exports 2>&1 | tail -5

@@ -9,7 +9,7 @@ source benchmarks/device_common.sh
 source benchmarks/install_carried.sh || { echo INSTALL FAILED; exit 1; }
 start=$(date +%s)
 (cd benchmarks && GPUS=0,1 timeout ${SURROGATE_S:-330} python3 surrogate_gemm.py) 2>&1 | tail -12
-python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$BENCH_OUT/gemm_sweeps.db"
+checkpoint_db "$BENCH_OUT/gemm_sweeps.db"
 [ -f "$BENCH_OUT/surrogate_matmul.md" ] || (cd benchmarks && python3 surrogate_gemm.py --replay "$BENCH_OUT/gemm_sweeps.db") 2>&1 | tail -10
 echo "surrogate step: $(( $(date +%s) - start )) s"
 (cd benchmarks && SECTIONS=memory MEM_KERNELS=softmax BENCH_NAME=kernels_grid_softmax BENCH_DEADLINE_S=${GRID_S:-150} \

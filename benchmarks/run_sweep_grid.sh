@@ -4,7 +4,7 @@
 # command after a time-out and it continues where it stopped (the store is the state). Then:
 #   flytune export --db benchmarks/results/h200_sweeps.db --out exports
 set -uo pipefail
-export PYTHONPATH=$PWD:${PYTHONPATH:-} PYTHONUNBUFFERED=1
+source benchmarks/device_common.sh  # import path, unbuffered output, checkpoint_db
 DB=${OUT:-benchmarks/results}/h200_sweeps.db
 [ -f benchmarks/results/h200_sweeps.db ] && [ "$DB" != benchmarks/results/h200_sweeps.db ] && cp benchmarks/results/h200_sweeps.db "$DB"
 for dtype in ${DTYPES:-bf16 fp16}; do
@@ -13,6 +13,4 @@ for dtype in ${DTYPES:-bf16 fp16}; do
       --dtype $dtype --strategy halving --db "$DB" --baselines none --rep-ms 25 --quiet 2>&1 | tail -3
   done
 done
-# Fold the write-ahead log into the database file: a step killed by its timeout can leave trials only in -wal, and
-# the device returns only the files under $OUT that we name.
-python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$DB"
+checkpoint_db "$DB"

@@ -12,7 +12,7 @@ import json
 import os
 from pathlib import Path
 
-from common import environment, write
+from common import environment, out_dir, write
 from flytune_nb.analysis import geomean
 from flytune_nb.config import Config
 from flytune_nb.store import Store
@@ -48,8 +48,12 @@ def _space_size(kernel: str):
 
 
 def replay(db: str, kernel: str) -> dict:
-    df = Store(db, readonly=True).frame(kernel)
-    df = df[df["fidelity"] == "full"]
+    store = Store(db, readonly=True)
+    try:  # one read of each table
+        every, baselines = store.frame(kernel), store.frame(kernel, table="baselines")
+    finally:
+        store.close()
+    df = every[every["fidelity"] == "full"]
     size = _space_size(kernel)
     out, partial = [], []
     for (shape, dtype), g in df.groupby(["shape", "dtype"]):
@@ -71,26 +75,25 @@ def replay(db: str, kernel: str) -> dict:
                 trials = strat(space, Replay(p50), budget=budget, seed=seed)
                 ratios.append(min(t.p50 for t in trials if t.ok) / best)
             found[name] = geomean(ratios)
-        torch_ms = _baseline(db, kernel, shape, dtype)
+        torch_ms = _baseline(baselines, shape, dtype)
         out.append({"shape": json.loads(shape), "dtype": dtype, "configs": len(p50), "budget": budget,
                     "best_ms": best, "torch_ms": torch_ms, **found})
     return {"db": str(db), "kernel": kernel, "shapes": out, "incomplete_shapes": partial,
+            "measured_on": measured_on(every),
             "geomean_surrogate": geomean(r["surrogate"] for r in out),
             "geomean_random": geomean(r["random"] for r in out), "budget_fraction": BUDGET_FRACTION, "seeds": SEEDS}
 
 
-def _baseline(db: str, kernel: str, shape: str, dtype: str) -> float | None:
+def _baseline(df, shape: str, dtype: str) -> float | None:
     """torch eager's p50 stored beside the sweep (torch.matmul for matmul), or None."""
-    df = Store(db, readonly=True).frame(kernel, table="baselines")
     if df.empty:
         return None
     hit = df[(df["shape"] == shape) & (df["dtype"] == dtype) & (df["name"] == "torch_eager") & (df["status"] == "ok")]
     return float(hit["p50"].min()) if len(hit) else None
 
 
-def measured_on(db: str, kernel: str) -> str:
+def measured_on(df) -> str:
     """For a replay: where and when the stored sweeps were measured (the replay itself runs anywhere)."""
-    df = Store(db, readonly=True).frame(kernel)
     tool = json.loads(df["toolchain"].iloc[0]) if len(df) else {}
     return (f"sweeps measured on {', '.join(sorted(set(df['device'])))}, {min(df['created'])} to {max(df['created'])}, "
             f"triton {tool.get('triton', '?')}; replayed on the CPU, {SEEDS} seeds") if len(df) else ""
@@ -106,7 +109,7 @@ def main():
     if db is None:
         from flytune_nb.sweep import Sweep
 
-        db = str(Path(os.environ.get("BENCH_OUT", "results")) / "gemm_sweeps.db")
+        db = str(out_dir() / "gemm_sweeps.db")
         # GPUS=0,1 spreads the shapes over two GPUs; torch.matmul (cuBLAS) is timed beside, with the same timer
         gpus = [int(g) for g in os.environ["GPUS"].split(",")] if os.environ.get("GPUS") else None
         Sweep(args.kernel, SHAPES, ["bf16"], db=db, baselines=("torch_eager",), gpus=gpus,
@@ -122,7 +125,7 @@ def main():
             for s in r["shapes"]]
     md = "\n".join([
         f"# Surrogate (Optuna TPE) vs random at {BUDGET_FRACTION:.0%} of the evaluations: {args.kernel}, replayed "
-        f"from `{Path(db).name}`", measured_on(db, args.kernel) if env is None else
+        f"from `{Path(db).name}`", r["measured_on"] if env is None else
         f"{env['device']}, {env['date']}, triton {env['triton']}", "",
         "best found / exhaustive best, geomean over seeds (target: surrogate <= 1.02)", "",
         "| shape | configs | budget | surrogate | random | exhaustive best (us) | torch / best |",

@@ -18,7 +18,7 @@ import torch
 from common import environment, write
 from flytune_nb.device import current_device
 from flytune_nb import launch as L
-from flytune_nb.launch import launch as flaunch
+
 from flytune_nb.registry import get_kernel
 from flytune_nb.tuner import TunedKernel, _fast_key
 
@@ -78,7 +78,7 @@ def main():
 
     raw = per_call(raw_launch)
     args = (x, w, y, x.stride(0), y.stride(0), 4096, 1e-6)
-    remembered = per_call(lambda: flaunch(kmod.rmsnorm_kernel, (1,), args, cfg, BLOCK_N=cfg["BLOCK_N"],
+    remembered = per_call(lambda: L.launch(kmod.rmsnorm_kernel, (1,), args, cfg, BLOCK_N=cfg["BLOCK_N"],
                                           SINGLE_PASS=True))
     compiled = kmod.rmsnorm_kernel[(1,)](*args, BLOCK_N=cfg["BLOCK_N"], SINGLE_PASS=True, **launch)
     krun, fn, packed = compiled.run, compiled.function, compiled.packed_metadata

@@ -51,14 +51,18 @@ def render(table: dict[int, dict]) -> str:
     return json.dumps(body, indent=4) + "\n"
 
 
+# Read once, at import: os.umask can only be read by setting it, and setting it per write would race with other
+# threads creating files (a threaded sweep, a serving process).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a committed or shared config must be readable
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a committed or shared config must be readable
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -203,12 +203,9 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from pathlib import Path
-
     from .artifacts import export
-    from .store import Store
-
     from .lookup import config_dir
+    from .store import Store
 
     store = Store(args.db, readonly=True)  # StoreError "no results store at ..." when it is missing
     try:

@@ -39,8 +39,10 @@ def canonical(name: str | torch.dtype) -> str:
 def parse_list(dtypes) -> list[str]:
     """``"bf16,fp16"``, ``"bf16 fp16"``, ``"bf16"`` or a sequence -> ["bf16", "fp16"] (names as written; canonical()
     checks them). A plain string is one or more names, never a sequence of characters."""
-    if isinstance(dtypes, (str, torch.dtype)):
-        dtypes = str(dtypes).replace(",", " ").split() if isinstance(dtypes, str) else [dtypes]
+    if isinstance(dtypes, str):
+        dtypes = dtypes.replace(",", " ").split()
+    elif isinstance(dtypes, torch.dtype):
+        dtypes = [dtypes]
     return [d.strip() if isinstance(d, str) else d for d in dtypes if not isinstance(d, str) or d.strip()]
 
 

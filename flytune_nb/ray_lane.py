@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from .trial import first_line
 from .worker import WorkerCrashed, WorkerError, WorkerTimeout
 
 _ACTOR = None
@@ -70,7 +71,7 @@ class RayLane:
             raise WorkerTimeout(f"no answer within {timeout:g} s (Ray actor killed)") from None
         except ray.exceptions.RayActorError as e:
             self.actor = None
-            raise WorkerCrashed(f"Ray actor died: {(str(e).splitlines() or [type(e).__name__])[0][:200]}") from None
+            raise WorkerCrashed(f"Ray actor died: {first_line(e)[:200]}") from None
         if status == "error":
             raise WorkerError(value)
         return value

@@ -1,6 +1,7 @@
 """Small helpers kernels use to write their spaces and heuristics (powers of two, lanes per warp, HIP knobs)."""
 from __future__ import annotations
 
+import math
 from itertools import product
 from typing import Iterable
 
@@ -93,8 +94,6 @@ def nearest(space: Iterable[Config], target: Config, weights: dict[str, float] |
     """The config of ``space`` closest to ``target``: sum over knobs of weight * |log2 ratio| (a missing or unset
     knob counts as 1). Heuristics state what they want and let this land it inside the pruned space, so the default
     is always a config the sweep also times. Ties go to the earlier config of the space."""
-    import math
-
     weights = weights or {}
     want = target.to_dict()
 

@@ -23,7 +23,7 @@ from .registry import get_kernel
 from .store import Store
 from .strategies import SEEDED, get_strategy
 from .tasks import trial_from_dict
-from .trial import SearchResult, Trial, explore, planned
+from .trial import SearchResult, Trial, explore, first_line, planned
 from .worker import WorkerCrashed, WorkerError, WorkerStartError, WorkerTimeout, local_lanes
 
 
@@ -33,11 +33,6 @@ class SweepError(RuntimeError):
 
 class _Stopped(Exception):
     pass
-
-
-def first_line(e: BaseException) -> str:
-    lines = [line for line in str(e).splitlines() if line.strip()]
-    return lines[0] if lines else type(e).__name__
 
 
 class Sweep:

@@ -87,7 +87,7 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
         out = spec.run(fresh, config)
         _sync(device)
     except Exception as e:  # noqa: BLE001 - a config's failure is data (see module doc)
-        return Trial(**base, status=classify(e), reason=f"{type(e).__name__}: {_first_line(e)}")
+        return Trial(**base, status=classify(e), reason=f"{type(e).__name__}: {_last_line(e)}")
     compile_s = time.perf_counter() - t0
     verdict = check.compare(out, ref, spec.tol(dtype), spec.element_tol(dtype))
     if not verdict.ok:
@@ -106,7 +106,7 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
         timing = timer.measure(launch, setup)
     except _KernelFailed as marked:
         e = marked.__cause__
-        return Trial(**base, status=classify(e), reason=f"{type(e).__name__}: {_first_line(e)}", compile_s=compile_s)
+        return Trial(**base, status=classify(e), reason=f"{type(e).__name__}: {_last_line(e)}", compile_s=compile_s)
     finally:
         if restore:
             spec.reset(target, snap)  # leave the caller's tensors exactly as they came in
@@ -114,9 +114,16 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
                  compile_s=compile_s, reps=timing.reps, method=timing.method)
 
 
-def _first_line(e: BaseException) -> str:
+def _last_line(e: BaseException) -> str:
+    """A failed trial's reason: Triton's compile errors put the message last, after the source excerpt."""
     lines = [l for l in str(e).strip().splitlines() if l.strip()]
     return (lines[-1] if lines else repr(e))[:300]
+
+
+def first_line(e: BaseException) -> str:
+    """One line for a message to the user: an exception's first non-blank line, or its type."""
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__
 
 
 @dataclass

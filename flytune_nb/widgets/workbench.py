@@ -11,7 +11,8 @@ from IPython.display import display
 
 from ..device import current_device
 from ..store import Store
-from ..sweep import Sweep, first_line
+from ..sweep import Sweep
+from ..trial import first_line
 from .controls import GridEditor, KernelPicker, RunControl, error_html, run_in_thread
 from .editor import HeuristicEditor
 from .plot import LivePlot
