@@ -13,13 +13,27 @@ from .report import summary_table, trials_table
 from .sweep import Sweep
 
 
+def _check_outputs(export_dir, *files) -> None:
+    for f in files:
+        if f and not Path(f).resolve().parent.is_dir():
+            raise ValueError(f"cannot write {f}: folder {Path(f).resolve().parent} does not exist")
+    if export_dir and Path(export_dir).exists() and not Path(export_dir).is_dir():
+        raise ValueError(f"export_dir {export_dir} exists and is not a folder")
+
+
 def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustive", budget: int | None = None,
               db: str = "batch.db", export_dir: str | None = "exports", results_csv: str | None = "results.csv",
               results_json: str | None = "results.json", isolate: bool = True, paths=(), progress: bool = True):
     """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults."""
     from .dtypes import parse_list
 
-    dtypes = parse_list(dtypes)
+    dtypes = parse_list(dtypes or ())  # None / "" -> [] -> Sweep's "no dtype given"
+    if isinstance(budget, str):  # papermill -r passes text
+        try:
+            budget = int(budget) if budget.strip() else None
+        except ValueError:
+            raise ValueError(f"budget must be a whole number of configs, got {budget!r}") from None
+    _check_outputs(export_dir, results_csv, results_json)  # before the sweep, not after an hour of it
     sweep = Sweep(kernel, grid, dtypes, db=db, strategy=strategy, budget=budget, isolate=isolate, paths=paths,
                   listeners=[TqdmListener(disable=not progress)])
     results = sweep.run()

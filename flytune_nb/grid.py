@@ -21,8 +21,13 @@ def parse_values(axis: str, text: str) -> list[int]:
     if text.lower() in PRESETS:
         return list(PRESETS[text.lower()])
     values = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        if not re.fullmatch(r"\d+", part):
+    parts = [p.strip() for p in text.split(",")]
+    if parts and not parts[-1]:
+        parts.pop()  # one trailing comma is harmless
+    for part in parts:
+        if not part:  # "1,,4": a value was lost, not written twice
+            raise GridError(f"axis {axis}: empty value in {text!r} (write e.g. {axis}=1,64,4096)")
+        if not re.fullmatch(r"[0-9]+", part):  # not \d: it takes other scripts' digits too
             raise GridError(f"axis {axis}: {part!r} is not a positive integer (write e.g. {axis}=1,64,4096)")
         v = int(part)
         if v < 1:

@@ -95,3 +95,26 @@ def test_progress_keeps_one_bar_per_shape_in_flight():
     assert bar.bars[((("N", 8),), "fp32")].n == 1 and bar.bars[((("N", 16),), "fp32")].n == 0
     bar(ShapeDone("toy", SearchResult("toy", a, "fp32", None, cfg, [ta])))
     assert list(bar.bars) == [((("N", 16),), "fp32")] and "toy N=8 fp32" in out.getvalue()
+
+
+def test_grid_refuses_an_empty_value_and_other_scripts_digits():
+    from flytune_nb.grid import GridError, parse_values
+
+    assert parse_values("M", "1,64,") == [1, 64]  # one trailing comma is harmless
+    for bad in ("1,,4", "١,2"):  # a lost value; an Arabic-Indic digit
+        with pytest.raises(GridError, match="axis M"):
+            parse_values("M", bad)
+
+
+def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
+    from flytune_nb.batch import run_batch
+
+    db = tmp_path / "b.db"
+    cases = [(dict(dtypes=None), "no dtype given"), (dict(budget="ten"), "budget must be a whole number"),
+             (dict(results_csv=str(tmp_path / "nope" / "r.csv")), "does not exist"),
+             (dict(export_dir=str(db.parent / "file")), "not a folder")]
+    (db.parent / "file").write_text("x")
+    for kw, message in cases:
+        with pytest.raises(ValueError, match=message):
+            run_batch("rmsnorm", "M=1 N=256", **{"dtypes": "fp32", **kw}, db=str(db), isolate=False, progress=False)
+    assert not db.exists()  # nothing was swept or written

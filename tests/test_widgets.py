@@ -230,3 +230,23 @@ def test_compare_view_shows_a_failing_default_as_infinite_regret(dev):
     assert "2.000x" in view.summary.value
     view.update([ok, failing])
     assert "inf: the heuristic default fails on 1 shape" in view.summary.value
+
+
+def test_workbench_refuses_to_run_a_fallback_for_a_parameters_cell_typo(tmp_path):
+    """A typo'd kernel, dtype or axis is shown with a fallback in the widgets; Run must not sweep that fallback (a
+    silent wrong result) until the user fixes the cell or answers through the widgets."""
+    wb = Workbench("rmsnrom", "M=1 N=256", ["fp32"], db=str(tmp_path / "x.db"), isolate=False)
+    assert wb.picker.dropdown.value == "rmsnorm"  # the closest name is shown ...
+    assert wb.run() is None and "not run: unknown kernel &#x27;rmsnrom&#x27;" in wb.message.value  # ... not run
+    wb.picker.dropdown.value = "softmax"  # picking from the list answers it
+    assert wb.picker.problem == "" and wb.picker.warning.value == ""
+
+    wb = Workbench("rmsnorm", "M=1 N=256", ["bf17"], db=str(tmp_path / "y.db"), isolate=False)
+    assert wb.run() is None and "unknown dtype &#x27;bf17&#x27;" in wb.message.value
+    wb.grid.dtypes.value = ("fp32",)
+    assert wb.grid.problems() == []
+
+    wb = Workbench("rmsnorm", "M=1 X=4", ["fp32"], db=str(tmp_path / "z.db"), isolate=False)
+    assert wb.run() is None and "unknown [&#x27;X&#x27;]" in wb.message.value
+    wb.grid.axis_boxes["M"].value = "2"
+    assert wb.grid.problems() == [] and "unknown" not in wb.grid.preview.value

@@ -30,18 +30,24 @@ class KernelPicker(W.VBox):
     def __init__(self, kernel: str | None = None, paths=()) -> None:
         self.paths = list(paths)
         names = list_kernels(self.paths)
-        self.dropdown = W.Dropdown(options=names, value=kernel if kernel in names else (names[0] if names else None),
-                                   description="kernel")
+        close = difflib.get_close_matches(str(kernel), names, n=1) if kernel is not None else []
+        shown = kernel if kernel in names else (close or names or [None])[0]
+        self.dropdown = W.Dropdown(options=names, value=shown, description="kernel")
         self.info = W.HTML()
         self.warning = W.HTML()
         super().__init__([self.dropdown, self.info, self.warning])
-        self.dropdown.observe(lambda _: self.refresh(), "value")
+        self.problem = ""  # a parameters-cell typo not yet answered: the workbench refuses to run until it is
+        self.dropdown.observe(self._picked, "value")
         self.refresh()
         if kernel is not None and kernel not in names:  # a typo in the parameters cell: say so, never guess silently
-            close = difflib.get_close_matches(str(kernel), names, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
-            self.warning.value = error_html(f"unknown kernel {kernel!r}.{hint} Showing {self.dropdown.value!r}. "
-                                            f"Known: {', '.join(names)}")
+            self.problem = (f"unknown kernel {kernel!r}.{hint} Fix it in the parameters cell, or pick a kernel from "
+                            f"the list. Known: {', '.join(names)}")
+            self.warning.value = error_html(self.problem)
+
+    def _picked(self, _) -> None:
+        self.problem, self.warning.value = "", ""  # the user chose from the list: the typo is answered
+        self.refresh()
 
     @property
     def spec(self):
@@ -89,7 +95,7 @@ class GridEditor(W.VBox):
         self.axis_boxes = {a: W.Text(value=str(grid.get(a, "1,64" if a == spec.batch_axis else example[a])),
                                      description=a, continuous_update=False) for a in spec.axes}
         for box in self.axis_boxes.values():
-            box.observe(lambda _: self.update_preview(), "value")
+            box.observe(self._axis_edited, "value")
         self.rows.children = list(self.axis_boxes.values())
         self.dtypes.options = list(spec.dtypes)
         wanted = [str(d) for d in (parse_list(dtypes) if dtypes else (self.dtypes.value or spec.dtypes[:1]))]
@@ -109,6 +115,14 @@ class GridEditor(W.VBox):
         self.dtypes.value = tuple(dict.fromkeys(chosen)) or tuple(spec.dtypes[:1])  # fires _dtypes_changed
         self.dtype_problem = problem
         self.update_preview()
+
+    def _axis_edited(self, _) -> None:
+        self.grid_problem = ""  # the user edited the boxes: an earlier parameters-cell problem is answered
+        self.update_preview()
+
+    def problems(self) -> list[str]:
+        """Parameters-cell mistakes the widgets replaced with a fallback and the user has not answered yet."""
+        return [p for p in (self.grid_problem, self.dtype_problem) if p]
 
     def _dtypes_changed(self, _) -> None:
         self.dtype_problem = ""  # the user picked from the list: an earlier parameters-cell problem is answered

@@ -92,10 +92,12 @@ class HeuristicEditor(W.VBox):
     def save(self) -> None:
         try:
             load_heuristic(self.code.value, package=self._package())  # never save code that does not load
-            path = Path(self.save_path.value)
+            if not self.save_path.value.strip():
+                raise HeuristicError("choose a file to save to")
+            path = Path(self.save_path.value.strip())
             if path.exists():
                 path.with_suffix(path.suffix + ".bak").write_text(path.read_text())
             path.write_text(self.code.value)
             self.result.value += f"<p>saved to <code>{html.escape(str(path))}</code></p>"
-        except (HeuristicError, OSError) as e:
+        except (HeuristicError, OSError, ValueError) as e:
             self.result.value = error_html(f"not saved: {e}")

@@ -104,13 +104,23 @@ class ExportPanel(W.VBox):
         self.refresh_button.on_click(lambda _: self.refresh())
         self.write_button.on_click(lambda _: self.write())
 
+    def _target(self):
+        """(store, export dir), or a ValueError saying what is missing: no sweep yet, or no folder to write to (an
+        empty box would mean the notebook's own folder)."""
+        store = self.store_getter()
+        if store is None:
+            raise ValueError("run a sweep first: there is nothing to export yet")
+        if not self.out.value.strip():
+            raise ValueError("choose a folder to export to")
+        return store, self.out.value.strip()
+
     def refresh(self) -> list:
+        if self.store_getter() is None:  # the normal state before the first run: a hint, not an error
+            self.html.value = "<i>run a sweep first</i>"
+            return []
         try:
-            store = self.store_getter()
-            if store is None:
-                self.html.value = "<i>run a sweep first</i>"
-                return []
-            files = preview(store, self.out.value, kernel=self.kernel_getter(), paths=self.paths)
+            store, out = self._target()
+            files = preview(store, out, kernel=self.kernel_getter(), paths=self.paths)
         except Exception as e:  # noqa: BLE001 - shown inline
             self.html.value = error_html(str(e))
             return []
@@ -127,7 +137,8 @@ class ExportPanel(W.VBox):
 
     def write(self) -> None:
         try:
-            written = export(self.store_getter(), self.out.value, kernel=self.kernel_getter(), paths=self.paths)
+            store, out = self._target()
+            written = export(store, out, kernel=self.kernel_getter(), paths=self.paths)
             self.html.value = "wrote:<br>" + "<br>".join(f"<code>{html.escape(str(p))}</code>" for p in written)
         except Exception as e:  # noqa: BLE001
             self.html.value = error_html(str(e))

@@ -86,6 +86,11 @@ class Workbench(W.VBox):
         """Start (or resume) the sweep in a thread; returns the thread (tests join it)."""
         self.message.value = ""
         try:
+            # A typo in the parameters cell is shown with a fallback in its place; running the fallback would be a
+            # silent wrong result, so the sweep waits until the user fixes the cell or answers through the widgets.
+            problems = [p for p in (self.picker.problem, *self.grid.problems()) if p]
+            if problems:
+                raise ValueError(f"not run: {problems[0]}")
             shapes = self.grid.shapes()
             if not self.grid.dtypes.value:
                 raise ValueError("choose at least one dtype")
