@@ -35,8 +35,7 @@ def left() -> float:
 
 
 def timed(timer, spec, inputs, fn):
-    snap = spec.snapshot(inputs)
-    setup = (lambda: spec.reset(inputs, snap)) if spec.mutates else None
+    setup = spec.rep_setup(inputs, spec.snapshot(inputs))
     return timer.measure(fn, setup).p50
 
 

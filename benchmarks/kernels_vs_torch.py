@@ -26,8 +26,7 @@ def main():
         shape = {"M": M, "N": N}
         r = search(spec, shape, "bf16", dev, search_timer)
         inputs = spec.make_inputs(shape, "bf16", dev)
-        snap = spec.snapshot(inputs)
-        setup = (lambda: spec.reset(inputs, snap)) if spec.mutates else None
+        setup = spec.rep_setup(inputs, spec.snapshot(inputs))
         base = spec.baseline
         eager = timer.measure(lambda: base(inputs), setup).p50
         # Static shapes, fresh dynamo state per case: reusing one function across shapes makes dynamo recompile it

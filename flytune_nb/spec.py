@@ -132,3 +132,10 @@ class KernelSpec:
 
     def snapshot(self, inputs: Inputs) -> dict[str, Any]:
         return {name: inputs[name].clone() for name in self.mutates}
+
+    def rep_setup(self, inputs: Inputs, snapshot: Mapping[str, Any] | None):
+        """What a timer runs before every timed rep: in-place state put back (``mutates`` from ``snapshot``,
+        ``zeroes`` zeroed); None for a kernel without in-place state, so its reps carry no setup at all."""
+        if not (self.mutates or self.zeroes):
+            return None
+        return lambda: self.reset(inputs, snapshot)

@@ -128,7 +128,7 @@ def baselines(kernel: str, paths: tuple, shape: dict, dtype: str, names: tuple, 
         return []
     inputs = spec.make_inputs(shape, dtype, dev)
     snap = spec.snapshot(inputs)
-    setup = (lambda: spec.reset(inputs, snap)) if (spec.mutates or spec.zeroes) else None
+    setup = spec.rep_setup(inputs, snap)
     out = []
     for name in names:
         try:

@@ -95,7 +95,7 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
 
     target = fresh if inputs is None else inputs
     snap = spec.snapshot(target) if restore else None
-    setup = (lambda: spec.reset(target, snap)) if restore and (spec.mutates or spec.zeroes) else None
+    setup = spec.rep_setup(target, snap) if restore else None
     def launch():
         try:
             return spec.run(target, config)
