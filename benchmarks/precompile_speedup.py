@@ -1,50 +1,76 @@
-"""First sweep of a compile-bound space with and without the precompile pool, each with an empty Triton cache.
-matmul M=N=K=4096 bf16, 50 configs drawn (seed 0) from its 1126-config space: a GEMM config takes seconds to
-compile and milliseconds to time. (Run 4 used fused_add_rmsnorm, 75 configs: 1.29x — its configs compile in ~0.3 s,
-so timing, not compiling, bounds that sweep.) Target: >= 3x faster with precompile."""
+"""First sweep of a compile-bound space with and without the precompile pool, each in a fresh Python process with an
+empty Triton cache (so each pays the same start: the forkserver's torch import, the workers' device contexts).
+matmul M=N=K=4096 bf16, configs drawn (seed 0) from its 1126-config space: a GEMM config takes ~0.2-1 s to compile
+and ~0.25 ms to run. (Run 4 used fused_add_rmsnorm, 75 configs: 1.29x; its configs compile in ~0.2 s, so timing,
+not compiling, bounds that sweep.) Target: >= 3x faster with precompile. SIZES="50,100" sets the config counts."""
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 import tempfile
 import time
 
 from common import environment, write
-from flytune_nb.device import current_device
-from flytune_nb.registry import get_kernel
-from flytune_nb.sweep import Sweep
 
-KERNEL, SHAPE, DTYPE, N_CONFIGS = "matmul", {"M": 4096, "N": 4096, "K": 4096}, "bf16", 50
+KERNEL, SHAPE, DTYPE = "matmul", {"M": 4096, "N": 4096, "K": 4096}, "bf16"
 GRID = " ".join(f"{k}={v}" for k, v in SHAPE.items())
 TIMER = {"warmup_ms": 5.0, "rep_ms": 25.0}  # the same for both runs
 
 
-def first_sweep(precompile: bool, configs) -> tuple[float, int]:
+def one(precompile: bool, n: int) -> dict:
+    """In this (fresh) process: the first sweep of n configs."""
+    from flytune_nb.device import current_device
+    from flytune_nb.events import TrialStarted
+    from flytune_nb.registry import get_kernel
+    from flytune_nb.sweep import Sweep
+
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")  # nothing compiled yet
+    space = get_kernel(KERNEL).configs(SHAPE, DTYPE, current_device())
+    configs = random.Random(0).sample(space, n)
+    first = []
     t0 = time.perf_counter()
-    r = Sweep(KERNEL, GRID, [DTYPE], precompile=precompile, baselines=(), timer=TIMER, configs=configs).run()
-    return time.perf_counter() - t0, len(r[0].trials)
+    r = Sweep(KERNEL, GRID, [DTYPE], precompile=precompile, baselines=(), timer=TIMER, configs=configs,
+              listeners=[lambda e: isinstance(e, TrialStarted) and not first and first.append(time.perf_counter())]
+              ).run()[0]
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "first_trial_s": first[0] - t0, "trials": len(r.trials),
+            "ok": sum(t.ok for t in r.trials), "space": len(space)}
 
 
 def main():
-    space = get_kernel(KERNEL).configs(SHAPE, DTYPE, current_device())
-    configs = random.Random(0).sample(space, N_CONFIGS)
-    without, n = first_sweep(False, configs)
-    with_pool, n2 = first_sweep(True, configs)
+    if len(sys.argv) == 4 and sys.argv[1] == "--one":
+        print(json.dumps(one(sys.argv[2] == "with", int(sys.argv[3]))))
+        return
+    rows = []
+    for n in [int(s) for s in os.environ.get("SIZES", "50,100").split(",")]:
+        row = {"configs": n}
+        for mode in ("without", "with"):
+            out = subprocess.run([sys.executable, __file__, "--one", mode, str(n)], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(f"{mode} {n}: {out.stderr[-2000:]}")
+            row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        row["speedup"] = row["without"]["wall_s"] / row["with"]["wall_s"]
+        rows.append(row)
+        print(row, flush=True)
     env = environment()
-    payload = {"env": env, "kernel": KERNEL, "grid": GRID, "dtype": DTYPE, "configs": n,
-               "without_precompile_s": without, "with_precompile_s": with_pool, "speedup": without / with_pool,
+    payload = {"env": env, "kernel": KERNEL, "grid": GRID, "dtype": DTYPE, "timer": TIMER, "rows": rows,
                "cpu_count": os.cpu_count()}
-    md = "\n".join([
-        f"# Precompile: first sweep of {KERNEL} {GRID} {DTYPE} ({n} configs of {len(space)}), empty Triton cache "
-        "each time",
-        f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}, {os.cpu_count()} CPU cores", "",
-        "| | wall time (s) |", "|---|---|",
-        f"| without precompile (the timing worker compiles each config) | {without:.1f} |",
-        f"| with precompile (process pool, then timing) | {with_pool:.1f} |",
-        f"| speedup | {without / with_pool:.2f}x |", "",
-        "Both: isolated timing worker, correctness check per config, no baselines."])
-    write("precompile_speedup", payload, md)
+    md = [f"# Precompile: first sweep of {KERNEL} {GRID} {DTYPE} (configs drawn from its {rows[0]['with']['space']}), "
+          "each run in a fresh process with an empty Triton cache",
+          f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}, {os.cpu_count()} CPU cores", "",
+          "| configs | without precompile (s) | with precompile (s) | speedup | first trial starts at (without / with, s) |",
+          "|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['configs']} | {r['without']['wall_s']:.1f} | {r['with']['wall_s']:.1f} | "
+                  f"{r['speedup']:.2f}x | {r['without']['first_trial_s']:.1f} / {r['with']['first_trial_s']:.1f} |")
+    md += ["", "Both: isolated timing worker, correctness check per config, no baselines, timer "
+           f"warmup {TIMER['warmup_ms']:g} ms / rep {TIMER['rep_ms']:g} ms. Without: the timing worker compiles each "
+           "config at its first launch. With: a pool of up to 16 processes compiles them in timing order while the "
+           "worker times those already compiled."]
+    write("precompile_speedup", payload, "\n".join(md))
 
 
 if __name__ == "__main__":

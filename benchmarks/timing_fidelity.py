@@ -3,6 +3,7 @@ interleaved in one run on one GPU. Spread = (max - min) / median of the 7 median
 from __future__ import annotations
 
 import statistics
+import time
 
 import triton.testing
 
@@ -23,27 +24,38 @@ def main():
     dev = current_device()
     spec = get_kernel("rmsnorm")
     timer = GpuTimer(dev)
+    # The timer before session 4: a spin of 2x the host's enqueue time on top of the L2 flush (a flush cost of 0
+    # makes the spin that long again). Interleaved with the current one, to show the shorter spin moves no median.
+    before = GpuTimer(dev)
+    before._flush_cost_us = 0.0
     rows, payload = [], {"env": environment(), "repeats": REPEATS, "shapes": []}
     for shape in SHAPES:
         inputs = spec.make_inputs(shape, "bf16", dev)
         cfg = spec.default(shape, "bf16", dev)
         fn = lambda: spec.run(inputs, cfg)  # noqa: E731
-        ours, theirs = [], []
-        for _ in range(REPEATS):  # interleaved, so clock drift hits both alike
+        ours, theirs, old, wall = [], [], [], []
+        for _ in range(REPEATS):  # interleaved, so clock drift hits all alike
+            t0 = time.perf_counter()
             ours.append(timer.measure(fn).p50)
+            wall.append(time.perf_counter() - t0)
+            old.append(before.measure(fn).p50)
             theirs.append(triton.testing.do_bench(fn, return_mode="median"))
         payload["shapes"].append({"shape": shape, "config": str(cfg), "flytune_ms": ours, "do_bench_ms": theirs,
-                                  "flytune_spread": spread(ours), "do_bench_spread": spread(theirs)})
+                                  "flytune_spread": spread(ours), "do_bench_spread": spread(theirs),
+                                  "before_ms": old, "before_spread": spread(old), "flytune_measure_s": wall})
         rows.append(f"| M={shape['M']} N={shape['N']} | {statistics.median(ours) * 1e3:.2f} | {spread(ours):.2%} "
+                    f"| {statistics.median(wall) * 1e3:.0f} | {statistics.median(old) * 1e3:.2f} | {spread(old):.2%} "
                     f"| {statistics.median(theirs) * 1e3:.2f} | {spread(theirs):.2%} |")
     env = payload["env"]
     md = "\n".join([
         f"# Timing fidelity: rmsnorm bf16, default config, {REPEATS} repeats",
         f"{env['device']} ({env['arch']}), {env['date']}, torch {env['torch']}, triton {env['triton']}, "
         f"flytune_nb {env['flytune_nb']}", "",
-        "| shape | flytune p50 (us) | flytune spread | do_bench p50 (us) | do_bench spread |",
-        "|---|---|---|---|---|", *rows, "",
-        "spread = (max - min) / median over the repeats; do_bench: triton.testing.do_bench(return_mode='median')."])
+        "| shape | flytune p50 (us) | flytune spread | one measure (ms) | before session 4: p50 (us) | spread "
+        "| do_bench p50 (us) | do_bench spread |",
+        "|---|---|---|---|---|---|---|---|", *rows, "",
+        "spread = (max - min) / median over the repeats; do_bench: triton.testing.do_bench(return_mode='median'); "
+        "before session 4: the spin on top of the L2 flush instead of counting the flush (bench.py)."])
     write("timing_fidelity", payload, md)
 
 

@@ -84,6 +84,7 @@ class GpuTimer:
         self.graph, self.inner = graph, inner
         self._torch = torch
         self._cycles_us: float | None = None
+        self._flush_cost_us: float | None = None
         # 2x L2 so that the flush evicts everything even with an adaptive replacement policy; 32 MiB floor when the
         # driver does not report L2. AMD Instinct reports only its L2 (4 MiB on MI300X) but keeps a 256 MiB Infinity
         # Cache behind it, so HIP gets a 512 MiB floor.
@@ -120,22 +121,48 @@ class GpuTimer:
             if n_warm >= 3 and (time.perf_counter() - t0) * 1e3 >= self.warmup_ms:
                 break
         est = max(start.elapsed_time(end), 1e-3)
-        reps = int(min(self.max_reps, max(self.min_reps, self.rep_ms / est)))
-        # Spin twice the host's enqueue time (+10 us for the event records), capped at 1 ms.
-        spin = int(min(1000.0, 2e6 * host_s + 10.0) * self._cycles_per_us())
+        # Cover twice the host's enqueue time (+10 us for the event records), capped at 1 ms. The L2 flush is
+        # enqueued first and the GPU runs it while the host enqueues the launch, so it covers that much already
+        # and the spin is only the rest: on the H200 the 120 MiB flush takes ~35 us, more than a tuned launch's
+        # host time, and a spin on top of it had made each rep of a 22 us rmsnorm ~170 us (1000 reps: 0.17 s).
+        flush_us = self._flush_us()
+        spin_us = max(0.0, min(1000.0, 2e6 * host_s + 10.0) - flush_us)
+        spin = int(spin_us * self._cycles_per_us())
+        # rep_ms is the time the reps may take, as in triton.testing.do_bench: each costs the flush, the spin and the
+        # call on the GPU, or the host's enqueue of them, whichever is longer.
+        per_rep_ms = max(est + (flush_us + spin_us) * 1e-3, host_s * 1e3 + 0.015)
+        reps = int(min(self.max_reps, max(self.min_reps, self.rep_ms / per_rep_ms)))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for i in range(reps):
             if setup:
                 setup()
             self._flush_l2()
-            torch.cuda._sleep(spin)
+            if spin:
+                torch.cuda._sleep(spin)
             starts[i].record()
             fn()
             ends[i].record()
         torch.cuda.synchronize()
         samples = [s.elapsed_time(e) / per_call for s, e in zip(starts, ends)]
         return summarise(samples, "graph" if self.graph else "events")
+
+    def _flush_us(self) -> float:
+        """How long one L2 flush takes on the GPU, microseconds (measured once, on a warm GPU: the caller's warm-up)."""
+        if self._flush_cost_us is None:
+            torch = self._torch
+            if self._flush is None:
+                self._flush_cost_us = 0.0
+            else:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                self._flush_l2()
+                s.record()
+                for _ in range(5):
+                    self._flush_l2()
+                e.record()
+                e.synchronize()
+                self._flush_cost_us = s.elapsed_time(e) * 1e3 / 5
+        return self._flush_cost_us
 
     def _cycles_per_us(self) -> float:
         """How many ``torch.cuda._sleep`` cycles make a microsecond on this GPU (measured once: clocks vary)."""

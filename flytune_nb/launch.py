@@ -15,11 +15,25 @@ pre-run hooks, kernels that read Python globals, callable grids, any other kind 
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 _SLOW = "slow"  # an entry that must go through Triton on every call
 _ENTRIES: dict[tuple, Any] = {}
 _RT: dict[str, Any] = {}  # Triton's runtime pieces, looked up once (importing them on CPU is fine, calling is not)
+_COMPILE_ONLY = [False]  # set by compile_only(): the precompile pool's processes compile without launching
+
+
+@contextlib.contextmanager
+def compile_only():
+    """Within this block, ``launch`` compiles (Triton's ``warmup``: same specialisation, same on-disk cache entry)
+    and launches nothing. The precompile pool compiles this way while the timing worker measures beside it: a pool
+    process launching kernels on the same GPU would time-slice with the kernel being timed."""
+    _COMPILE_ONLY[0] = True
+    try:
+        yield
+    finally:
+        _COMPILE_ONLY[0] = False
 
 
 def _runtime() -> dict:
@@ -47,6 +61,11 @@ def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
     rt = _RT or _runtime_or_none(fn)
     if rt is None or type(fn) is not rt["jit"]:
         return _triton(fn, grid, args, config, meta)
+    if _COMPILE_ONLY[0]:
+        from .device import current_device
+
+        fn.warmup(*args, grid=grid, **meta, **config.launch_options(current_device().backend))
+        return None
     knobs = rt["knobs"]
     run_knobs = knobs.runtime
     enter, leave = run_knobs.launch_enter_hook, run_knobs.launch_exit_hook

@@ -39,7 +39,7 @@ class Sweep:
     """``Sweep("rmsnorm", "M=1,64 N=4096", ["bf16"], db="runs.db").run()``.
 
     isolate: run trials in worker processes (default) or in this process (fast, for tests and tiny sweeps).
-    precompile: compile each shape's candidates in a process pool first (default: on GPUs only).
+    precompile: compile each shape's candidates in a process pool, ahead of the timing (default: on GPUs only).
     baselines: names among ``torch_eager``, ``torch_compile`` (default: both on GPUs, eager on the interpreter).
     gpus: GPU indices for one worker each; ray: a Ray address ("auto", "local" or host:port) for one actor per GPU.
     """
@@ -241,12 +241,13 @@ class Sweep:
         toolchain = plan["key_fields"]["toolchain"]
 
         # Precompile only when the strategy will visit the whole space: with a budget (random, surrogate) most of
-        # a large space is never timed, and compiling all of it would cost more than it saves.
+        # a large space is never timed, and compiling all of it would cost more than it saves. The pool compiles in
+        # the order the configs are timed; each trial waits only for its own config (precompile.Batch).
+        batch = None
         if precompiler is not None and (self.budget is None or self.budget >= len(space)):
             todo = [c.to_dict() for c in dict.fromkeys([default] + space) if (c, "full") not in stored]
             if todo:
-                precompiler.run(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
-                                stop=self._stop)
+                batch = precompiler.submit(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout)
 
         def evaluate(config: Config, fidelity: str = "full") -> Trial:
             if self._stop.is_set():
@@ -254,6 +255,8 @@ class Sweep:
             i = len(result.trials)
             trial = stored.get((config, fidelity))
             if trial is None:
+                if batch is not None and batch.wait(config.to_dict(), self._stop) == "stopped":
+                    raise _Stopped
                 self.emit(TrialStarted(spec.name, shape, dtype, config, i, total))
                 trial = self._measure(lane, shape, dtype, config, fidelity, device)
                 if self._stop.is_set() and trial.status in ("crashed", "timeout"):

@@ -101,15 +101,24 @@ def _compile_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str) -> d
     return _spec(kernel, paths).make_inputs(json.loads(shape_json), dtype, current_device())
 
 
-def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict) -> tuple[str, float]:
-    """Precompile by launching once on real-shaped inputs: generic (no per-kernel hook), and it fills Triton's
-    on-disk cache exactly as the timing worker's first launch will look it up (same args, same specialisation)."""
+def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict,
+                run: bool = False) -> tuple[str, float]:
+    """Precompile through the kernel's own ``run`` on real-shaped inputs: generic (no per-kernel hook), and it fills
+    Triton's on-disk cache exactly as the timing worker's first launch will look it up (same args, same
+    specialisation). Kernels that launch through ``flytune_nb.launch`` only compile (nothing runs on the GPU while
+    the timing worker measures); ``run=True`` launches too, which also builds the launcher stub every later config of
+    the same signature shares (the sweep asks this for the first config)."""
+    import contextlib
+
     from .device import current_device
+    from .launch import compile_only
 
     spec, dev = _spec(kernel, paths), current_device()
     t0 = time.perf_counter()
     try:
-        spec.run(_compile_inputs(kernel, paths, json.dumps(shape, sort_keys=True), dtype), Config.from_dict(config))
+        with contextlib.nullcontext() if run else compile_only():
+            spec.run(_compile_inputs(kernel, paths, json.dumps(shape, sort_keys=True), dtype),
+                     Config.from_dict(config))
         if dev.is_gpu:
             import torch
 

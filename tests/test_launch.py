@@ -27,6 +27,10 @@ class FakeJIT:
         self.pre_run_hooks = []
         self.triton_calls = []  # (grid, args, kwargs) per call that went through "Triton"
         self.kernel_runs = []  # the positional arguments of each direct launch
+        self.warmups = []  # (grid, args, kwargs) per compile-only call
+
+    def warmup(self, *args, grid, **kwargs):
+        self.warmups.append((grid, args, kwargs))
 
     def __getitem__(self, grid):
         def call(*args, **kwargs):
@@ -199,3 +203,20 @@ def test_cuda_launcher_that_needs_scratch_keeps_tritons_wrapper():
     assert L._c_launch(CudaLauncher()) is None
     CudaLauncher.global_scratch_size = 0
     assert L._c_launch(CudaLauncher()) == (print, False, False)
+
+
+def test_compile_only_compiles_as_triton_would_launch_and_launches_nothing(rt):
+    """The precompile pool's mode: Triton's warmup with exactly the arguments a launch would pass (so the on-disk
+    cache entry is the one the timing worker looks up), no launch, nothing remembered; the mode ends with the block,
+    also when the kernel's run raises inside it."""
+    fn = FakeJIT(["X", "n", "BLOCK"])
+    args = (Ptr(64), 32)
+    with L.compile_only():
+        L.launch(fn, (3,), args, CFG, BLOCK=64)
+    assert fn.triton_calls == [] and fn.kernel_runs == [] and L._ENTRIES == {}
+    L.launch(fn, (3,), args, CFG, BLOCK=64)
+    assert len(fn.warmups) == 1 and fn.warmups == fn.triton_calls
+    with pytest.raises(ZeroDivisionError), L.compile_only():
+        1 / 0
+    L.launch(fn, (3,), args, CFG, BLOCK=64)
+    assert len(fn.warmups) == 1 and len(fn.kernel_runs) == 1

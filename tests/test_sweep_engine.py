@@ -391,3 +391,63 @@ def test_stop_ends_a_precompile_batch_without_waiting_for_it():
         assert res["stopped"] and time.time() - t0 < 10  # not the 1800 s the batch's deadline allows
     finally:
         pc.close(kill=True)
+
+
+def test_timing_waits_only_for_its_own_config_to_compile():
+    """The pool compiles in timing order and each trial waits for its own config: a config whose compile takes 4 s
+    does not hold back the one before it (the old barrier did: the H200's first trial waited 3.1 s for all 47)."""
+    from flytune_nb.precompile import Precompiler
+
+    fast = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    slow = dict(fast, SLEEP_MS=4000)  # compile_one runs the config once: 4 s in the pool
+    pc = Precompiler(workers=2)
+    try:
+        batch = pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", [fast, slow])
+        assert batch.wait(fast) == "ok"
+        t0 = time.time()
+        assert batch.wait(fast) == "ok" and not batch.futs[next(k for k in batch.futs if "4000" in k)].done()
+        assert time.time() - t0 < 1
+        assert batch.wait(slow) == "ok" and batch.wait({"MODE": 9}) == "absent"
+    finally:
+        pc.close()
+
+
+def test_each_trial_waits_for_its_config_before_it_starts(monkeypatch):
+    from flytune_nb.precompile import Batch
+
+    order = []
+    real_wait = Batch.wait
+    monkeypatch.setattr(Batch, "wait", lambda self, c, stop=None: (order.append(("wait", c["MODE"], c["SLEEP_MS"])),
+                                                                   real_wait(self, c, stop))[1])
+    listen = lambda e: isinstance(e, TrialStarted) and order.append(("start", e.config["MODE"], e.config["SLEEP_MS"]))  # noqa: E731
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")
+    monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0,1,2")
+    r = Sweep("evil", "N=8", ["fp32"], paths=[PLUGINS], precompile=True, baselines=(), isolate=False,
+              listeners=[listen]).run()[0]
+    assert all(t.ok for t in r.trials) and len(r.trials) == 3
+    assert order == [(k, 0, s) for s in (0, 1, 2) for k in ("wait", "start")]
+
+
+def test_a_worker_takes_the_callers_environment_as_it_is_at_each_start(monkeypatch):
+    """Workers fork from one forkserver, which keeps the environment it started with; each worker must still see
+    the caller's as it is when the worker starts (a benchmark points TRITON_CACHE_DIR at a fresh folder per run),
+    variables set since and variables removed since alike. The evil plugin fails while FLYTUNE_EVIL_POOL_MARK is set."""
+    from flytune_nb.worker import ProcessLane
+
+    ok = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+
+    def trial(pin=None):
+        lane = ProcessLane(pin)
+        try:
+            return lane.call("trial", dict(kernel="evil", paths=(PLUGINS,), shape={"N": 8}, dtype="fp32", config=ok,
+                                           timer=(("reps", 1),)), timeout=120)
+        finally:
+            lane.close()
+
+    assert trial()["status"] == "ok"
+    monkeypatch.setenv("FLYTUNE_EVIL_POOL_MARK", "fail")
+    t = trial()
+    assert t["status"] == "launch_error" and "POOL_MARK is set" in t["reason"]
+    monkeypatch.delenv("FLYTUNE_EVIL_POOL_MARK")
+    assert trial()["status"] == "ok"
+    assert trial({"FLYTUNE_EVIL_POOL_MARK": "fail"})["status"] == "launch_error"  # a lane's own pin wins

@@ -1,0 +1,188 @@
+"""Where a sweep's fixed cost goes on this machine: process start, imports, device context, per-config compile and
+timing. Informs the precompile pool's and the timing worker's design (issue #3's cost and precompile targets).
+Prints one line per measurement and writes startup_profile.json."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+
+from common import environment, out_dir
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _child(q, t_spawn, what):
+    t0 = time.perf_counter()
+    marks = {"since_spawn_s": time.time() - t_spawn}
+    import torch  # noqa: F401
+    marks["import_torch_s"] = time.perf_counter() - t0
+    import triton  # noqa: F401
+    from flytune_nb.registry import get_kernel
+    get_kernel("rmsnorm")
+    marks["import_all_s"] = time.perf_counter() - t0
+    if what == "ctx":
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
+        marks["ctx_s"] = time.perf_counter() - t0
+    q.put(marks)
+
+
+def spawn_many(n, what, method="spawn"):
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["torch", "triton", "flytune_nb.registry"])
+    q = ctx.Queue()
+    t0 = time.perf_counter()
+    ps = [ctx.Process(target=_child, args=(q, time.time(), what)) for _ in range(n)]
+    for p in ps:
+        p.start()
+    res = [q.get() for _ in ps]
+    wall = time.perf_counter() - t0
+    for p in ps:
+        p.join()
+    return {"n": n, "what": what, "method": method, "wall_s": wall,
+            "max": {k: max(r[k] for r in res) for k in res[0]}}
+
+
+def compile_times(kernel, shape, dtype, n):
+    """Fresh cache: first launch (compile + run) per config, in this process."""
+    import random
+
+    import torch
+
+    from flytune_nb.config import Config  # noqa: F401
+    from flytune_nb.device import current_device
+    from flytune_nb.registry import get_kernel
+
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+    spec, dev = get_kernel(kernel), current_device()
+    inputs = spec.make_inputs(shape, dtype, dev)
+    configs = random.Random(0).sample(spec.configs(shape, dtype, dev), n)
+    out = []
+    for c in configs:
+        t0 = time.perf_counter()
+        try:
+            spec.run(inputs, c)
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001
+            pass
+        out.append(time.perf_counter() - t0)
+    # second pass: loaded from the on-disk cache in a fresh process would be the timing worker's case; here in-memory
+    return sorted(out)
+
+
+def trial_costs(kernel, shape, dtype, timer_kw):
+    """One trial's parts in this process: fresh inputs + reference, checked launch, the timer."""
+    import torch
+
+    from flytune_nb import check
+    from flytune_nb.bench import make_timer
+    from flytune_nb.device import current_device
+    from flytune_nb.registry import get_kernel
+    from flytune_nb.trial import evaluate
+
+    spec, dev = get_kernel(kernel), current_device()
+    cfg = spec.default(shape, dtype, dev)
+    timer = make_timer(dev, **timer_kw)
+    evaluate(spec, shape, dtype, cfg, dev, timer)  # compile
+    t0 = time.perf_counter()
+    fresh = spec.make_inputs(shape, dtype, dev)
+    ref = spec.reference(fresh)
+    check.poison(spec, fresh)
+    out = spec.run(fresh, cfg)
+    torch.cuda.synchronize()
+    check.compare(out, ref, spec.tol(dtype), spec.element_tol(dtype))
+    t1 = time.perf_counter()
+    tm = timer.measure(lambda: spec.run(fresh, cfg))
+    t2 = time.perf_counter()
+    tr = evaluate(spec, shape, dtype, cfg, dev, timer)
+    t3 = time.perf_counter()
+    return {"check_s": t1 - t0, "timer_s": t2 - t1, "reps": tm.reps, "p50_us": tm.p50 * 1e3,
+            "evaluate_s": t3 - t2, "evaluate_reps": tr.reps}
+
+
+def traced_sweep(kernel, grid, n_configs=None, **kw):
+    """A real first sweep (fresh cache) with the parent's calls timed: worker start, each op, pool, close."""
+    import random
+    from collections import defaultdict
+
+    from flytune_nb import precompile, worker
+    from flytune_nb.device import current_device
+    from flytune_nb.grid import parse_grid
+    from flytune_nb.registry import get_kernel
+    from flytune_nb.sweep import Sweep
+
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+    t00 = time.perf_counter()
+    spans = defaultdict(float)
+    counts = defaultdict(int)
+    marks = []
+
+    def wrap(cls, name, label=None):
+        orig = getattr(cls, name)
+
+        def f(self, *a, **k):
+            t0 = time.perf_counter()
+            try:
+                return orig(self, *a, **k)
+            finally:
+                lab = label or (name + (":" + a[0] if name == "call" else ""))
+                spans[lab] += time.perf_counter() - t0
+                counts[lab] += 1
+                if counts[lab] <= 2:
+                    marks.append((lab, round(t0 - t00, 3), round(time.perf_counter() - t00, 3)))
+        setattr(cls, name, f)
+        return orig
+
+    saved = [(worker.ProcessLane, n, wrap(worker.ProcessLane, n)) for n in ("_start", "call", "close")]
+    saved += [(precompile.Precompiler, n, wrap(precompile.Precompiler, n)) for n in ("warm", "run", "close")]
+    try:
+        configs = None
+        if n_configs:
+            spec = get_kernel(kernel)
+            shape = parse_grid(grid, spec.axes)[0]
+            configs = random.Random(0).sample(spec.configs(shape, "bf16", current_device()), n_configs)
+        t0 = time.perf_counter()
+        Sweep(kernel, grid, ["bf16"], baselines=(), configs=configs, **kw).run()
+        wall = time.perf_counter() - t0
+    finally:
+        for cls, n, orig in saved:
+            setattr(cls, n, orig)
+    return {"wall_s": wall, "spans": dict(spans), "counts": dict(counts), "first_marks": marks}
+
+
+def main():
+    sys.path.insert(0, os.path.dirname(HERE))
+    res = {"env": environment()}
+
+    def show(k, v):
+        res[k] = v
+        print(k, v, flush=True)
+
+    steps = {
+        "spawn": lambda: [show("spawn1_import", spawn_many(1, "import")), show("spawn1_ctx", spawn_many(1, "ctx")),
+                          show("spawn16_ctx", spawn_many(16, "ctx")), show("spawn4_ctx", spawn_many(4, "ctx")),
+                          show("forkserver16_ctx", spawn_many(16, "ctx", "forkserver"))],
+        "compile": lambda: [show("compile_rmsnorm_8", compile_times("rmsnorm", {"M": 4096, "N": 4096}, "bf16", 8)),
+                            show("compile_matmul_8", compile_times("matmul", {"M": 4096, "N": 4096, "K": 4096}, "bf16", 8))],
+        "trial": lambda: [show("trial_rmsnorm_default_timer", trial_costs("rmsnorm", {"M": 4096, "N": 4096}, "bf16", {})),
+                          show("trial_rmsnorm_rep25", trial_costs("rmsnorm", {"M": 4096, "N": 4096}, "bf16",
+                                                                  {"rep_ms": 25, "warmup_ms": 5})),
+                          show("trial_matmul_default_timer", trial_costs("matmul", {"M": 4096, "N": 4096, "K": 4096},
+                                                                         "bf16", {}))],
+        "sweep": lambda: [show("sweep_rmsnorm_47", traced_sweep("rmsnorm", "M=4096 N=4096")),
+                          show("sweep_matmul_50", traced_sweep("matmul", "M=4096 N=4096 K=4096", 50,
+                                                               timer={"warmup_ms": 5.0, "rep_ms": 25.0}))],
+    }
+    for name in os.environ.get("SECTIONS", "spawn,compile,trial,sweep").split(","):
+        steps[name]()
+    import json
+
+    (out_dir() / os.environ.get("PROFILE_NAME", "startup_profile.json")).write_text(json.dumps(res, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
