@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call 2 of session 4 (nvidia-h200): issue #3's engine changes on the GPU.
+# Device calls 2 and 3 of session 4 (nvidia-h200): issue #3's engine changes on the GPU.
 #   1. every GPU test (the forkserver workers, compile-only precompile, the timer's flush-aware spin are new);
 #   2. timing fidelity (the timer change must keep the spread and the medians);
 #   3. cost vs triton.autotune (first sweep and a later one);
@@ -13,4 +13,4 @@ cd benchmarks
 timeout 120 python3 timing_fidelity.py 2>&1 | tail -9
 timeout 150 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -16
 SIZES=${SIZES:-50,100} timeout 240 python3 precompile_speedup.py 2>&1 | grep -v Warn | tail -12
-SECTIONS=sweep PROFILE_NAME=startup_profile_after.json timeout 90 python3 startup_profile.py 2>&1 | grep -v Warn | tail -3
+SECTIONS=ctx,sweep PROFILE_NAME=startup_profile_after.json timeout 90 python3 startup_profile.py 2>&1 | grep -v Warn | tail -3

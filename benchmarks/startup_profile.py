@@ -47,6 +47,43 @@ def spawn_many(n, what, method="spawn"):
             "max": {k: max(r[k] for r in res) for k in res[0]}}
 
 
+def _probe(q, env):
+    """In a forkserver child, as a pool process: warm up, compile one GEMM config (meta inputs, compile only), then
+    ask the driver whether this process holds a primary context."""
+    import ctypes
+
+    from flytune_nb import procs, tasks
+    from flytune_nb.device import current_device
+    from flytune_nb.registry import get_kernel
+
+    procs.adopt_env(env)
+    t0 = time.perf_counter()
+    tasks.warm_up("matmul", ())
+    t1 = time.perf_counter()
+    shape = {"M": 4096, "N": 4096, "K": 4096}
+    cfg = get_kernel("matmul").default(shape, "bf16", current_device()).to_dict()
+    status, _ = tasks.compile_one("matmul", (), shape, "bf16", cfg)
+    t2 = time.perf_counter()
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuInit(0)
+    flags, active = ctypes.c_uint(), ctypes.c_int()
+    rc = cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))
+    q.put({"warm_s": t1 - t0, "compile_s": t2 - t1, "status": status, "rc": rc, "primary_ctx_active": active.value})
+
+
+def context_probe():
+    from flytune_nb import procs
+
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+    ctx = procs.context()
+    q = ctx.Queue()
+    p = ctx.Process(target=_probe, args=(q, procs.child_env()))
+    p.start()
+    out = q.get(timeout=120)
+    p.join()
+    return out
+
+
 def compile_times(kernel, shape, dtype, n):
     """Fresh cache: first launch (compile + run) per config, in this process."""
     import random
@@ -177,6 +214,7 @@ def main():
                           show("sweep_matmul_50", traced_sweep("matmul", "M=4096 N=4096 K=4096", 50,
                                                                timer={"warmup_ms": 5.0, "rep_ms": 25.0}))],
     }
+    steps["ctx"] = lambda: show("pool_process_context", context_probe())
     for name in os.environ.get("SECTIONS", "spawn,compile,trial,sweep").split(","):
         steps[name]()
     import json

@@ -1,7 +1,7 @@
 """Compile a shape's candidates in a process pool while the timing worker measures, so it never waits on the compiler.
 
-Each pool process runs a candidate's ``run`` once on real-shaped inputs in compile-only mode (tasks.compile_one); that
-fills Triton's on-disk cache (shared by every process of the user: ~/.triton/cache or TRITON_CACHE_DIR), and the timing
+Each pool process runs a candidate's ``run`` once in compile-only mode on meta-device inputs (tasks.compile_one: no
+device context, no GPU memory, nothing launched beside the kernel being timed); that fills Triton's on-disk cache (shared by every process of the user: ~/.triton/cache or TRITON_CACHE_DIR), and the timing
 worker's first launch of the same config is then a cache load. The candidates are submitted in the order the sweep
 will time them and the timing worker waits only for the one it is about to time (``Batch.wait``): timing starts as
 soon as the first config is compiled instead of after the last. Measured on the H200 (2026-11-30, rmsnorm 4096x4096,

@@ -78,51 +78,83 @@ def trial(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, time
 
 
 def warm_up(kernel: str, paths: tuple) -> float:
-    """Import torch, Triton and the kernel, and create the device context: what a fresh pool process spends its
-    first seconds on. Submitted while the sweep plans, so that cost overlaps the timing worker's own start."""
-    from .device import current_device
-
+    """Import torch, Triton and the kernel: what a fresh pool process spends its first moments on. Submitted while
+    the sweep plans, so that cost overlaps the timing worker's own start. No device context: compiling needs none
+    (see compile_one), and 16 processes creating contexts at once held the timing worker's own start back ~4 s on
+    the H200 (benchmarks/results/startup_profile.json)."""
     t0 = time.perf_counter()
     _spec(kernel, paths)
-    if current_device().is_gpu:
-        import torch
-
-        torch.zeros(1, device=current_device().torch_device)
     return time.perf_counter() - t0
 
 
-@lru_cache(maxsize=1)
-def _compile_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str) -> dict:
-    """One set of inputs per shape for all the configs a pool process compiles (a Mixtral MoE shape is ~3 GB of
-    weights: drawing it again per config would cost more than the compile). Outputs are overwritten by every launch,
-    which compiling does not mind."""
+@lru_cache(maxsize=2)
+def _compile_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str, meta: bool) -> dict:
+    """One set of inputs per shape for all the configs a pool process compiles. ``meta``: on PyTorch's meta device,
+    shapes and dtypes only, nothing allocated (a Mixtral MoE shape is ~3 GB of weights, once per pool process
+    otherwise). Outputs are overwritten by every launch, which compiling does not mind."""
+    import dataclasses
+
     from .device import current_device
 
-    return _spec(kernel, paths).make_inputs(json.loads(shape_json), dtype, current_device())
+    dev = current_device()
+    if meta:
+        dev = dataclasses.replace(dev, torch_device="meta")
+    return _spec(kernel, paths).make_inputs(json.loads(shape_json), dtype, dev)
+
+
+def _refuse(metadata) -> None:
+    raise RuntimeError("a kernel launched outside flytune_nb.launch while compiling on meta inputs")
+
+
+def _compile_on_meta(spec, kernel: str, paths: tuple, shape_json: str, dtype: str, config: Config) -> bool:
+    """Compile without touching the GPU: meta inputs and compile-only launches. Triton specialises pointers on their
+    16-byte alignment, and a meta tensor's address (0) is aligned like every fresh allocation, so the cache entry is
+    the one the timing worker's real launch looks up. A launch that bypasses flytune_nb.launch (a plugin calling
+    ``kernel[grid]`` itself) would run on null pointers: Triton's launch-enter hook refuses it first. False when
+    the wrapper cannot run on meta inputs (it reads values, or launches directly)."""
+    from triton import knobs
+
+    from .launch import compile_only
+
+    prev = knobs.runtime.launch_enter_hook
+    knobs.runtime.launch_enter_hook = _refuse
+    try:
+        with compile_only():
+            spec.run(_compile_inputs(kernel, paths, shape_json, dtype, True), config)
+        return True
+    except Exception as e:  # noqa: BLE001
+        from .trial import classify
+
+        if classify(e) == "compile_error":
+            raise  # the config's own failure: compiling it again on real inputs would fail the same way
+        return False
+    finally:
+        knobs.runtime.launch_enter_hook = prev
 
 
 def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict,
                 run: bool = False) -> tuple[str, float]:
-    """Precompile through the kernel's own ``run`` on real-shaped inputs: generic (no per-kernel hook), and it fills
-    Triton's on-disk cache exactly as the timing worker's first launch will look it up (same args, same
-    specialisation). Kernels that launch through ``flytune_nb.launch`` only compile (nothing runs on the GPU while
-    the timing worker measures); ``run=True`` launches too, which also builds the launcher stub every later config of
-    the same signature shares (the sweep asks this for the first config)."""
+    """Precompile through the kernel's own ``run``: generic (no per-kernel hook), and it fills Triton's on-disk cache
+    exactly as the timing worker's first launch will look it up (same args, same specialisation). On a GPU it
+    compiles on meta inputs without launching (_compile_on_meta); a kernel whose wrapper cannot do that compiles on
+    real inputs, launching only what bypasses flytune_nb.launch. ``run=True`` launches for real, which also builds
+    the launcher stub every later config of the same signature shares (the sweep asks this of the first config)."""
     import contextlib
 
     from .device import current_device
     from .launch import compile_only
 
     spec, dev = _spec(kernel, paths), current_device()
+    cfg, shape_json = Config.from_dict(config), json.dumps(shape, sort_keys=True)
     t0 = time.perf_counter()
     try:
-        with contextlib.nullcontext() if run else compile_only():
-            spec.run(_compile_inputs(kernel, paths, json.dumps(shape, sort_keys=True), dtype),
-                     Config.from_dict(config))
-        if dev.is_gpu:
-            import torch
+        if run or not dev.is_gpu or not _compile_on_meta(spec, kernel, paths, shape_json, dtype, cfg):
+            with contextlib.nullcontext() if run else compile_only():
+                spec.run(_compile_inputs(kernel, paths, shape_json, dtype, False), cfg)
+            if dev.is_gpu:
+                import torch
 
-            torch.cuda.synchronize()
+                torch.cuda.synchronize()
         return "ok", time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - the timing worker records the real failure
         return f"{type(e).__name__}: {e}"[:200], time.perf_counter() - t0

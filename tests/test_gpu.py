@@ -181,3 +181,36 @@ def test_remembered_launch_is_used_and_stays_correct_on_misaligned_views(kernel,
     entries = [e for k, e in L._ENTRIES.items() if k[0] is kernel_fn]
     assert len(entries) == 2, "one remembered kernel for aligned x, one for misaligned x"
     assert all(e is not L._SLOW for e in entries), "the remembered launch was not used"
+
+
+@pytest.mark.parametrize("kernel,shape", [
+    ("rmsnorm", {"M": 64, "N": 4096}), ("fused_add_rmsnorm", {"M": 64, "N": 4096}), ("softmax", {"M": 64, "N": 4096}),
+    ("matmul", {"M": 64, "N": 256, "K": 512}), ("fused_moe", {"M": 16, "E": 8, "N": 256, "K": 512, "topk": 2})])
+def test_precompile_on_meta_inputs_compiles_what_the_real_launch_uses(kernel, shape, dev):
+    """The pool compiles on meta tensors without launching; the timing worker's real launch must find exactly that
+    kernel (same specialisation), or precompiling was for nothing. Triton's in-memory kernel cache, emptied first,
+    shows it: the real launch adds no entry to what compiling on meta put there."""
+    import json
+
+    from flytune_nb import tasks
+    from flytune_nb.launch import clear
+
+    spec = get_kernel(kernel)
+    mod = import_module(spec.run.__module__ + ".kernel")
+    jits = [f for f in vars(mod).values() if hasattr(f, "device_caches")]
+    for f in jits:
+        f.device_caches.clear()
+    clear()
+    count = lambda: sum(len(c[0]) for f in jits for c in f.device_caches.values())  # noqa: E731
+    cfg = spec.default(shape, "bf16", dev)
+    assert tasks._compile_on_meta(spec, kernel, (), json.dumps(shape, sort_keys=True), "bf16", cfg) is True
+    compiled = count()
+    assert compiled >= 1
+    inputs = spec.make_inputs(shape, "bf16", dev)
+    ref = spec.reference(inputs)
+    out = spec.run(inputs, cfg)
+    torch.cuda.synchronize()
+    assert count() == compiled
+    from flytune_nb.check import compare
+
+    assert compare(out, ref, spec.tol("bf16"), spec.element_tol("bf16")).ok

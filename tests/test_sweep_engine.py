@@ -451,3 +451,46 @@ def test_a_worker_takes_the_callers_environment_as_it_is_at_each_start(monkeypat
     monkeypatch.delenv("FLYTUNE_EVIL_POOL_MARK")
     assert trial()["status"] == "ok"
     assert trial({"FLYTUNE_EVIL_POOL_MARK": "fail"})["status"] == "launch_error"  # a lane's own pin wins
+
+
+def test_compiling_on_meta_refuses_real_launches_and_keeps_compile_errors(monkeypatch):
+    """The pool compiles on meta tensors (nothing allocated, no device context). A wrapper that launches outside
+    flytune_nb.launch would run a kernel on null pointers: Triton's launch-enter hook refuses it and the caller falls
+    back to real inputs. A config's own compile error is not retried. The hook is restored either way."""
+    import dataclasses
+    import json
+
+    import torch
+    from triton import knobs
+
+    from flytune_nb import launch, tasks
+    from flytune_nb.config import Config
+    from flytune_nb.registry import get_kernel
+
+    seen = []
+
+    class CompilationError(Exception):
+        pass
+
+    def run_ok(inputs, config):
+        seen.append((inputs["x"].device.type, launch._COMPILE_ONLY[0]))
+
+    def run_direct(inputs, config):
+        knobs.runtime.launch_enter_hook(None)  # what Triton's launcher calls first on a real launch
+
+    def run_bad(inputs, config):
+        raise CompilationError("at 3:4: bad config")
+
+    before = knobs.runtime.launch_enter_hook
+    base = get_kernel("toy", [PLUGINS])
+    make = lambda shape, dtype, dev: {"x": torch.empty(shape["N"], device=dev.torch_device)}  # noqa: E731
+    for name, run in [("meta_ok", run_ok), ("meta_direct", run_direct), ("meta_bad", run_bad)]:
+        monkeypatch.setitem(tasks._OVERRIDES, name, dataclasses.replace(base, name=name, run=run, make_inputs=make))
+    shape = json.dumps({"N": 8})
+    cfg = Config({"BLOCK": 8})
+    assert tasks._compile_on_meta(tasks._OVERRIDES["meta_ok"], "meta_ok", (), shape, "fp32", cfg) is True
+    assert seen == [("meta", True)] and not launch._COMPILE_ONLY[0]
+    assert tasks._compile_on_meta(tasks._OVERRIDES["meta_direct"], "meta_direct", (), shape, "fp32", cfg) is False
+    with pytest.raises(CompilationError):
+        tasks._compile_on_meta(tasks._OVERRIDES["meta_bad"], "meta_bad", (), shape, "fp32", cfg)
+    assert knobs.runtime.launch_enter_hook is before
