@@ -47,41 +47,41 @@ def spawn_many(n, what, method="spawn"):
             "max": {k: max(r[k] for r in res) for k in res[0]}}
 
 
-def _probe(q, env):
-    """In a forkserver child, as a pool process: warm up, compile one GEMM config (meta inputs, compile only), then
-    ask the driver whether this process holds a primary context."""
+def _ctx_state() -> dict:
+    """In a pool process: does it hold a primary CUDA context? (cuInit here creates none.)"""
     import ctypes
 
-    from flytune_nb import procs, tasks
-    from flytune_nb.device import current_device
-    from flytune_nb.registry import get_kernel
-
-    procs.adopt_env(env)
-    t0 = time.perf_counter()
-    tasks.warm_up("matmul", ())
-    t1 = time.perf_counter()
-    shape = {"M": 4096, "N": 4096, "K": 4096}
-    cfg = get_kernel("matmul").default(shape, "bf16", current_device()).to_dict()
-    status, _ = tasks.compile_one("matmul", (), shape, "bf16", cfg)
-    t2 = time.perf_counter()
     cuda = ctypes.CDLL("libcuda.so.1")
     cuda.cuInit(0)
     flags, active = ctypes.c_uint(), ctypes.c_int()
     rc = cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))
-    q.put({"warm_s": t1 - t0, "compile_s": t2 - t1, "status": status, "rc": rc, "primary_ctx_active": active.value})
+    return {"rc": rc, "primary_ctx_active": active.value}
 
 
 def context_probe():
-    from flytune_nb import procs
+    """The pool's own path (Precompiler.submit with the timing worker's device and target), then ask the pool
+    process whether compiling made it create a CUDA context."""
+    from dataclasses import asdict
+
+    from flytune_nb.compiling import current_target
+    from flytune_nb.device import current_device
+    from flytune_nb.precompile import Precompiler
+    from flytune_nb.registry import get_kernel
 
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
-    ctx = procs.context()
-    q = ctx.Queue()
-    p = ctx.Process(target=_probe, args=(q, procs.child_env()))
-    p.start()
-    out = q.get(timeout=120)
-    p.join()
-    return out
+    dev, shape = current_device(), {"M": 4096, "N": 4096, "K": 4096}
+    cfgs = [c.to_dict() for c in get_kernel("matmul").configs(shape, "bf16", dev)[:3]]
+    pc = Precompiler(workers=1)
+    try:
+        t0 = time.perf_counter()
+        batch = pc.submit("matmul", (), shape, "bf16", cfgs, device=asdict(dev), target=current_target())
+        status = [batch.wait(c) for c in cfgs]
+        wall = time.perf_counter() - t0
+        times = [f.result()[1] for f in batch.futs.values()]
+        state = pc._get_pool().submit(_ctx_state).result(timeout=60)
+    finally:
+        pc.close()
+    return {"status": status, "wall_s": wall, "compile_s": times, "target": current_target(), **state}
 
 
 def compile_times(kernel, shape, dtype, n):

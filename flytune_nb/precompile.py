@@ -29,6 +29,9 @@ def _set_env(env: dict) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are the parent's (see worker._worker_main)
     adopt_env(env)
+    # The registry asks torch.cuda.is_available() before importing a kernel; through NVML that initialises no CUDA
+    # in this process (flytune_nb.compiling: a pool process never needs it).
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 
 
 def _key(config: dict) -> str:
@@ -120,19 +123,23 @@ class Precompiler:
                 pool.submit(warm_up, kernel, paths)
 
     def submit(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
-               per_config_s: float = 120.0, startup_s: float = 60.0) -> Batch:
-        """Queue ``configs`` (in the order they will be timed); the first one also launches (tasks.compile_one)."""
+               per_config_s: float = 120.0, startup_s: float = 60.0, device: dict | None = None,
+               target: tuple | None = None) -> Batch:
+        """Queue ``configs`` in the order they will be timed. ``device``/``target``: the timing worker's DeviceInfo
+        and Triton target (its describe), which let the pool compile without initialising the GPU."""
         with self._lock:  # one pool shared by the per-GPU threads
             pool = self._get_pool()
-            futs = {_key(c): pool.submit(compile_one, kernel, paths, shape, dtype, c, i == 0)
-                    for i, c in enumerate(configs)}
+            futs = {_key(c): pool.submit(compile_one, kernel, paths, shape, dtype, c, device, target)
+                    for c in configs}
         return Batch(self, kernel, shape, futs, startup_s, per_config_s)
 
     def run(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
-            per_config_s: float = 120.0, startup_s: float = 60.0, stop: threading.Event | None = None) -> dict:
+            per_config_s: float = 120.0, startup_s: float = 60.0, stop: threading.Event | None = None,
+            device: dict | None = None, target: tuple | None = None) -> dict:
         """Compile all of ``configs`` and wait: {"ok": n, "failed": n, "wall_s": s, "stopped": bool}. ``stop`` ends
         the wait within a quarter second and cancels the compiles not yet started."""
-        return self.submit(kernel, paths, shape, dtype, configs, per_config_s, startup_s).wait_all(stop)
+        return self.submit(kernel, paths, shape, dtype, configs, per_config_s, startup_s, device,
+                           target).wait_all(stop)
 
     def close(self, kill: bool = False) -> None:
         """End the pool without waiting for its processes to exit (importing torch made each one's exit ~0.7 s; two

@@ -247,7 +247,8 @@ class Sweep:
         if precompiler is not None and (self.budget is None or self.budget >= len(space)):
             todo = [c.to_dict() for c in dict.fromkeys([default] + space) if (c, "full") not in stored]
             if todo:
-                batch = precompiler.submit(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout)
+                batch = precompiler.submit(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
+                                           device=plan["device"], target=plan.get("target"))
 
         def evaluate(config: Config, fidelity: str = "full") -> Trial:
             if self._stop.is_set():

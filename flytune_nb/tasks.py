@@ -49,6 +49,7 @@ def trial_from_dict(d: dict) -> Trial:
 
 def describe(kernel: str, paths: tuple, shape: dict, dtype: str) -> dict:
     """Everything the parent needs to plan a shape without touching the GPU itself: key, device, default, space."""
+    from .compiling import current_target
     from .device import current_device
     from .key import make_key
 
@@ -65,7 +66,7 @@ def describe(kernel: str, paths: tuple, shape: dict, dtype: str) -> dict:
     return {"key": key.digest, "key_fields": key.to_dict(), "device": asdict(dev),
             "default": spec.default(shape, dtype, dev).to_dict(),
             "space": [c.to_dict() for c in dict.fromkeys(spec.configs(shape, dtype, dev))],
-            "has_baseline": spec.baseline is not None}
+            "has_baseline": spec.baseline is not None, "target": current_target()}
 
 
 def trial(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, timer: tuple = ()) -> dict:
@@ -88,73 +89,47 @@ def warm_up(kernel: str, paths: tuple) -> float:
 
 
 @lru_cache(maxsize=2)
-def _compile_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str, meta: bool) -> dict:
-    """One set of inputs per shape for all the configs a pool process compiles. ``meta``: on PyTorch's meta device,
-    shapes and dtypes only, nothing allocated (a Mixtral MoE shape is ~3 GB of weights, once per pool process
-    otherwise). Outputs are overwritten by every launch, which compiling does not mind."""
-    import dataclasses
+def _compile_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str, device_json: str) -> dict:
+    """One set of inputs per shape for all the configs a pool process compiles; on the meta device (shapes and dtypes
+    only, nothing allocated) unless compiling that way failed for this kernel. Outputs are overwritten by every
+    launch, which compiling does not mind."""
+    from .device import DeviceInfo
 
-    from .device import current_device
-
-    dev = current_device()
-    if meta:
-        dev = dataclasses.replace(dev, torch_device="meta")
-    return _spec(kernel, paths).make_inputs(json.loads(shape_json), dtype, dev)
+    return _spec(kernel, paths).make_inputs(json.loads(shape_json), dtype, DeviceInfo(**json.loads(device_json)))
 
 
-def _refuse(metadata) -> None:
-    raise RuntimeError("a kernel launched outside flytune_nb.launch while compiling on meta inputs")
-
-
-def _compile_on_meta(spec, kernel: str, paths: tuple, shape_json: str, dtype: str, config: Config) -> bool:
-    """Compile without touching the GPU: meta inputs and compile-only launches. Triton specialises pointers on their
-    16-byte alignment, and a meta tensor's address (0) is aligned like every fresh allocation, so the cache entry is
-    the one the timing worker's real launch looks up. A launch that bypasses flytune_nb.launch (a plugin calling
-    ``kernel[grid]`` itself) would run on null pointers: Triton's launch-enter hook refuses it first. False when
-    the wrapper cannot run on meta inputs (it reads values, or launches directly)."""
-    from triton import knobs
-
-    from .launch import compile_only
-
-    prev = knobs.runtime.launch_enter_hook
-    knobs.runtime.launch_enter_hook = _refuse
-    try:
-        with compile_only():
-            spec.run(_compile_inputs(kernel, paths, shape_json, dtype, True), config)
-        return True
-    except Exception as e:  # noqa: BLE001
-        from .trial import classify
-
-        if classify(e) == "compile_error":
-            raise  # the config's own failure: compiling it again on real inputs would fail the same way
-        return False
-    finally:
-        knobs.runtime.launch_enter_hook = prev
-
-
-def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict,
-                run: bool = False) -> tuple[str, float]:
+def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, device: dict | None = None,
+                target: tuple | None = None) -> tuple[str, float]:
     """Precompile through the kernel's own ``run``: generic (no per-kernel hook), and it fills Triton's on-disk cache
-    exactly as the timing worker's first launch will look it up (same args, same specialisation). On a GPU it
-    compiles on meta inputs without launching (_compile_on_meta); a kernel whose wrapper cannot do that compiles on
-    real inputs, launching only what bypasses flytune_nb.launch. ``run=True`` launches for real, which also builds
-    the launcher stub every later config of the same signature shares (the sweep asks this of the first config)."""
-    import contextlib
+    exactly as the timing worker's first launch will look it up (same args, same specialisation). ``device`` (the
+    timing worker's DeviceInfo) and ``target`` (its Triton target): given both, a GPU kernel compiles on meta inputs
+    without initialising the GPU in this process (flytune_nb.compiling); a kernel whose wrapper cannot, or a call
+    without them, compiles on real inputs in compile-only mode (launching only what bypasses flytune_nb.launch)."""
+    from dataclasses import replace
 
-    from .device import current_device
+    from .compiling import compile_on_meta
+    from .device import DeviceInfo, current_device
     from .launch import compile_only
 
-    spec, dev = _spec(kernel, paths), current_device()
+    spec = _spec(kernel, paths)
+    dev = DeviceInfo(**device) if device is not None else current_device()
     cfg, shape_json = Config.from_dict(config), json.dumps(shape, sort_keys=True)
     t0 = time.perf_counter()
     try:
-        if run or not dev.is_gpu or not _compile_on_meta(spec, kernel, paths, shape_json, dtype, cfg):
-            with contextlib.nullcontext() if run else compile_only():
-                spec.run(_compile_inputs(kernel, paths, shape_json, dtype, False), cfg)
-            if dev.is_gpu:
-                import torch
+        if dev.is_gpu and target is not None:
+            try:
+                meta = _compile_inputs(kernel, paths, shape_json, dtype,
+                                       json.dumps(asdict(replace(dev, torch_device="meta")), sort_keys=True))
+            except Exception:  # noqa: BLE001 - a make_inputs that cannot build meta tensors: real ones below
+                meta = None
+            if meta is not None and compile_on_meta(spec, meta, cfg, tuple(target)):
+                return "ok", time.perf_counter() - t0
+        with compile_only():
+            spec.run(_compile_inputs(kernel, paths, shape_json, dtype, json.dumps(asdict(dev), sort_keys=True)), cfg)
+        if dev.is_gpu:
+            import torch
 
-                torch.cuda.synchronize()
+            torch.cuda.synchronize()
         return "ok", time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - the timing worker records the real failure
         return f"{type(e).__name__}: {e}"[:200], time.perf_counter() - t0

@@ -190,9 +190,9 @@ def test_precompile_on_meta_inputs_compiles_what_the_real_launch_uses(kernel, sh
     """The pool compiles on meta tensors without launching; the timing worker's real launch must find exactly that
     kernel (same specialisation), or precompiling was for nothing. Triton's in-memory kernel cache, emptied first,
     shows it: the real launch adds no entry to what compiling on meta put there."""
-    import json
+    from dataclasses import replace
 
-    from flytune_nb import tasks
+    from flytune_nb.compiling import compile_on_meta, current_target
     from flytune_nb.launch import clear
 
     spec = get_kernel(kernel)
@@ -203,7 +203,8 @@ def test_precompile_on_meta_inputs_compiles_what_the_real_launch_uses(kernel, sh
     clear()
     count = lambda: sum(len(c[0]) for f in jits for c in f.device_caches.values())  # noqa: E731
     cfg = spec.default(shape, "bf16", dev)
-    assert tasks._compile_on_meta(spec, kernel, (), json.dumps(shape, sort_keys=True), "bf16", cfg) is True
+    meta = spec.make_inputs(shape, "bf16", replace(dev, torch_device="meta"))
+    assert compile_on_meta(spec, meta, cfg, current_target()) is True
     compiled = count()
     assert compiled >= 1
     inputs = spec.make_inputs(shape, "bf16", dev)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+from types import SimpleNamespace
+
 import pytest
 
 from flytune_nb.events import TrialStarted
@@ -453,19 +455,18 @@ def test_a_worker_takes_the_callers_environment_as_it_is_at_each_start(monkeypat
     assert trial({"FLYTUNE_EVIL_POOL_MARK": "fail"})["status"] == "launch_error"  # a lane's own pin wins
 
 
-def test_compiling_on_meta_refuses_real_launches_and_keeps_compile_errors(monkeypatch):
-    """The pool compiles on meta tensors (nothing allocated, no device context). A wrapper that launches outside
-    flytune_nb.launch would run a kernel on null pointers: Triton's launch-enter hook refuses it and the caller falls
-    back to real inputs. A config's own compile error is not retried. The hook is restored either way."""
-    import dataclasses
-    import json
-
+def test_compiling_on_meta_refuses_real_launches_and_keeps_compile_errors():
+    """The pool compiles on meta tensors with a stand-in Triton driver (no CUDA in the pool). A wrapper that launches
+    outside flytune_nb.launch would run a kernel on null pointers: Triton's launch-enter hook refuses it, as the
+    stand-in refuses anything but device/stream/target, and the caller falls back to real inputs. A config's own
+    compile error is not retried. Driver and hook are restored either way."""
     import torch
     from triton import knobs
+    from triton.runtime.driver import driver
 
-    from flytune_nb import launch, tasks
+    from flytune_nb import launch
+    from flytune_nb.compiling import compile_on_meta
     from flytune_nb.config import Config
-    from flytune_nb.registry import get_kernel
 
     seen = []
 
@@ -473,24 +474,27 @@ def test_compiling_on_meta_refuses_real_launches_and_keeps_compile_errors(monkey
         pass
 
     def run_ok(inputs, config):
-        seen.append((inputs["x"].device.type, launch._COMPILE_ONLY[0]))
+        t = driver.active.get_current_target()
+        seen.append((inputs["x"].device.type, launch._COMPILE_ONLY[0], driver.active.get_current_device(),
+                     (t.backend, t.arch, t.warp_size)))
 
     def run_direct(inputs, config):
         knobs.runtime.launch_enter_hook(None)  # what Triton's launcher calls first on a real launch
 
+    def run_asks_more(inputs, config):
+        driver.active.utils  # noqa: B018 - e.g. loading a binary: needs the real driver
+
     def run_bad(inputs, config):
         raise CompilationError("at 3:4: bad config")
 
-    before = knobs.runtime.launch_enter_hook
-    base = get_kernel("toy", [PLUGINS])
-    make = lambda shape, dtype, dev: {"x": torch.empty(shape["N"], device=dev.torch_device)}  # noqa: E731
-    for name, run in [("meta_ok", run_ok), ("meta_direct", run_direct), ("meta_bad", run_bad)]:
-        monkeypatch.setitem(tasks._OVERRIDES, name, dataclasses.replace(base, name=name, run=run, make_inputs=make))
-    shape = json.dumps({"N": 8})
-    cfg = Config({"BLOCK": 8})
-    assert tasks._compile_on_meta(tasks._OVERRIDES["meta_ok"], "meta_ok", (), shape, "fp32", cfg) is True
-    assert seen == [("meta", True)] and not launch._COMPILE_ONLY[0]
-    assert tasks._compile_on_meta(tasks._OVERRIDES["meta_direct"], "meta_direct", (), shape, "fp32", cfg) is False
+    hook, active = knobs.runtime.launch_enter_hook, driver._active
+    spec = lambda run: SimpleNamespace(run=run)  # noqa: E731
+    meta = {"x": torch.empty(8, device="meta")}
+    cfg, target = Config({"BLOCK": 8}), ("cuda", 90, 32)
+    assert compile_on_meta(spec(run_ok), meta, cfg, target) is True
+    assert seen == [("meta", True, 0, target)] and not launch._COMPILE_ONLY[0]
+    assert compile_on_meta(spec(run_direct), meta, cfg, target) is False
+    assert compile_on_meta(spec(run_asks_more), meta, cfg, target) is False
     with pytest.raises(CompilationError):
-        tasks._compile_on_meta(tasks._OVERRIDES["meta_bad"], "meta_bad", (), shape, "fp32", cfg)
-    assert knobs.runtime.launch_enter_hook is before
+        compile_on_meta(spec(run_bad), meta, cfg, target)
+    assert knobs.runtime.launch_enter_hook is hook and driver._active is active
