@@ -8,19 +8,20 @@ milliseconds.
 
 Two rules keep this safe:
 - The server must never initialise CUDA/HIP (a process forked after that cannot use the GPU). It only imports torch
-  and Triton, neither of which touches the driver at import (tests/test_sweep_engine.py checks it).
+  and Triton and computes Triton's version key (flytune_nb._preload), none of which touches the driver; the GPU
+  tests' isolated sweeps would fail if it did.
 - A forked child starts with the *server's* environment, frozen when the server started, not the caller's at the
   time of the call. So every child is handed the caller's environment as it is now and adopts it first thing
   (``adopt_env``): a TRITON_CACHE_DIR or CUDA_VISIBLE_DEVICES set after the first sweep still reaches the next one.
 
-Where forkserver does not exist (Windows, macOS defaults aside) the processes are spawned as before.
+Where forkserver does not exist (Windows) the processes are spawned as before.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 
-PRELOAD = ["torch", "triton"]
+PRELOAD = ["flytune_nb._preload"]
 
 
 def context():

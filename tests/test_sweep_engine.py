@@ -498,3 +498,21 @@ def test_compiling_on_meta_refuses_real_launches_and_keeps_compile_errors():
     with pytest.raises(CompilationError):
         compile_on_meta(spec(run_bad), meta, cfg, target)
     assert knobs.runtime.launch_enter_hook is hook and driver._active is active
+
+
+def _triton_key_cached() -> int:
+    from triton.runtime.cache import triton_key
+
+    return triton_key.cache_info().currsize
+
+
+def test_forked_processes_start_with_tritons_version_key_computed():
+    """Triton hashes its sources and all of libtriton for its version key, once per process: 3.9 s of a pool
+    process's first compile on the H200 host. The forkserver computes it once and every forked process inherits it."""
+    from flytune_nb.precompile import Precompiler
+
+    pc = Precompiler(workers=1)
+    try:
+        assert pc._get_pool().submit(_triton_key_cached).result(timeout=120) == 1
+    finally:
+        pc.close()
