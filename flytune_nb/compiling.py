@@ -85,12 +85,21 @@ def compile_on_meta(spec, inputs: dict, config, target: tuple | None) -> bool:
 
 
 def current_target() -> tuple | None:
-    """(backend, arch, warp_size) of the GPU this process drives, for the pool's stand-in driver; None without one."""
+    """(backend, arch, warp_size) of the GPU this process drives, for the pool's stand-in driver; None without one.
+
+    CUDA: Triton's own rule (CudaDriver.get_current_target: capability major*10+minor, 32-wide warps), read from
+    torch, because asking Triton's driver would build its C helpers with gcc first (in a fresh Triton cache, seconds
+    on the timing worker's critical path, before the pool gets any work; run D had this). HIP: Triton's driver."""
     from .device import current_device
 
     if not current_device().is_gpu:
         return None
     try:
+        import torch
+
+        if not getattr(torch.version, "hip", None):
+            major, minor = torch.cuda.get_device_capability()
+            return ("cuda", major * 10 + minor, 32)
         from triton.runtime.driver import driver
 
         t = driver.active.get_current_target()

@@ -215,3 +215,14 @@ def test_precompile_on_meta_inputs_compiles_what_the_real_launch_uses(kernel, sh
     from flytune_nb.check import compare
 
     assert compare(out, ref, spec.tol("bf16"), spec.element_tol("bf16")).ok
+
+
+def test_the_pools_target_is_tritons(dev):
+    """The pool's stand-in driver answers with current_target(), read from torch; it must be what Triton's own
+    driver says, or the pool would compile for another target than the timing worker launches."""
+    from triton.runtime.driver import driver
+
+    from flytune_nb.compiling import current_target
+
+    t = driver.active.get_current_target()
+    assert current_target() == (t.backend, t.arch, t.warp_size)

@@ -516,3 +516,20 @@ def test_forked_processes_start_with_tritons_version_key_computed():
         assert pc._get_pool().submit(_triton_key_cached).result(timeout=120) == 1
     finally:
         pc.close()
+
+
+def test_the_pools_target_follows_tritons_cuda_rule_without_asking_its_driver(monkeypatch):
+    """Triton's CudaDriver says GPUTarget("cuda", major*10+minor, 32); reading that from torch spares the timing
+    worker building Triton's driver helpers before the pool has work. (test_gpu.py compares with Triton's driver.)"""
+    import torch
+
+    from flytune_nb import compiling, device
+    from flytune_nb.device import DeviceInfo
+
+    gpu = DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)
+    monkeypatch.setattr(device, "current_device", lambda index=0: gpu)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    assert compiling.current_target() == ("cuda", 90, 32)
+    monkeypatch.setattr(device, "current_device", lambda index=0: device.interpreter_device())
+    assert compiling.current_target() is None
