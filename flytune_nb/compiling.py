@@ -73,7 +73,7 @@ def compile_on_meta(spec, inputs: dict, config, target: tuple | None) -> bool:
     prev = knobs.runtime.launch_enter_hook
     knobs.runtime.launch_enter_hook = _refuse
     try:
-        with without_device(target), compile_only():
+        with without_device(target), compile_only(target[0] if target else None):
             spec.run(inputs, config)
         return True
     except Exception as e:  # noqa: BLE001

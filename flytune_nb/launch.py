@@ -21,19 +21,24 @@ from typing import Any
 _SLOW = "slow"  # an entry that must go through Triton on every call
 _ENTRIES: dict[tuple, Any] = {}
 _RT: dict[str, Any] = {}  # Triton's runtime pieces, looked up once (importing them on CPU is fine, calling is not)
-_COMPILE_ONLY = [False]  # set by compile_only(): the precompile pool's processes compile without launching
+_COMPILE_ONLY: list = [None]  # set by compile_only(): the backend whose launch options apply; None: launch
 
 
 @contextlib.contextmanager
-def compile_only():
+def compile_only(backend: str | None = None):
     """Within this block, ``launch`` compiles (Triton's ``warmup``: same specialisation, same on-disk cache entry)
     and launches nothing. The precompile pool compiles this way while the timing worker measures beside it: a pool
-    process launching kernels on the same GPU would time-slice with the kernel being timed."""
-    _COMPILE_ONLY[0] = True
+    process launching kernels on the same GPU would time-slice with the kernel being timed. ``backend`` ("cuda" /
+    "hip", for the launch options) is given by callers that must not ask the device (flytune_nb.compiling)."""
+    if backend is None:
+        from .device import current_device
+
+        backend = current_device().backend
+    _COMPILE_ONLY[0] = backend
     try:
         yield
     finally:
-        _COMPILE_ONLY[0] = False
+        _COMPILE_ONLY[0] = None
 
 
 def _runtime() -> dict:
@@ -58,14 +63,15 @@ def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
     """``fn[grid](*args, **meta, **config's launch options)``, with the compiled kernel remembered.
 
     ``args``: the kernel's leading parameters, positionally; ``meta``: the remaining ones (constexprs) by name."""
+    backend = _COMPILE_ONLY[0]
+    if backend is not None and backend != "interpreter" and hasattr(fn, "warmup"):
+        # Before anything asks Triton's runtime: under flytune_nb.compiling its driver is a stand-in, and the
+        # fast path below keeps what it looks up for the life of the process.
+        fn.warmup(*args, grid=grid, **meta, **config.launch_options(backend))
+        return None
     rt = _RT or _runtime_or_none(fn)
     if rt is None or type(fn) is not rt["jit"]:
         return _triton(fn, grid, args, config, meta)
-    if _COMPILE_ONLY[0]:
-        from .device import current_device
-
-        fn.warmup(*args, grid=grid, **meta, **config.launch_options(current_device().backend))
-        return None
     knobs = rt["knobs"]
     run_knobs = knobs.runtime
     enter, leave = run_knobs.launch_enter_hook, run_knobs.launch_exit_hook

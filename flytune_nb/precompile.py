@@ -47,44 +47,44 @@ class Batch:
         self.startup_s, self.per_config_s = startup_s, per_config_s
         self.t0 = time.perf_counter()
         self.dead = False  # broken or stalled: the timing worker compiles whatever is left
-        self._first = True
 
     def wait(self, config: dict, stop: threading.Event | None = None) -> str:
         """Until ``config`` is compiled: "ok", "failed" (its own compile failed: the timing worker records why),
         "absent" (not in this batch), "dead" (the pool broke or stalled: precompilation ends for this shape) or
-        "stopped". The first wait may take ``startup_s`` more (the pool's processes starting); a compile that takes
-        longer than ``per_config_s`` ends precompilation (the timing worker then times it out on its own)."""
+        "stopped". Stalled means no compile of the whole pool finished for ``per_config_s`` (``startup_s`` more
+        before the pool's first): a config queued behind other lanes' batches, or timed in another order than
+        submitted, waits as long as the pool makes progress; a hung compile ends precompilation once the rest of
+        the queue is done (the timing worker then times it out on its own)."""
         if self.dead:
             return "dead"
         fut = self.futs.get(_key(config))
         if fut is None:
             return "absent"
-        limit = self.per_config_s + (self.startup_s if self._first else 0.0)
-        self._first = False
-        end = time.perf_counter() + limit
+        began = time.perf_counter()
         while not fut.done():
             if stop is not None and stop.is_set():
                 return "stopped"
-            left = end - time.perf_counter()
-            if left <= 0:
-                self._give_up(f"{_key(config)} still compiling after {limit:.0f} s")
+            limit = self.per_config_s + (0.0 if self.owner.progressed(fut.flytune_pool) else self.startup_s)
+            quiet = time.perf_counter() - max(began, self.owner.last_progress(fut.flytune_pool))
+            if quiet >= limit:
+                self._give_up(fut, f"no compile finished for {quiet:.0f} s")
                 return "dead"
-            cf.wait([fut], timeout=min(left, 0.25))
+            cf.wait([fut], timeout=min(limit - quiet, 0.25))
         try:
             status, _ = fut.result()
         except cf.CancelledError:
             return "dead"
         except Exception as e:  # noqa: BLE001 - BrokenProcessPool: a config took a pool process down
-            self._give_up(f"{type(e).__name__}")
+            self._give_up(fut, f"{type(e).__name__}")
             return "dead"
         return "ok" if status == "ok" else "failed"
 
-    def _give_up(self, why: str) -> None:
+    def _give_up(self, fut, why: str) -> None:
         self.dead = True
         pending = sum(not f.done() for f in self.futs.values())
         warnings.warn(f"precompile of {self.kernel} {self.shape} stopped early ({why}; {pending} pending, pool broken "
                       f"or stalled); the timing worker compiles the rest", RuntimeWarning, stacklevel=3)
-        self.owner.close(kill=True)
+        self.owner.discard(fut.flytune_pool)
 
     def wait_all(self, stop: threading.Event | None = None) -> dict:
         """Every config of the batch: {"ok": n, "failed": n, "wall_s": s, "stopped": bool}."""
@@ -105,22 +105,63 @@ class Precompiler:
         self.env = env or {}
         self._pool: cf.ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._progress: dict[int, tuple[float, bool]] = {}  # id(pool) -> (last completion or start, any completed)
 
     def _get_pool(self) -> cf.ProcessPoolExecutor:
+        """The live pool; a broken one (a config took a process down) is replaced, whichever lane finds it so."""
+        if self._pool is not None and getattr(self._pool, "_broken", False):
+            self._kill(self._pool)
+            self._pool = None
         if self._pool is None:
             # The pool starts its processes lazily, at the first submit: hand them the caller's environment now
             # (which GPU, which Triton cache) through the initializer.
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=context(), initializer=_set_env,
                                                 initargs=(child_env(self.env),))
+            self._progress[id(self._pool)] = (time.perf_counter(), False)
         return self._pool
 
-    def warm(self, kernel: str, paths: tuple) -> None:
-        """Start every pool process now (each imports the kernel and creates its device context) without waiting:
-        the sweep calls this before it plans, so the pool's start overlaps the timing worker's."""
-        with self._lock:
+    def _submit(self, fn, *args) -> cf.Future:
+        """Submit to the live pool, replacing it once if it turns out broken; marks progress when the task ends."""
+        try:
             pool = self._get_pool()
+            fut = pool.submit(fn, *args)
+        except cf.process.BrokenProcessPool:
+            self._kill(self._pool)
+            self._pool = None
+            pool = self._get_pool()
+            fut = pool.submit(fn, *args)
+        fut.add_done_callback(lambda f, key=id(pool): self._progress.__setitem__(key, (time.perf_counter(), True)))
+        fut.flytune_pool = pool  # the pool it runs in: a batch that gives up kills that one, not a newer one
+        return fut
+
+    def progressed(self, pool) -> bool:
+        return self._progress.get(id(pool), (0.0, False))[1]
+
+    def last_progress(self, pool) -> float:
+        return self._progress.get(id(pool), (0.0, False))[0]
+
+    def discard(self, pool) -> None:
+        """A batch gives up on the pool it was submitted to: kill that pool, and forget it if it is still the live
+        one (a newer pool another lane is compiling in is left alone)."""
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        self._kill(pool)
+
+    @staticmethod
+    def _kill(pool) -> None:
+        if pool is None:
+            return
+        for p in list((getattr(pool, "_processes", None) or {}).values()):
+            p.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def warm(self, kernel: str, paths: tuple) -> None:
+        """Start every pool process now (each forks and imports the kernel; no device context) without waiting: the
+        sweep calls this before it plans, so the pool's start overlaps the timing worker's."""
+        with self._lock:
             for _ in range(self.workers):
-                pool.submit(warm_up, kernel, paths)
+                self._submit(warm_up, kernel, paths)
 
     def submit(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
                per_config_s: float = 120.0, startup_s: float = 60.0, device: dict | None = None,
@@ -128,8 +169,7 @@ class Precompiler:
         """Queue ``configs`` in the order they will be timed. ``device``/``target``: the timing worker's DeviceInfo
         and Triton target (its describe), which let the pool compile without initialising the GPU."""
         with self._lock:  # one pool shared by the per-GPU threads
-            pool = self._get_pool()
-            futs = {_key(c): pool.submit(compile_one, kernel, paths, shape, dtype, c, device, target)
+            futs = {_key(c): self._submit(compile_one, kernel, paths, shape, dtype, c, device, target)
                     for c in configs}
         return Batch(self, kernel, shape, futs, startup_s, per_config_s)
 
@@ -151,6 +191,6 @@ class Precompiler:
         if pool is None:
             return
         if kill:
-            for p in list(getattr(pool, "_processes", {}).values()):
-                p.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+            self._kill(pool)
+        else:
+            pool.shutdown(wait=False, cancel_futures=True)

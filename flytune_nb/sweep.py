@@ -162,8 +162,8 @@ class Sweep:
             completed = True
             return self.results
         finally:
-            if precompiler is not None:  # after a failure or an interrupt, compiles still running are not waited for
-                precompiler.close(kill=not completed)
+            if precompiler is not None:  # after a failure, an interrupt or a stop, compiles still running are killed
+                precompiler.close(kill=not completed or self._stop.is_set())
             for lane in lanes:
                 lane.close()
             tasks._OVERRIDES.pop(self._task_kernel, None)

@@ -88,14 +88,23 @@ def warm_up(kernel: str, paths: tuple) -> float:
     return time.perf_counter() - t0
 
 
-@lru_cache(maxsize=2)
 def _compile_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str, device_json: str) -> dict:
-    """One set of inputs per shape for all the configs a pool process compiles; on the meta device (shapes and dtypes
-    only, nothing allocated) unless compiling that way failed for this kernel. Outputs are overwritten by every
-    launch, which compiling does not mind."""
+    """One set of inputs per shape for all the configs a pool process compiles: on the meta device (shapes and dtypes
+    only, nothing allocated; a few shapes kept, as lanes interleave them) or, for a kernel that cannot compile that
+    way, on the GPU (one shape kept: a MoE shape is ~3 GB, in each of up to 16 pool processes). Outputs are
+    overwritten by every launch, which compiling does not mind."""
+    meta = json.loads(device_json).get("torch_device") == "meta"
+    return (_meta_inputs if meta else _real_inputs)(kernel, paths, shape_json, dtype, device_json)
+
+
+def _make_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str, device_json: str) -> dict:
     from .device import DeviceInfo
 
     return _spec(kernel, paths).make_inputs(json.loads(shape_json), dtype, DeviceInfo(**json.loads(device_json)))
+
+
+_meta_inputs = lru_cache(maxsize=8)(_make_inputs)
+_real_inputs = lru_cache(maxsize=1)(_make_inputs)
 
 
 def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, device: dict | None = None,
@@ -124,7 +133,7 @@ def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict
                 meta = None
             if meta is not None and compile_on_meta(spec, meta, cfg, tuple(target)):
                 return "ok", time.perf_counter() - t0
-        with compile_only():
+        with compile_only(dev.backend):
             spec.run(_compile_inputs(kernel, paths, shape_json, dtype, json.dumps(asdict(dev), sort_keys=True)), cfg)
         if dev.is_gpu:
             import torch

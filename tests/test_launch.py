@@ -211,12 +211,13 @@ def test_compile_only_compiles_as_triton_would_launch_and_launches_nothing(rt):
     also when the kernel's run raises inside it."""
     fn = FakeJIT(["X", "n", "BLOCK"])
     args = (Ptr(64), 32)
-    with L.compile_only():
+    with L.compile_only("cuda"):
         L.launch(fn, (3,), args, CFG, BLOCK=64)
     assert fn.triton_calls == [] and fn.kernel_runs == [] and L._ENTRIES == {}
+    assert fn.warmups[0][2] == {"BLOCK": 64, "num_warps": 4, "num_stages": 1}  # CUDA's launch options
     L.launch(fn, (3,), args, CFG, BLOCK=64)
     assert len(fn.warmups) == 1 and fn.warmups == fn.triton_calls
-    with pytest.raises(ZeroDivisionError), L.compile_only():
+    with pytest.raises(ZeroDivisionError), L.compile_only("cuda"):
         1 / 0
     L.launch(fn, (3,), args, CFG, BLOCK=64)
     assert len(fn.warmups) == 1 and len(fn.kernel_runs) == 1

@@ -419,15 +419,19 @@ def test_each_trial_waits_for_its_config_before_it_starts(monkeypatch):
 
     order = []
     real_wait = Batch.wait
-    monkeypatch.setattr(Batch, "wait", lambda self, c, stop=None: (order.append(("wait", c["MODE"], c["SLEEP_MS"])),
-                                                                   real_wait(self, c, stop))[1])
+    def wait(self, c, stop=None):
+        r = real_wait(self, c, stop)
+        order.append(("wait", c["MODE"], c["SLEEP_MS"], r))
+        return r
+
+    monkeypatch.setattr(Batch, "wait", wait)
     listen = lambda e: isinstance(e, TrialStarted) and order.append(("start", e.config["MODE"], e.config["SLEEP_MS"]))  # noqa: E731
     monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")
     monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0,1,2")
     r = Sweep("evil", "N=8", ["fp32"], paths=[PLUGINS], precompile=True, baselines=(), isolate=False,
               listeners=[listen]).run()[0]
     assert all(t.ok for t in r.trials) and len(r.trials) == 3
-    assert order == [(k, 0, s) for s in (0, 1, 2) for k in ("wait", "start")]
+    assert order == [e for s in (0, 1, 2) for e in (("wait", 0, s, "ok"), ("start", 0, s))]
 
 
 def test_a_worker_takes_the_callers_environment_as_it_is_at_each_start(monkeypatch):
@@ -492,7 +496,7 @@ def test_compiling_on_meta_refuses_real_launches_and_keeps_compile_errors():
     meta = {"x": torch.empty(8, device="meta")}
     cfg, target = Config({"BLOCK": 8}), ("cuda", 90, 32)
     assert compile_on_meta(spec(run_ok), meta, cfg, target) is True
-    assert seen == [("meta", True, 0, target)] and not launch._COMPILE_ONLY[0]
+    assert seen == [("meta", "cuda", 0, target)] and launch._COMPILE_ONLY[0] is None
     assert compile_on_meta(spec(run_direct), meta, cfg, target) is False
     assert compile_on_meta(spec(run_asks_more), meta, cfg, target) is False
     with pytest.raises(CompilationError):
@@ -533,3 +537,68 @@ def test_the_pools_target_follows_tritons_cuda_rule_without_asking_its_driver(mo
     assert compiling.current_target() == ("cuda", 90, 32)
     monkeypatch.setattr(device, "current_device", lambda index=0: device.interpreter_device())
     assert compiling.current_target() is None
+
+
+def test_a_broken_pool_is_replaced_and_a_stale_batch_leaves_the_new_one_alone():
+    """A config that takes a pool process down breaks the whole pool. The next submit (another lane's shape) gets a
+    fresh pool instead of an exception, and when the first batch finds its broken future later it kills only the
+    pool it ran on, not the one the other lane is compiling in."""
+    from flytune_nb.precompile import Precompiler
+
+    ok = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    crash, slow = dict(ok, MODE=4), dict(ok, SLEEP_MS=1500)
+    pc = Precompiler(workers=1)
+    try:
+        first = pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", [crash])
+        broken = next(iter(first.futs.values()))
+        with pytest.raises(Exception, match="abruptly|terminated|Broken"):
+            broken.result(timeout=120)
+        second = pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", [slow])
+        with pytest.warns(RuntimeWarning, match="stopped early"):
+            assert first.wait(crash) == "dead"
+        assert second.wait(slow) == "ok"
+    finally:
+        pc.close(kill=True)
+
+
+def test_a_config_queued_behind_other_batches_is_not_taken_for_a_stall():
+    """Several lanes share one pool: a shape's first config may sit behind another lane's whole batch. As long as
+    the pool finishes compiles, the wait goes on; only a pool where nothing finishes for per_config_s gives up."""
+    from flytune_nb.precompile import Precompiler
+
+    ok = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    pc = Precompiler(workers=1)
+    try:
+        pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", [dict(ok, SLEEP_MS=900 + i) for i in range(4)],
+                  per_config_s=2.5, startup_s=0.5)
+        other = pc.submit("evil", (PLUGINS,), {"N": 16}, "fp32", [ok], per_config_s=2.5, startup_s=0.5)
+        t0 = time.time()
+        assert other.wait(ok) == "ok" and time.time() - t0 > 3  # it did wait behind ~3.6 s of the other batch
+    finally:
+        pc.close(kill=True)
+
+
+def test_a_worker_forgets_what_the_caller_removed_after_the_forkserver_started():
+    """The forkserver keeps the environment it started with; a variable the caller removed since must not reach a
+    worker. Run in a fresh interpreter so that its forkserver starts with FLYTUNE_EVIL_POOL_MARK set."""
+    code = (f"""
+import os
+os.environ["FLYTUNE_EVIL_POOL_MARK"] = "fail"
+from flytune_nb.worker import ProcessLane
+ok = {{"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}}
+def trial():
+    lane = ProcessLane()
+    try:
+        return lane.call("trial", dict(kernel="evil", paths=({PLUGINS!r},), shape={{"N": 8}}, dtype="fp32",
+                                       config=ok, timer=(("reps", 1),)), timeout=120)["status"]
+    finally:
+        lane.close()
+first = trial()
+del os.environ["FLYTUNE_EVIL_POOL_MARK"]
+print(first, trial())
+""")
+    env = {k: v for k, v in os.environ.items() if k != "FLYTUNE_EVIL_POOL_MARK"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=root)
+    assert out.stdout.split() == ["launch_error", "ok"], out.stderr[-2000:]
