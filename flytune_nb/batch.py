@@ -27,6 +27,10 @@ def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustiv
     """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults."""
     from .dtypes import parse_list
 
+    if isolate:
+        from .procs import prestart
+
+        prestart()  # the workers' process server imports torch while the inputs are checked
     dtypes = parse_list(dtypes or ())  # None / "" -> [] -> Sweep's "no dtype given"
     if isinstance(budget, str):  # papermill -r passes text
         try:

@@ -78,12 +78,15 @@ class CpuTimer:
 
 
 class GpuTimer:
-    def __init__(self, device: DeviceInfo, *, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_reps: int = 20,
+    def __init__(self, device: DeviceInfo, *, warmup_ms: float | None = None, rep_ms: float = 100.0, min_reps: int = 20,
                  max_reps: int = 1000, flush: bool = True, graph: bool = False, inner: int = 10) -> None:
         import torch
 
         self.device = device
-        self.warmup_ms, self.rep_ms = warmup_ms, rep_ms
+        # do_bench's 25 ms by default; a shorter rep budget (--rep-ms 25) gets a quarter of it, not a warm-up longer
+        # than the timing it prepares.
+        self.warmup_ms = min(25.0, rep_ms / 4) if warmup_ms is None else warmup_ms
+        self.rep_ms = rep_ms
         self.min_reps, self.max_reps = min_reps, max_reps
         self.graph, self.inner = graph, inner
         self._torch = torch

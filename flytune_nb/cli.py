@@ -95,6 +95,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd == "demo" or (args.cmd == "sweep" and not args.no_isolate and args.ray is None):
+        from .procs import prestart
+
+        prestart()  # its torch import overlaps this process's own (the imports below): ~1 s on 2 CPU cores
     from .config import ConfigError
     from .dtypes import DtypeError
     from .grid import GridError
@@ -185,7 +189,7 @@ def cmd_sweep(args) -> int:
                precompile=False if args.no_precompile else None, baselines=baselines,
                gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()],
                retry_failed=args.retry_failed,
-               timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms, "warmup_ms": min(25.0, args.rep_ms / 4)})
+               timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms})
     n = len(sw.shapes) * len(sw.dtypes)
     print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",

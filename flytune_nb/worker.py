@@ -58,6 +58,20 @@ def _worker_main(conn, env: dict) -> None:
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
 
 
+def _main_hint(code: int | None) -> str:
+    """The usual cause of a worker exiting with 1 at start-up: Python's multiprocessing re-imports the main script
+    in every new process, so a script that starts a sweep at import time starts it again there, which
+    multiprocessing refuses."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if code == 1 and getattr(main, "__file__", None) and not getattr(main, "__spec__", None):
+        return (f" (if {os.path.basename(main.__file__)} starts the sweep at import time, put that under "
+                f"`if __name__ == \"__main__\":`: worker processes import the main script, as Python's "
+                f"multiprocessing does)")
+    return ""
+
+
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "worker stopped answering"
@@ -110,7 +124,8 @@ class ProcessLane:
         except EOFError:
             proc.join(5)
             parent.close()
-            raise WorkerStartError(f"{self.name}: {_describe_exit(proc.exitcode)} during start-up") from None
+            raise WorkerStartError(f"{self.name}: {_describe_exit(proc.exitcode)} during start-up"
+                                   f"{_main_hint(proc.exitcode)}") from None
         self.proc, self.conn = proc, parent
 
     def _kill(self) -> None:

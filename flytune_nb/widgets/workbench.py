@@ -25,6 +25,10 @@ class Workbench(W.VBox):
                  budget: int | None = None, isolate: bool = True, paths=(), timer: dict | None = None,
                  listeners=()) -> None:
         self.db_path, self.strategy, self.budget, self.isolate, self.paths = db, strategy, budget, isolate, paths
+        if isolate:
+            from ..procs import prestart
+
+            prestart()  # the workers' process server imports torch while the user picks a grid
         self.extra_listeners = list(listeners)  # e.g. a logger; called from the sweep thread
         self.timer = timer
         self.picker = KernelPicker(kernel, paths)
