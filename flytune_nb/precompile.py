@@ -1,21 +1,30 @@
 """Compile a shape's candidates in a process pool while the timing worker measures, so it never waits on the compiler.
 
 Each pool process runs a candidate's ``run`` once in compile-only mode on meta-device inputs (tasks.compile_one: no
-device context, no GPU memory, nothing launched beside the kernel being timed); that fills Triton's on-disk cache (shared by every process of the user: ~/.triton/cache or TRITON_CACHE_DIR), and the timing
-worker's first launch of the same config is then a cache load. The candidates are submitted in the order the sweep
-will time them and the timing worker waits only for the one it is about to time (``Batch.wait``): timing starts as
-soon as the first config is compiled instead of after the last. Measured on the H200 (2026-11-30, rmsnorm 4096x4096,
-47 configs): the old compile-everything-first barrier held the first trial back 3.1 s.
+device context, no GPU memory, nothing launched beside the kernel being timed); that fills Triton's on-disk cache
+(shared by every process of the user: ~/.triton/cache or TRITON_CACHE_DIR), and the timing worker's first launch of
+the same config is then a cache load.
+
+Order: a shape's candidates queue in the order an exhaustive sweep times them, and a feeder thread keeps exactly one
+compile per pool process in flight. The timing worker waits only for the config it is about to time
+(``Batch.wait``), and a config it asks for that has not started yet jumps the queue. So timing starts as soon as
+the first config is compiled (the old compile-everything-first barrier held the H200's first rmsnorm trial back
+3.1 s, 2026-11-30), and a budgeted search (random, surrogate: a few dozen configs of a 1000-config GEMM or MoE
+space, picked as it goes) gets its picks compiled first while the idle cores compile the rest ahead. A shape's
+leftovers are dropped when it is done.
 
 The pool is bounded by the cores and kept for the whole sweep; its processes fork from flytune's forkserver
 (flytune_nb.procs), so they do not each import torch. A pool that breaks (a config that crashes the device) or stalls
-only ends precompilation for that shape: the timing worker then compiles the rest itself and records the real failure.
+only ends precompilation for the shape that found it: the timing worker then compiles the rest itself and records
+the real failure, and the next shape gets a fresh pool.
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures as cf
 import json
 import os
+import queue
 import threading
 import time
 import warnings
@@ -39,33 +48,40 @@ def _key(config: dict) -> str:
 
 
 class Batch:
-    """One shape's compiles in flight, in submission order."""
+    """One shape's compiles: queued in timing order, started by the Precompiler's feeder or on demand."""
 
-    def __init__(self, owner: "Precompiler", kernel: str, shape: dict, futs: dict, startup_s: float,
-                 per_config_s: float) -> None:
-        self.owner, self.kernel, self.shape, self.futs = owner, kernel, shape, futs
+    def __init__(self, owner: "Precompiler", kernel: str, shape: dict, args: tuple, keys: list[str],
+                 startup_s: float, per_config_s: float) -> None:
+        self.owner, self.kernel, self.shape, self.args = owner, kernel, shape, args
+        self.keys = dict.fromkeys(keys)  # every config of the batch, in order
+        self.futs: dict[str, cf.Future] = {}  # those started
         self.startup_s, self.per_config_s = startup_s, per_config_s
         self.t0 = time.perf_counter()
         self.dead = False  # broken or stalled: the timing worker compiles whatever is left
+        self.closed = False  # the shape is done: nothing more of it is started
 
     def wait(self, config: dict, stop: threading.Event | None = None) -> str:
         """Until ``config`` is compiled: "ok", "failed" (its own compile failed: the timing worker records why),
         "absent" (not in this batch), "dead" (the pool broke or stalled: precompilation ends for this shape) or
-        "stopped". Stalled means no compile of the whole pool finished for ``per_config_s`` (``startup_s`` more
-        before the pool's first): a config queued behind other lanes' batches, or timed in another order than
-        submitted, waits as long as the pool makes progress; a hung compile ends precompilation once the rest of
-        the queue is done (the timing worker then times it out on its own)."""
+        "stopped". A config not started yet is started now, ahead of the queue. Stalled means no compile of the
+        whole pool finished for ``per_config_s`` (``startup_s`` more before the pool's first): a config queued
+        behind other lanes' batches waits as long as the pool makes progress; a hung compile ends precompilation
+        once the rest is done (the timing worker then times it out on its own)."""
+        key = _key(config)
         if self.dead:
             return "dead"
-        fut = self.futs.get(_key(config))
-        if fut is None:
+        if key not in self.keys:
             return "absent"
+        fut = self.owner.start_now(self, key)
+        if fut is None:
+            return "dead"
         began = time.perf_counter()
         while not fut.done():
             if stop is not None and stop.is_set():
                 return "stopped"
-            limit = self.per_config_s + (0.0 if self.owner.progressed(fut.flytune_pool) else self.startup_s)
-            quiet = time.perf_counter() - max(began, self.owner.last_progress(fut.flytune_pool))
+            pool = fut.flytune_pool
+            limit = self.per_config_s + (0.0 if self.owner.progressed(pool) else self.startup_s)
+            quiet = time.perf_counter() - max(began, self.owner.last_progress(pool))
             if quiet >= limit:
                 self._give_up(fut, f"no compile finished for {quiet:.0f} s")
                 return "dead"
@@ -79,9 +95,14 @@ class Batch:
             return "dead"
         return "ok" if status == "ok" else "failed"
 
+    def close(self) -> None:
+        """The shape is done: drop what of it has not started (a budgeted search leaves most of its space)."""
+        self.closed = True
+        self.owner.wake()
+
     def _give_up(self, fut, why: str) -> None:
         self.dead = True
-        pending = sum(not f.done() for f in self.futs.values())
+        pending = len(self.keys) - sum(f.done() for f in self.futs.values())
         warnings.warn(f"precompile of {self.kernel} {self.shape} stopped early ({why}; {pending} pending, pool broken "
                       f"or stalled); the timing worker compiles the rest", RuntimeWarning, stacklevel=3)
         self.owner.discard(fut.flytune_pool)
@@ -89,11 +110,10 @@ class Batch:
     def wait_all(self, stop: threading.Event | None = None) -> dict:
         """Every config of the batch: {"ok": n, "failed": n, "wall_s": s, "stopped": bool}."""
         counts = {"ok": 0, "failed": 0}
-        for key in self.futs:
+        for key in self.keys:
             r = self.wait(json.loads(key), stop)
             if r == "stopped":
-                for f in self.futs.values():
-                    f.cancel()  # those not started; running compiles finish in the pool, which the sweep then closes
+                self.close()
                 return {**counts, "wall_s": time.perf_counter() - self.t0, "stopped": True}
             counts["ok" if r == "ok" else "failed"] += 1
         return {**counts, "wall_s": time.perf_counter() - self.t0, "stopped": False}
@@ -104,9 +124,15 @@ class Precompiler:
         self.workers = max(1, workers or min(16, os.cpu_count() or 1))
         self.env = env or {}
         self._pool: cf.ProcessPoolExecutor | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._progress: dict[int, tuple[float, bool]] = {}  # id(pool) -> (last completion or start, any completed)
+        self._queue: collections.deque = collections.deque()  # (batch, key) not started yet, in order
+        self._flying: list[cf.Future] = []  # compiles started by the feeder or on demand
+        self._wake: queue.SimpleQueue = queue.SimpleQueue()  # a compile ended / work arrived / closing
+        self._feeder: threading.Thread | None = None
+        self._closing = False
 
+    # -- the pool -------------------------------------------------------------------------------------------------
     def _get_pool(self) -> cf.ProcessPoolExecutor:
         """The live pool; a broken one (a config took a process down) is replaced, whichever lane finds it so."""
         if self._pool is not None and getattr(self._pool, "_broken", False):
@@ -121,7 +147,8 @@ class Precompiler:
         return self._pool
 
     def _submit(self, fn, *args) -> cf.Future:
-        """Submit to the live pool, replacing it once if it turns out broken; marks progress when the task ends."""
+        """Submit to the live pool, replacing it once if it turns out broken; marks progress when the task ends.
+        The done-callback runs in the pool's own thread: it only records and wakes the feeder, never locks."""
         try:
             pool = self._get_pool()
             fut = pool.submit(fn, *args)
@@ -130,7 +157,12 @@ class Precompiler:
             self._pool = None
             pool = self._get_pool()
             fut = pool.submit(fn, *args)
-        fut.add_done_callback(lambda f, key=id(pool): self._progress.__setitem__(key, (time.perf_counter(), True)))
+
+        def done(f, key=id(pool)):
+            self._progress[key] = (time.perf_counter(), True)
+            self._wake.put(None)
+
+        fut.add_done_callback(done)
         fut.flytune_pool = pool  # the pool it runs in: a batch that gives up kills that one, not a newer one
         return fut
 
@@ -140,6 +172,82 @@ class Precompiler:
     def last_progress(self, pool) -> float:
         return self._progress.get(id(pool), (0.0, False))[0]
 
+    # -- feeding --------------------------------------------------------------------------------------------------
+    def _start(self, batch: Batch, key: str) -> cf.Future:
+        kernel, paths, shape, dtype, device, target = batch.args
+        fut = self._submit(compile_one, kernel, paths, shape, dtype, json.loads(key), device, target)
+        batch.futs[key] = fut
+        self._flying.append(fut)
+        return fut
+
+    def start_now(self, batch: Batch, key: str) -> cf.Future | None:
+        """The future compiling ``key``, started ahead of the queue if it had not started. None: the batch is dead."""
+        with self._lock:
+            if batch.dead:
+                return None
+            fut = batch.futs.get(key)
+            if fut is None:
+                fut = self._start(batch, key)
+            return fut
+
+    def _fill(self) -> None:
+        """Keep one compile per pool process in flight, from the queue's head (under the lock)."""
+        self._flying = [f for f in self._flying if not f.done()]
+        while len(self._flying) < self.workers and self._queue:
+            batch, key = self._queue.popleft()
+            if batch.dead or batch.closed or key in batch.futs:
+                continue
+            self._start(batch, key)
+
+    def _feed(self) -> None:
+        while True:
+            try:
+                self._wake.get(timeout=0.5)
+            except queue.Empty:
+                pass
+            with self._lock:
+                if self._closing:
+                    return
+                try:
+                    self._fill()
+                except Exception:  # noqa: BLE001 - a pool that cannot take work: waits find out and give up
+                    pass
+
+    def wake(self) -> None:
+        self._wake.put(None)
+
+    def warm(self, kernel: str, paths: tuple) -> None:
+        """Start every pool process now (each forks and imports the kernel; no device context) without waiting: the
+        sweep calls this before it plans, so the pool's start overlaps the timing worker's."""
+        with self._lock:
+            for _ in range(self.workers):
+                self._submit(warm_up, kernel, paths)
+
+    def submit(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
+               per_config_s: float = 120.0, startup_s: float = 60.0, device: dict | None = None,
+               target: tuple | None = None) -> Batch:
+        """Queue ``configs`` in the order an exhaustive sweep times them. ``device``/``target``: the timing worker's
+        DeviceInfo and Triton target (its describe), which let the pool compile without initialising the GPU."""
+        keys = [_key(c) for c in configs]
+        batch = Batch(self, kernel, shape, (kernel, paths, shape, dtype, device, target), keys, startup_s, per_config_s)
+        with self._lock:  # one pool shared by the per-GPU threads
+            self._closing = False
+            self._queue.extend((batch, k) for k in batch.keys)
+            self._fill()
+            if self._feeder is None or not self._feeder.is_alive():
+                self._feeder = threading.Thread(target=self._feed, daemon=True, name="flytune-precompile-feeder")
+                self._feeder.start()
+        return batch
+
+    def run(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
+            per_config_s: float = 120.0, startup_s: float = 60.0, stop: threading.Event | None = None,
+            device: dict | None = None, target: tuple | None = None) -> dict:
+        """Compile all of ``configs`` and wait: {"ok": n, "failed": n, "wall_s": s, "stopped": bool}. ``stop`` ends
+        the wait within a quarter second and drops the compiles not yet started."""
+        return self.submit(kernel, paths, shape, dtype, configs, per_config_s, startup_s, device,
+                           target).wait_all(stop)
+
+    # -- ending ---------------------------------------------------------------------------------------------------
     def discard(self, pool) -> None:
         """A batch gives up on the pool it was submitted to: kill that pool, and forget it if it is still the live
         one (a newer pool another lane is compiling in is left alone)."""
@@ -156,31 +264,6 @@ class Precompiler:
             p.kill()
         pool.shutdown(wait=False, cancel_futures=True)
 
-    def warm(self, kernel: str, paths: tuple) -> None:
-        """Start every pool process now (each forks and imports the kernel; no device context) without waiting: the
-        sweep calls this before it plans, so the pool's start overlaps the timing worker's."""
-        with self._lock:
-            for _ in range(self.workers):
-                self._submit(warm_up, kernel, paths)
-
-    def submit(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
-               per_config_s: float = 120.0, startup_s: float = 60.0, device: dict | None = None,
-               target: tuple | None = None) -> Batch:
-        """Queue ``configs`` in the order they will be timed. ``device``/``target``: the timing worker's DeviceInfo
-        and Triton target (its describe), which let the pool compile without initialising the GPU."""
-        with self._lock:  # one pool shared by the per-GPU threads
-            futs = {_key(c): self._submit(compile_one, kernel, paths, shape, dtype, c, device, target)
-                    for c in configs}
-        return Batch(self, kernel, shape, futs, startup_s, per_config_s)
-
-    def run(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
-            per_config_s: float = 120.0, startup_s: float = 60.0, stop: threading.Event | None = None,
-            device: dict | None = None, target: tuple | None = None) -> dict:
-        """Compile all of ``configs`` and wait: {"ok": n, "failed": n, "wall_s": s, "stopped": bool}. ``stop`` ends
-        the wait within a quarter second and cancels the compiles not yet started."""
-        return self.submit(kernel, paths, shape, dtype, configs, per_config_s, startup_s, device,
-                           target).wait_all(stop)
-
     def close(self, kill: bool = False) -> None:
         """End the pool without waiting for its processes to exit (importing torch made each one's exit ~0.7 s; two
         of those closes cost the H200 sweep 2.2 s). ``kill``: kill them now, compiles still running included (a
@@ -188,6 +271,9 @@ class Precompiler:
         Triton writes cache entries to a temporary name and renames them, so a killed compile leaves no torn file."""
         with self._lock:
             pool, self._pool = self._pool, None
+            self._queue.clear()
+            self._closing = True
+        self.wake()
         if pool is None:
             return
         if kill:

@@ -240,11 +240,11 @@ class Sweep:
         total = planned(space, default, self.budget)
         toolchain = plan["key_fields"]["toolchain"]
 
-        # Precompile only when the strategy will visit the whole space: with a budget (random, surrogate) most of
-        # a large space is never timed, and compiling all of it would cost more than it saves. The pool compiles in
-        # the order the configs are timed; each trial waits only for its own config (precompile.Batch).
+        # The pool compiles the space in exhaustive order, one config per process at a time; each trial waits only
+        # for its own config, which jumps the queue if it has not started (a budgeted search's picks), and what is
+        # left of the queue is dropped when the shape is done (precompile.Batch).
         batch = None
-        if precompiler is not None and (self.budget is None or self.budget >= len(space)):
+        if precompiler is not None:
             todo = [c.to_dict() for c in dict.fromkeys([default] + space) if (c, "full") not in stored]
             if todo:
                 batch = precompiler.submit(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
@@ -277,6 +277,9 @@ class Sweep:
             explore(default, space, evaluate, strategy, self.budget)
         except _Stopped:
             result.stopped = True
+        finally:
+            if batch is not None:
+                batch.close()
         if not result.stopped:
             result.baselines = self._baselines(lane, plan, device)
         self.emit(ShapeDone(spec.name, result))

@@ -561,21 +561,45 @@ def test_a_broken_pool_is_replaced_and_a_stale_batch_leaves_the_new_one_alone():
         pc.close(kill=True)
 
 
-def test_a_config_queued_behind_other_batches_is_not_taken_for_a_stall():
-    """Several lanes share one pool: a shape's first config may sit behind another lane's whole batch. As long as
-    the pool finishes compiles, the wait goes on; only a pool where nothing finishes for per_config_s gives up."""
-    from flytune_nb.precompile import Precompiler
+def test_a_config_the_worker_asks_for_jumps_the_queue():
+    """The pool keeps one compile per process in flight, from the queue's head; a config the timing worker asks for
+    that has not started is started at once. A budgeted search's picks (random, surrogate: a few dozen of a
+    1000-config space) so wait behind at most the compiles in flight, not behind the whole space; and a shape's
+    leftovers are dropped when it is closed."""
+    from flytune_nb.precompile import Precompiler, _key
 
     ok = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    slow = [dict(ok, SLEEP_MS=900 + i) for i in range(5)]
     pc = Precompiler(workers=1)
     try:
-        pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", [dict(ok, SLEEP_MS=900 + i) for i in range(4)],
-                  per_config_s=2.5, startup_s=0.5)
-        other = pc.submit("evil", (PLUGINS,), {"N": 16}, "fp32", [ok], per_config_s=2.5, startup_s=0.5)
+        first = pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", slow, per_config_s=30, startup_s=60)
+        assert first.wait(slow[0]) == "ok"
         t0 = time.time()
-        assert other.wait(ok) == "ok" and time.time() - t0 > 3  # it did wait behind ~3.6 s of the other batch
+        assert first.wait(slow[4]) == "ok" and time.time() - t0 < 2.7  # behind one in flight, not three queued
+        first.close()  # at most one more of its queue (slow[2]) may have started as slow[4] finished
+        other = pc.submit("evil", (PLUGINS,), {"N": 16}, "fp32", [ok], per_config_s=30, startup_s=60)
+        t0 = time.time()
+        assert other.wait(ok) == "ok" and time.time() - t0 < 2.7
+        time.sleep(2)
+        assert _key(slow[3]) not in first.futs  # the leftovers were not started after the shape was closed
     finally:
         pc.close(kill=True)
+
+
+def test_a_budgeted_search_gets_its_picks_precompiled(monkeypatch):
+    """random / surrogate with a budget used to skip the pool (compiling a whole space for a few picks cost more
+    than it saved); every pick now waits for, and gets, its own compile."""
+    from flytune_nb.precompile import Batch
+
+    waits = []
+    real_wait = Batch.wait
+    monkeypatch.setattr(Batch, "wait", lambda self, c, stop=None: (waits.append(r := real_wait(self, c, stop)), r)[1])
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")
+    monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", ",".join(str(i) for i in range(12)))
+    r = Sweep("evil", "N=8", ["fp32"], paths=[PLUGINS], precompile=True, baselines=(), isolate=False,
+              strategy="random", budget=4).run()[0]
+    assert len(r.trials) == 4 and all(t.ok for t in r.trials)
+    assert waits == ["ok"] * 4
 
 
 def test_a_worker_forgets_what_the_caller_removed_after_the_forkserver_started():
