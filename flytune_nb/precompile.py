@@ -13,7 +13,7 @@ the first config is compiled (the old compile-everything-first barrier held the 
 space, picked as it goes) gets its picks compiled first while the idle cores compile the rest ahead. A shape's
 leftovers are dropped when it is done.
 
-The pool is bounded by the cores and kept for the whole sweep; its processes fork from flytune's forkserver
+The pool is bounded by the cores (the sweep leaves one per timing worker) and kept for the whole sweep; its processes fork from flytune's forkserver
 (flytune_nb.procs), so they do not each import torch. A pool that breaks (a config that crashes the device) or stalls
 only ends precompilation for the shape that found it: the timing worker then compiles the rest itself and records
 the real failure, and the next shape gets a fresh pool.
