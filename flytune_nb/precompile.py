@@ -75,6 +75,10 @@ class Batch:
         fut = self.owner.start_now(self, key)
         if fut is None:
             return "dead"
+        if fut.cancelled():  # queued in a pool another shape discarded: it never ran, so start it again, once
+            fut = self.owner.start_now(self, key, again=True)
+            if fut is None:
+                return "dead"
         began = time.perf_counter()
         while not fut.done():
             if stop is not None and stop.is_set():
@@ -102,7 +106,8 @@ class Batch:
 
     def _give_up(self, fut, why: str) -> None:
         self.dead = True
-        pending = len(self.keys) - sum(f.done() for f in self.futs.values())
+        with self.owner._lock:  # the feeder may be adding to futs
+            pending = len(self.keys) - sum(f.done() for f in self.futs.values())
         warnings.warn(f"precompile of {self.kernel} {self.shape} stopped early ({why}; {pending} pending, pool broken "
                       f"or stalled); the timing worker compiles the rest", RuntimeWarning, stacklevel=3)
         self.owner.discard(fut.flytune_pool)
@@ -176,24 +181,37 @@ class Precompiler:
     def _start(self, batch: Batch, key: str) -> cf.Future:
         kernel, paths, shape, dtype, device, target = batch.args
         fut = self._submit(compile_one, kernel, paths, shape, dtype, json.loads(key), device, target)
+        fut.flytune_batch, fut.flytune_started = batch, time.perf_counter()
         batch.futs[key] = fut
         self._flying.append(fut)
         return fut
 
-    def start_now(self, batch: Batch, key: str) -> cf.Future | None:
-        """The future compiling ``key``, started ahead of the queue if it had not started. None: the batch is dead."""
+    def start_now(self, batch: Batch, key: str, again: bool = False) -> cf.Future | None:
+        """The future compiling ``key``, started ahead of the queue if it had not started (``again``: also if its
+        future was cancelled). None: the batch is dead."""
         with self._lock:
             if batch.dead:
                 return None
             fut = batch.futs.get(key)
-            if fut is None:
+            if fut is None or (again and fut.cancelled()):
                 fut = self._start(batch, key)
             return fut
 
     def _fill(self) -> None:
-        """Keep one compile per pool process in flight, from the queue's head (under the lock)."""
+        """Keep a compile per pool process in flight from the queue's head, but one (with two processes or more), so
+        that a config the timing worker asks for starts at once instead of queueing behind the others (under the
+        lock). A compile of a shape that is done, which nobody will wait for, that runs past its shape's per-config
+        limit has hung: its pool is killed (the next start gets a fresh one) before it holds a process for good."""
         self._flying = [f for f in self._flying if not f.done()]
-        while len(self._flying) < self.workers and self._queue:
+        now = time.perf_counter()
+        for f in self._flying:
+            b = f.flytune_batch
+            if (b.closed or b.dead) and now - f.flytune_started > b.per_config_s:
+                self.discard(f.flytune_pool)
+                self._flying = [g for g in self._flying if g.flytune_pool is not f.flytune_pool]
+                break
+        slots = self.workers - 1 if self.workers > 1 else 1
+        while len(self._flying) < slots and self._queue:
             batch, key = self._queue.popleft()
             if batch.dead or batch.closed or key in batch.futs:
                 continue
@@ -207,6 +225,7 @@ class Precompiler:
                 pass
             with self._lock:
                 if self._closing:
+                    self._feeder = None  # a submit after close() starts a new one
                     return
                 try:
                     self._fill()

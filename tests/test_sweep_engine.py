@@ -402,7 +402,7 @@ def test_timing_waits_only_for_its_own_config_to_compile():
 
     fast = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
     slow = dict(fast, SLEEP_MS=4000)  # compile_one runs the config once: 4 s in the pool
-    pc = Precompiler(workers=2)
+    pc = Precompiler(workers=3)  # two compiling ahead, one kept free for what the timing worker asks for
     try:
         batch = pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", [fast, slow])
         assert batch.wait(fast) == "ok"
@@ -665,3 +665,29 @@ def test_a_script_without_a_main_guard_gets_told_why_its_worker_did_not_start(tm
                          cwd=tmp_path)
     assert out.returncode != 0
     assert 'if __name__ == "__main__":' in out.stderr and "unguarded.py" in out.stderr, out.stderr[-1500:]
+
+
+def test_a_hung_compile_of_a_finished_shape_does_not_hold_the_pool():
+    """The pool compiles ahead; a config nobody waits for (its shape is done) that hangs would hold a process for
+    good, and with all of them held the next shape would wait out the stall limit. Past its shape's per-config
+    limit such a compile's pool is killed and the next start gets a fresh one."""
+    from flytune_nb.precompile import Precompiler
+
+    ok = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    hang = dict(ok, MODE=3)
+    pc = Precompiler(workers=2)
+    try:
+        done = pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", [hang], per_config_s=1.0, startup_s=60)
+        t0 = time.time()
+        while not done.futs and time.time() - t0 < 60:
+            time.sleep(0.05)
+        hung = next(iter(done.futs.values()))
+        done.close()
+        t0 = time.time()
+        while not hung.done() and time.time() - t0 < 30:
+            time.sleep(0.1)
+        assert hung.done()  # killed with its pool, not left running
+        nxt = pc.submit("evil", (PLUGINS,), {"N": 16}, "fp32", [ok], per_config_s=30, startup_s=60)
+        assert nxt.wait(ok) == "ok"
+    finally:
+        pc.close(kill=True)
