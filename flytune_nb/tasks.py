@@ -1,4 +1,4 @@
-"""What a worker does, as plain functions of plain (picklable) arguments: the same code runs in-process, in a spawned
+"""What a worker does, as plain functions of plain (picklable) arguments: the same code runs in-process, in a forked
 worker process, in a precompile pool and in a Ray actor. Results are dicts, so they cross any process boundary.
 """
 from __future__ import annotations
