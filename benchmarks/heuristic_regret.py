@@ -8,12 +8,13 @@ python benchmarks/heuristic_regret.py [DB] (results named after the store unless
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from common import write
-from flytune_nb.analysis import geomean
+from flytune_nb.analysis import regret
 from flytune_nb.store import Store
 
 DB = Path(__file__).resolve().parent / "results" / "h200_sweeps.db"
@@ -21,23 +22,25 @@ DB = Path(__file__).resolve().parent / "results" / "h200_sweeps.db"
 
 def main(db=DB):
     df = Store(db, readonly=True).frame()
-    full = df[(df["fidelity"] == "full") & (df["status"] == "ok")]
+    full = df[df["fidelity"] == "full"]
     per = defaultdict(list)
     for (kernel, shape, dtype, device), g in full.groupby(["kernel", "shape", "dtype", "device"]):
-        d = g[g["is_default"] == 1]
-        if d.empty:
+        d, ok = g[g["is_default"] == 1], g[g["status"] == "ok"]
+        if d.empty or ok.empty:  # the default never timed (a stopped sweep), or nothing passed: no regret to state
             continue
-        per[(kernel, dtype, device)].append((json.loads(shape), float(d["p50"].min()) / float(g["p50"].min())))
+        # A default that failed (status not ok) scores inf: that shape's regret, and its kernel's geomean, are inf.
+        default_ms = float(d["p50"].min()) if (d["status"] == "ok").all() else math.inf
+        per[(kernel, dtype, device)].append((json.loads(shape), default_ms / float(ok["p50"].min())))
     rows, payload = [], []
     for (kernel, dtype, device), items in sorted(per.items()):
-        geo = geomean(r for _, r in items)
+        geo = regret(r for _, r in items)
         worst_shape, worst = max(items, key=lambda x: x[1])
         small = [r for s, r in items if s.get("M", 0) <= 128]
         large = [r for s, r in items if s.get("M", 0) > 128]
         payload.append({"kernel": kernel, "dtype": dtype, "device": device, "shapes": len(items), "geomean": geo,
-                        "geomean_M_le_128": geomean(small), "geomean_M_gt_128": geomean(large), "worst": worst,
+                        "geomean_M_le_128": regret(small), "geomean_M_gt_128": regret(large), "worst": worst,
                         "worst_shape": worst_shape})
-        rows.append(f"| {kernel} | {dtype} | {device} | {len(items)} | {geo:.3f} | {geomean(small):.3f} | {geomean(large):.3f} | "
+        rows.append(f"| {kernel} | {dtype} | {device} | {len(items)} | {geo:.3f} | {regret(small):.3f} | {regret(large):.3f} | "
                     f"{worst:.2f} at {' '.join(f'{k}={v}' for k, v in worst_shape.items())} |")
     md = "\n".join([
         f"# Heuristic regret (default p50 / searched-best p50, full fidelity) from `{Path(db).name}`", "",

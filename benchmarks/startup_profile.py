@@ -31,9 +31,12 @@ def _child(q, t_spawn, what):
 
 
 def spawn_many(n, what, method="spawn"):
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["torch", "triton", "flytune_nb.registry"])
+    if method == "forkserver":  # flytune's own server (flytune_nb.procs), as workers and the pool get it
+        from flytune_nb.procs import context
+
+        ctx = context()
+    else:
+        ctx = mp.get_context(method)
     q = ctx.Queue()
     t0 = time.perf_counter()
     ps = [ctx.Process(target=_child, args=(q, time.time(), what)) for _ in range(n)]
@@ -90,7 +93,6 @@ def compile_times(kernel, shape, dtype, n):
 
     import torch
 
-    from flytune_nb.config import Config  # noqa: F401
     from flytune_nb.device import current_device
     from flytune_nb.registry import get_kernel
 
@@ -175,7 +177,7 @@ def traced_sweep(kernel, grid, n_configs=None, **kw):
         return orig
 
     saved = [(worker.ProcessLane, n, wrap(worker.ProcessLane, n)) for n in ("_start", "call", "close")]
-    saved += [(precompile.Precompiler, n, wrap(precompile.Precompiler, n)) for n in ("warm", "run", "close")]
+    saved += [(precompile.Precompiler, n, wrap(precompile.Precompiler, n)) for n in ("warm", "submit", "close")]
     try:
         configs = None
         if n_configs:

@@ -19,6 +19,13 @@ def geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
 
 
+def regret(ratios) -> float:
+    """Geomean of pick / best over shapes; inf when the pick failed on any of them (geomean alone would drop those
+    and let a heuristic look better by failing)."""
+    ratios = list(ratios)
+    return math.inf if any(math.isinf(r) for r in ratios) else geomean(ratios)
+
+
 @dataclass(frozen=True)
 class ShapeScore:
     shape: dict
@@ -58,11 +65,6 @@ class Rescore:
         counts = {v: sum(r.verdict == v for r in self.rows)
                   for v in ("wins", "loses", "fails", "ties", "same", "unmeasured")}
         both = [r for r in self.rows if not math.isnan(r.new_ms) and not math.isnan(r.old_ms)]
-
-        def regret(values):
-            values = list(values)
-            return math.inf if any(math.isinf(v) for v in values) else geomean(values)
-
         return {**counts, "compared": len(both),
                 "old_regret": regret(r.old_ms / r.best_ms for r in both),
                 "new_regret": regret(r.new_ms / r.best_ms for r in both)}

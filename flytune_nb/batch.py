@@ -25,13 +25,6 @@ def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustiv
               db: str = "batch.db", export_dir: str | None = "exports", results_csv: str | None = "results.csv",
               results_json: str | None = "results.json", isolate: bool = True, paths=(), progress: bool = True):
     """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults."""
-    from .dtypes import parse_list
-
-    if isolate:
-        from .procs import prestart
-
-        prestart()  # the workers' process server imports torch while the inputs are checked
-    dtypes = parse_list(dtypes or ())  # None / "" -> [] -> Sweep's "no dtype given"
     if isinstance(budget, str):  # papermill -r passes text
         try:
             budget = int(budget) if budget.strip() else None

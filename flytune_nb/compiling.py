@@ -38,12 +38,13 @@ class _CompileOnlyDriver:
 
 
 @contextlib.contextmanager
-def without_device(target: tuple | None):
+def without_device(target: tuple):
     """Triton's active driver replaced by the stand-in for ``target`` = (backend, arch, warp_size), as
-    ``driver.active.get_current_target()`` reported it in the timing worker. None: the real driver stays."""
+    ``driver.active.get_current_target()`` reported it in the timing worker (a Triton without ``_active``: the real
+    driver stays)."""
     from triton.runtime.driver import driver
 
-    if target is None or not hasattr(driver, "_active"):
+    if not hasattr(driver, "_active"):
         yield
         return
     from triton.backends.compiler import GPUTarget
@@ -60,7 +61,7 @@ def _refuse(metadata) -> None:
     raise RuntimeError("a kernel launched outside flytune_nb.launch while compiling on meta inputs")
 
 
-def compile_on_meta(spec, inputs: dict, config, target: tuple | None) -> bool:
+def compile_on_meta(spec, inputs: dict, config, target: tuple) -> bool:
     """Run ``spec.run(inputs, config)`` on meta ``inputs`` compiling only. A launch that bypasses flytune_nb.launch (a
     plugin calling ``kernel[grid]`` itself) would run on null pointers: Triton's launch-enter hook refuses it first.
     Returns False when the wrapper cannot run this way (it reads values, launches directly, or Triton wanted more of
@@ -73,7 +74,7 @@ def compile_on_meta(spec, inputs: dict, config, target: tuple | None) -> bool:
     prev = knobs.runtime.launch_enter_hook
     knobs.runtime.launch_enter_hook = _refuse
     try:
-        with without_device(target), compile_only(target[0] if target else None):
+        with without_device(target), compile_only(target[0]):
             spec.run(inputs, config)
         return True
     except Exception as e:  # noqa: BLE001

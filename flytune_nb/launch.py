@@ -25,15 +25,12 @@ _COMPILE_ONLY: list = [None]  # set by compile_only(): the backend whose launch 
 
 
 @contextlib.contextmanager
-def compile_only(backend: str | None = None):
+def compile_only(backend: str):
     """Within this block, ``launch`` compiles (Triton's ``warmup``: same specialisation, same on-disk cache entry)
     and launches nothing. The precompile pool compiles this way while the timing worker measures beside it: a pool
     process launching kernels on the same GPU would time-slice with the kernel being timed. ``backend`` ("cuda" /
-    "hip", for the launch options) is given by callers that must not ask the device (flytune_nb.compiling)."""
-    if backend is None:
-        from .device import current_device
-
-        backend = current_device().backend
+    "hip", for the launch options; "interpreter" launches as usual) comes from the caller, which must not ask the
+    device (flytune_nb.compiling)."""
     _COMPILE_ONLY[0] = backend
     try:
         yield
@@ -69,8 +66,8 @@ def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
         # fast path below keeps what it looks up for the life of the process.
         fn.warmup(*args, grid=grid, **meta, **config.launch_options(backend))
         return None
-    rt = _RT or _runtime_or_none(fn)
-    if rt is None or type(fn) is not rt["jit"]:
+    rt = _RT or _runtime_or_none()
+    if type(fn) is not rt["jit"]:
         return _triton(fn, grid, args, config, meta)
     knobs = rt["knobs"]
     run_knobs = knobs.runtime
@@ -103,16 +100,19 @@ def _active(hook) -> bool:
     return bool(getattr(hook, "calls", True))
 
 
-def _runtime_or_none(fn):
-    # The interpreter has no driver to ask; its functions are InterpretedFunction, never JITFunction.
+def _runtime_or_none() -> dict:
+    """Triton's runtime pieces, or (remembered, so that each later launch is one dict test) {"jit": None}: nothing is
+    a JITFunction then and every launch takes Triton's own path. The interpreter has no driver to ask (its functions
+    are InterpretedFunction, never JITFunction); another Triton may lack these internals."""
     from .device import interpreting
 
-    if interpreting():
-        return None
-    try:
-        return _runtime()
-    except Exception:  # noqa: BLE001 - a Triton without these internals: Triton's own path still works
-        return None
+    if not interpreting():
+        try:
+            return _runtime()
+        except Exception:  # noqa: BLE001 - Triton's own path still works
+            pass
+    _RT["jit"] = None
+    return _RT
 
 
 def _triton(fn, grid, args, config, meta):

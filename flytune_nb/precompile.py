@@ -5,16 +5,16 @@ device context, no GPU memory, nothing launched beside the kernel being timed); 
 (shared by every process of the user: ~/.triton/cache or TRITON_CACHE_DIR), and the timing worker's first launch of
 the same config is then a cache load.
 
-Order: a shape's candidates queue in the order an exhaustive sweep times them, and a feeder thread keeps exactly one
-compile per pool process in flight. The timing worker waits only for the config it is about to time
+Order: a shape's candidates queue in the order an exhaustive sweep times them, and a feeder thread keeps one compile
+per pool process in flight but one, which stays free for what the timing worker asks for. The timing worker waits only for the config it is about to time
 (``Batch.wait``), and a config it asks for that has not started yet jumps the queue. So timing starts as soon as
 the first config is compiled (the old compile-everything-first barrier held the H200's first rmsnorm trial back
 3.1 s, 2026-11-30), and a budgeted search (random, surrogate: a few dozen configs of a 1000-config GEMM or MoE
 space, picked as it goes) gets its picks compiled first while the idle cores compile the rest ahead. A shape's
 leftovers are dropped when it is done.
 
-The pool is bounded by the cores (the sweep leaves one per timing worker) and kept for the whole sweep; its processes fork from flytune's forkserver
-(flytune_nb.procs), so they do not each import torch. A pool that breaks (a config that crashes the device) or stalls
+The pool is bounded by the cores (the sweep leaves one per timing worker) and kept for the whole sweep; its
+processes fork from flytune's forkserver (flytune_nb.procs), so they do not each import torch. A pool that breaks (a config that crashes the device) or stalls
 only ends precompilation for the shape that found it: the timing worker then compiles the rest itself and records
 the real failure, and the next shape gets a fresh pool.
 """
@@ -29,15 +29,12 @@ import threading
 import time
 import warnings
 
-from .procs import adopt_env, child_env, context
+from .procs import child_env, child_init, context
 from .tasks import compile_one, warm_up
 
 
 def _set_env(env: dict) -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are the parent's (see worker._worker_main)
-    adopt_env(env)
+    child_init(env)
     # The registry asks torch.cuda.is_available() before importing a kernel; through NVML that initialises no CUDA
     # in this process (flytune_nb.compiling: a pool process never needs it).
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
@@ -84,8 +81,8 @@ class Batch:
             if stop is not None and stop.is_set():
                 return "stopped"
             pool = fut.flytune_pool
-            limit = self.per_config_s + (0.0 if self.owner.progressed(pool) else self.startup_s)
-            quiet = time.perf_counter() - max(began, self.owner.last_progress(pool))
+            limit = self.per_config_s + (0.0 if pool.flytune_progress[1] else self.startup_s)
+            quiet = time.perf_counter() - max(began, pool.flytune_progress[0])
             if quiet >= limit:
                 self._give_up(fut, f"no compile finished for {quiet:.0f} s")
                 return "dead"
@@ -125,12 +122,13 @@ class Batch:
 
 
 class Precompiler:
-    def __init__(self, workers: int | None = None, env: dict | None = None) -> None:
-        self.workers = max(1, workers or min(16, os.cpu_count() or 1))
+    def __init__(self, workers: int | None = None, env: dict | None = None, reserve: int = 0) -> None:
+        """``workers`` processes; by default up to 16 of the cores, less ``reserve`` (the sweep keeps one per timing
+        worker: compiling runs beside the timing, and a worker starved of CPU enqueues late)."""
+        self.workers = max(1, workers or min(16, (os.cpu_count() or 1) - reserve))
         self.env = env or {}
         self._pool: cf.ProcessPoolExecutor | None = None
         self._lock = threading.RLock()
-        self._progress: dict[int, tuple[float, bool]] = {}  # id(pool) -> (last completion or start, any completed)
         self._queue: collections.deque = collections.deque()  # (batch, key) not started yet, in order
         self._flying: list[cf.Future] = []  # compiles started by the feeder or on demand
         self._wake: queue.SimpleQueue = queue.SimpleQueue()  # a compile ended / work arrived / closing
@@ -141,41 +139,34 @@ class Precompiler:
     def _get_pool(self) -> cf.ProcessPoolExecutor:
         """The live pool; a broken one (a config took a process down) is replaced, whichever lane finds it so."""
         if self._pool is not None and getattr(self._pool, "_broken", False):
-            self._kill(self._pool)
-            self._pool = None
+            self.discard(self._pool)
         if self._pool is None:
             # The pool starts its processes lazily, at the first submit: hand them the caller's environment now
             # (which GPU, which Triton cache) through the initializer.
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=context(), initializer=_set_env,
                                                 initargs=(child_env(self.env),))
-            self._progress[id(self._pool)] = (time.perf_counter(), False)
+            self._pool.flytune_progress = (time.perf_counter(), False)  # (last completion or start, any completed)
         return self._pool
 
     def _submit(self, fn, *args) -> cf.Future:
         """Submit to the live pool, replacing it once if it turns out broken; marks progress when the task ends.
         The done-callback runs in the pool's own thread: it only records and wakes the feeder, never locks."""
+        pool = self._get_pool()
         try:
-            pool = self._get_pool()
             fut = pool.submit(fn, *args)
-        except cf.process.BrokenProcessPool:
-            self._kill(self._pool)
-            self._pool = None
+        except cf.process.BrokenProcessPool:  # it broke since _get_pool looked
+            self.discard(pool)
             pool = self._get_pool()
             fut = pool.submit(fn, *args)
 
-        def done(f, key=id(pool)):
-            self._progress[key] = (time.perf_counter(), True)
+        def done(f, pool=pool):
+            pool.flytune_progress = (time.perf_counter(), True)
             self._wake.put(None)
 
         fut.add_done_callback(done)
         fut.flytune_pool = pool  # the pool it runs in: a batch that gives up kills that one, not a newer one
         return fut
 
-    def progressed(self, pool) -> bool:
-        return self._progress.get(id(pool), (0.0, False))[1]
-
-    def last_progress(self, pool) -> float:
-        return self._progress.get(id(pool), (0.0, False))[0]
 
     # -- feeding --------------------------------------------------------------------------------------------------
     def _start(self, batch: Batch, key: str) -> cf.Future:
@@ -273,14 +264,15 @@ class Precompiler:
         with self._lock:
             if self._pool is pool:
                 self._pool = None
-        self._kill(pool)
+        if pool is not None:
+            self._kill(pool)
 
     @staticmethod
-    def _kill(pool) -> None:
-        if pool is None:
-            return
-        for p in list((getattr(pool, "_processes", None) or {}).values()):
-            p.kill()
+    def _kill(pool, hard: bool = True) -> None:
+        """End ``pool`` without waiting: ``hard`` kills its processes now, else the idle ones exit on their own."""
+        if hard:
+            for p in list((getattr(pool, "_processes", None) or {}).values()):
+                p.kill()
         pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self, kill: bool = False) -> None:
@@ -293,9 +285,5 @@ class Precompiler:
             self._queue.clear()
             self._closing = True
         self.wake()
-        if pool is None:
-            return
-        if kill:
-            self._kill(pool)
-        else:
-            pool.shutdown(wait=False, cancel_futures=True)
+        if pool is not None:
+            self._kill(pool, hard=kill)

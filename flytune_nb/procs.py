@@ -39,6 +39,16 @@ def child_env(overrides: dict | None = None) -> dict:
     return {**os.environ, **(overrides or {})}
 
 
+def child_init(env: dict) -> None:
+    """First thing in every worker and pool process. Interrupts are the parent's: Ctrl-C in a terminal reaches the
+    whole process group, and a child dying of SIGINT mid-trial would be recorded as that config crashing; the parent
+    stops after the trial in flight instead. Then the caller's environment (adopt_env)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    adopt_env(env)
+
+
 def adopt_env(env: dict) -> None:
     """First thing in a child: become the caller's environment (keys the caller removed are removed too)."""
     if env is None:

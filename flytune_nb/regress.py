@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -151,12 +152,8 @@ DRIFT_MIN_ENTRIES = 3
 def file_drift(defaults) -> float:
     """Median of default now / default then over (trial, exported default p50) pairs, at least 1.0; 1.0 when fewer
     than DRIFT_MIN_ENTRIES pairs have both (a median of one or two is one noisy timing)."""
-    ratios = sorted(d.p50 / then for d, then in defaults if d.ok and then and then > 0 and math.isfinite(d.p50))
-    if len(ratios) < DRIFT_MIN_ENTRIES:
-        return 1.0
-    mid = len(ratios) // 2
-    median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
-    return max(1.0, median)
+    ratios = [d.p50 / then for d, then in defaults if d.ok and then and then > 0 and math.isfinite(d.p50)]
+    return max(1.0, statistics.median(ratios)) if len(ratios) >= DRIFT_MIN_ENTRIES else 1.0
 
 
 def _fastest(trials):

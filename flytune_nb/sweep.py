@@ -8,7 +8,6 @@ starts; re-running the same sweep against the same store replays what is stored 
 from __future__ import annotations
 
 import math
-import os
 import queue
 import threading
 from dataclasses import replace
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .config import Config
+from .dtypes import parse_list
 from .device import DeviceInfo
 from .memory import ShapeTooLarge
 from .events import Emitter, ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
@@ -75,7 +75,8 @@ class Sweep:
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
         if not self.shapes:
             raise ValueError("the grid is empty")
-        self.dtypes = [self.spec.check_dtype(d) for d in dtypes]
+        # "bf16,fp16" or "bf16" (papermill and the CLI pass text) as well as a list; never a string's characters
+        self.dtypes = [self.spec.check_dtype(d) for d in parse_list(dtypes or ())]
         if not self.dtypes:
             raise ValueError("no dtype given")
         self.strategy_name = strategy
@@ -217,10 +218,7 @@ class Sweep:
         env = {}
         if self.gpus:  # compile for the first GPU of the sweep; the binaries are the same for identical GPUs
             env = {"HIP_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES": str(self.gpus[0])}
-        # One core per timing worker stays free: compiling runs beside the timing now (and for a budgeted search
-        # all through it), and a worker starved of CPU enqueues late, which the timer's spin covers only so far.
-        lanes = len(self.gpus) if self.gpus else 1
-        pc = Precompiler(workers=max(1, min(16, (os.cpu_count() or 2) - lanes)), env=env)
+        pc = Precompiler(env=env, reserve=len(self.gpus) if self.gpus else 1)  # a core per timing worker
         pc.warm(self.spec.name, self.paths)
         return pc
 

@@ -3,7 +3,6 @@ worker process, in a precompile pool and in a Ray actor. Results are dicts, so t
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict
@@ -88,23 +87,27 @@ def warm_up(kernel: str, paths: tuple) -> float:
     return time.perf_counter() - t0
 
 
-def _compile_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str, device_json: str) -> dict:
-    """One set of inputs per shape for all the configs a pool process compiles: on the meta device (shapes and dtypes
-    only, nothing allocated; a few shapes kept, as lanes interleave them) or, for a kernel that cannot compile that
-    way, on the GPU (one shape kept: a MoE shape is ~3 GB, in each of up to 16 pool processes). Outputs are
-    overwritten by every launch, which compiling does not mind."""
-    meta = json.loads(device_json).get("torch_device") == "meta"
-    return (_meta_inputs if meta else _real_inputs)(kernel, paths, shape_json, dtype, device_json)
+@lru_cache(maxsize=8)
+def _meta_inputs(kernel: str, paths: tuple, shape_key: tuple, dtype: str, dev) -> dict | None:
+    """A shape's inputs on the meta device (shapes and dtypes only, nothing allocated), shared by every config a
+    pool process compiles; a few shapes kept, as lanes interleave them. None (remembered): the kernel's make_inputs
+    cannot build meta tensors."""
+    from dataclasses import replace
+
+    try:
+        return _spec(kernel, paths).make_inputs(dict(shape_key), dtype, replace(dev, torch_device="meta"))
+    except Exception:  # noqa: BLE001 - compile on real inputs instead
+        return None
 
 
-def _make_inputs(kernel: str, paths: tuple, shape_json: str, dtype: str, device_json: str) -> dict:
-    from .device import DeviceInfo
+@lru_cache(maxsize=1)
+def _real_inputs(kernel: str, paths: tuple, shape_key: tuple, dtype: str, dev) -> dict:
+    """The same on the device, for a kernel that cannot compile on meta inputs: one shape kept (a MoE shape is ~3 GB,
+    in each of up to 16 pool processes). Outputs are overwritten by every launch, which compiling does not mind."""
+    return _spec(kernel, paths).make_inputs(dict(shape_key), dtype, dev)
 
-    return _spec(kernel, paths).make_inputs(json.loads(shape_json), dtype, DeviceInfo(**json.loads(device_json)))
 
-
-_meta_inputs = lru_cache(maxsize=8)(_make_inputs)
-_real_inputs = lru_cache(maxsize=1)(_make_inputs)
+_NO_META: set = set()  # (kernel, paths, shape, dtype) whose wrapper cannot compile on meta inputs: not retried
 
 
 def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, device: dict | None = None,
@@ -114,27 +117,22 @@ def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict
     timing worker's DeviceInfo) and ``target`` (its Triton target): given both, a GPU kernel compiles on meta inputs
     without initialising the GPU in this process (flytune_nb.compiling); a kernel whose wrapper cannot, or a call
     without them, compiles on real inputs in compile-only mode (launching only what bypasses flytune_nb.launch)."""
-    from dataclasses import replace
-
     from .compiling import compile_on_meta
     from .device import DeviceInfo, current_device
     from .launch import compile_only
 
     spec = _spec(kernel, paths)
     dev = DeviceInfo(**device) if device is not None else current_device()
-    cfg, shape_json = Config.from_dict(config), json.dumps(shape, sort_keys=True)
+    cfg, case = Config.from_dict(config), (kernel, paths, tuple(sorted(shape.items())), dtype)
     t0 = time.perf_counter()
     try:
-        if dev.is_gpu and target is not None:
-            try:
-                meta = _compile_inputs(kernel, paths, shape_json, dtype,
-                                       json.dumps(asdict(replace(dev, torch_device="meta")), sort_keys=True))
-            except Exception:  # noqa: BLE001 - a make_inputs that cannot build meta tensors: real ones below
-                meta = None
+        if dev.is_gpu and target is not None and case not in _NO_META:
+            meta = _meta_inputs(*case, dev)
             if meta is not None and compile_on_meta(spec, meta, cfg, tuple(target)):
                 return "ok", time.perf_counter() - t0
+            _NO_META.add(case)
         with compile_only(dev.backend):
-            spec.run(_compile_inputs(kernel, paths, shape_json, dtype, json.dumps(asdict(dev), sort_keys=True)), cfg)
+            spec.run(_real_inputs(*case, dev), cfg)
         if dev.is_gpu:
             import torch
 

@@ -14,7 +14,7 @@ import signal
 import threading
 import traceback
 
-from .procs import adopt_env, child_env, context
+from .procs import child_env, child_init, context
 
 
 class WorkerCrashed(RuntimeError):
@@ -37,10 +37,7 @@ STARTUP_TIMEOUT_S = 300.0  # importing torch + triton on a loaded 2-core machine
 
 
 def _worker_main(conn, env: dict) -> None:
-    # Ctrl-C in a terminal reaches the whole process group: the parent owns interrupts (it stops after the trial in
-    # flight); a worker dying of SIGINT mid-trial would be recorded as that config crashing.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    adopt_env(env)
+    child_init(env)
     from .device import ensure_backend
 
     ensure_backend()
@@ -115,30 +112,23 @@ class ProcessLane:
         proc.start()
         child.close()
         if not parent.poll(STARTUP_TIMEOUT_S):
-            proc.kill()
-            proc.join(10)
-            parent.close()
+            _stop(proc, parent)
             raise WorkerStartError(f"{self.name}: worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
         try:
             parent.recv()
         except EOFError:
-            proc.join(5)
-            parent.close()
+            _stop(proc, parent, grace=5)
             raise WorkerStartError(f"{self.name}: {_describe_exit(proc.exitcode)} during start-up"
                                    f"{_main_hint(proc.exitcode)}") from None
         self.proc, self.conn = proc, parent
 
-    def _kill(self) -> None:
+    def _detach(self) -> tuple:
         proc, conn, self.proc, self.conn = self.proc, self.conn, None, None
-        if proc is not None:
-            proc.kill()
-            proc.join(10)
-        if conn is not None:
-            conn.close()
+        return proc, conn
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
         if self.proc is None or not self.proc.is_alive():
-            self._kill()  # a dead worker's pipe is closed before the fresh one starts
+            _stop(*self._detach())  # a dead worker's pipe is closed before the fresh one starts
             self._start()
         try:
             self.conn.send((op, kwargs))
@@ -146,12 +136,11 @@ class ProcessLane:
             if answered:
                 status, value = self.conn.recv()
         except (EOFError, OSError):  # it died before or while answering (a broken pipe on send included)
-            self.proc.join(10)
-            reason = _describe_exit(self.proc.exitcode)
-            self._kill()
-            raise WorkerCrashed(reason) from None
+            proc, conn = self._detach()
+            _stop(proc, conn, grace=10)
+            raise WorkerCrashed(_describe_exit(proc.exitcode)) from None
         if not answered:
-            self._kill()
+            _stop(*self._detach())
             raise WorkerTimeout(f"no answer within {timeout:g} s (worker killed)")
         if status == "error":
             raise WorkerError(value)
@@ -160,18 +149,24 @@ class ProcessLane:
     def close(self) -> None:
         """Tell the worker to exit and return at once: a worker that imported torch takes ~0.7 s to exit (measured
         on the H200 host), which a background thread waits out (and kills it after 5 s)."""
-        proc, conn, self.proc, self.conn = self.proc, self.conn, None, None
+        proc, conn = self._detach()
         if conn is not None:
             conn.close()  # the worker sees EOF and returns
         if proc is not None and proc.is_alive():
-            threading.Thread(target=_reap, args=(proc,), daemon=True, name=f"flytune-reap-{self.name}").start()
+            threading.Thread(target=_stop, args=(proc, None, 5), daemon=True, name=f"flytune-reap-{self.name}").start()
 
 
-def _reap(proc) -> None:
-    proc.join(5)
+def _stop(proc, conn=None, grace: float = 0.0) -> None:
+    """Close the pipe, give the process ``grace`` seconds to exit on its own, then kill it."""
+    if conn is not None:
+        conn.close()
+    if proc is None:
+        return
+    if grace:
+        proc.join(grace)
     if proc.is_alive():
         proc.kill()
-        proc.join(5)
+    proc.join(10)
 
 
 def local_lanes(gpus: list[int] | None, isolate: bool) -> list:

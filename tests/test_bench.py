@@ -30,9 +30,7 @@ def test_gpu_timer_warm_up_follows_the_rep_budget():
     """do_bench's 25 ms warm-up by default; a shorter rep budget (`--rep-ms 25`, the committed-config sweeps) gets a
     quarter of it rather than a warm-up as long as the timing; an explicit warm-up wins. (No GPU touched: no flush.)"""
     from flytune_nb.bench import GpuTimer
-    from flytune_nb.device import DeviceInfo
-
-    gpu = DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)
+    from tests.conftest import H200 as gpu
     assert GpuTimer(gpu, flush=False).warmup_ms == 25.0
     assert GpuTimer(gpu, rep_ms=25, flush=False).warmup_ms == 6.25
     assert GpuTimer(gpu, rep_ms=25, warmup_ms=1, flush=False).warmup_ms == 1

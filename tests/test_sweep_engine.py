@@ -528,9 +528,7 @@ def test_the_pools_target_follows_tritons_cuda_rule_without_asking_its_driver(mo
     import torch
 
     from flytune_nb import compiling, device
-    from flytune_nb.device import DeviceInfo
-
-    gpu = DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)
+    from tests.conftest import H200 as gpu
     monkeypatch.setattr(device, "current_device", lambda index=0: gpu)
     monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
@@ -691,3 +689,11 @@ def test_a_hung_compile_of_a_finished_shape_does_not_hold_the_pool():
         assert nxt.wait(ok) == "ok"
     finally:
         pc.close(kill=True)
+
+
+def test_a_dtype_string_is_names_not_characters():
+    """papermill and the CLI hand dtypes over as text; `Sweep(..., "bf16")` once looped over "b", "f", "1", "6"."""
+    assert Sweep("rmsnorm", "M=2 N=64", "bf16").dtypes == ["bf16"]
+    assert Sweep("rmsnorm", "M=2 N=64", "bf16, fp16").dtypes == ["bf16", "fp16"]
+    with pytest.raises(ValueError, match="no dtype"):
+        Sweep("rmsnorm", "M=2 N=64", "")

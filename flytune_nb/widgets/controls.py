@@ -76,6 +76,7 @@ class GridEditor(W.VBox):
         self.dtypes = W.SelectMultiple(description="dtypes", rows=3)
         self.preview = W.HTML()
         self.rows = W.VBox()
+        self._rebuilding = False
         super().__init__([self.rows, self.preset, self.dtypes, self.preview])
         self.preset.observe(self._apply_preset, "value")
         self.dtypes.observe(self._dtypes_changed, "value")
@@ -111,9 +112,11 @@ class GridEditor(W.VBox):
                 chosen.append(c)
             else:
                 self.dtype_problem = f"{spec.name} does not support {c}; it supports {', '.join(spec.dtypes)}"
-        problem, self.dtype_problem = self.dtype_problem, ""
-        self.dtypes.value = tuple(dict.fromkeys(chosen)) or tuple(spec.dtypes[:1])  # fires _dtypes_changed
-        self.dtype_problem = problem
+        self._rebuilding = True  # this assignment is not the user answering a parameters-cell problem
+        try:
+            self.dtypes.value = tuple(dict.fromkeys(chosen)) or tuple(spec.dtypes[:1])
+        finally:
+            self._rebuilding = False
         self.update_preview()
 
     def _axis_edited(self, _) -> None:
@@ -125,6 +128,8 @@ class GridEditor(W.VBox):
         return [p for p in (self.grid_problem, self.dtype_problem) if p]
 
     def _dtypes_changed(self, _) -> None:
+        if self._rebuilding:
+            return  # rebuild() previews once when it is done
         self.dtype_problem = ""  # the user picked from the list: an earlier parameters-cell problem is answered
         self.update_preview()
 

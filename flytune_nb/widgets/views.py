@@ -9,7 +9,7 @@ import ipywidgets as W
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..analysis import geomean, speedup_rows
+from ..analysis import regret, speedup_rows
 from ..artifacts import export, preview
 from .controls import error_html
 from .plot import speedup_heatmap
@@ -72,11 +72,11 @@ class CompareView(W.VBox):
             return
         df = pd.DataFrame(rows)
         failing = sum(math.isinf(r["default_ms"]) for r in rows)
-        regret = math.inf if failing else geomean(r["default_ms"] / r["best_ms"] for r in rows)
+        regret_ = regret(r["default_ms"] / r["best_ms"] for r in rows)
         worst = max((r for r in rows if math.isfinite(r["speedup"])), key=lambda r: r["speedup"], default=None)
         self.summary.value = (f"<b>heuristic regret</b> (geomean default / best over {len(rows)} shapes): "
                               + (f"<b>inf: the heuristic default fails on {failing} shape(s)</b>" if failing
-                                 else f"<b>{regret:.3f}x</b>") + (
+                                 else f"<b>{regret_:.3f}x</b>") + (
                                   f"; worst at {html.escape(' '.join(f'{k}={worst[k]}' for k in results[0].shape))}"
                                   f" {worst['dtype']}: {worst['speedup']:.2f}x" if worst else ""))
         self.table.value = df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
