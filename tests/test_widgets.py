@@ -250,3 +250,20 @@ def test_workbench_refuses_to_run_a_fallback_for_a_parameters_cell_typo(tmp_path
     assert wb.run() is None and "unknown [&#x27;X&#x27;]" in wb.message.value
     wb.grid.axis_boxes["M"].value = "2"
     assert wb.grid.problems() == [] and "unknown" not in wb.grid.preview.value
+
+
+def test_the_suggested_fallback_can_be_accepted_as_it_is(tmp_path):
+    """A typo's fallback is already selected (the closest kernel, the first supported dtype); selecting it again
+    fires no change, so the workbench offers a button that accepts what the widgets show, and then runs it."""
+    wb = Workbench("rmsnrm", "M=2 N=64", ["bf61"], db=str(tmp_path / "a.db"), isolate=False)
+    assert wb.accept_button.layout.display == ""
+    assert wb.run() is None and "use the choices shown" in wb.message.value
+    wb.picker.dropdown.value = "rmsnorm"  # already selected: no event, the typo stays unanswered
+    assert wb.run() is None and "not run" in wb.message.value
+    wb.accept_button.click()
+    assert wb.accept_button.layout.display == "none" and wb.message.value == ""
+    t = wb.run()
+    assert t is not None
+    t.join(300)
+    assert wb.sweep.results and wb.sweep.results[0].dtype == wb.grid.dtypes.value[0]
+    assert all(tr.ok for tr in wb.sweep.results[0].trials)

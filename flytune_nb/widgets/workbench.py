@@ -39,6 +39,12 @@ class Workbench(W.VBox):
         self.metric = W.ToggleButtons(options=[("latency", "latency"), ("% of copy BW", "roofline")],
                                       value="latency", description="y axis")
         self.message = W.HTML()
+        # Answers a parameters-cell typo with what the widgets show instead (the closest kernel name, the first
+        # supported dtype): choosing the already-selected entry of a list fires no change, so without this button
+        # the suggested fallback itself could not be accepted.
+        self.accept_button = W.Button(description="use the choices shown", icon="check",
+                                      tooltip="run with the kernel, dtypes and axes the widgets show now",
+                                      layout=W.Layout(width="auto"))
         self.table = ResultsTable()
         self.compare = CompareView()
         self.results: list = []
@@ -51,8 +57,11 @@ class Workbench(W.VBox):
         tabs = W.Tab(children=[self.table, self.compare, self.editor, self.exporter])
         for i, title in enumerate(["results", "heuristic vs best", "heuristic editor", "export"]):
             tabs.set_title(i, title)
-        super().__init__([W.HTML("<h3>flytune workbench</h3>"), self.picker, self.grid, self.control, self.message,
-                          W.HBox([self.shape_select, self.metric]), self.plot.fig, tabs])
+        super().__init__([W.HTML("<h3>flytune workbench</h3>"), self.picker, self.grid, self.control,
+                          W.HBox([self.message, self.accept_button]), W.HBox([self.shape_select, self.metric]),
+                          self.plot.fig, tabs])
+        self.accept_button.on_click(lambda _: self.accept_choices())
+        self._sync_accept()
         self.control.run_button.on_click(lambda _: self.run())
         self.control.stop_button.on_click(lambda _: self.stop())
         self._programmatic = False
@@ -92,9 +101,10 @@ class Workbench(W.VBox):
         try:
             # A typo in the parameters cell is shown with a fallback in its place; running the fallback would be a
             # silent wrong result, so the sweep waits until the user fixes the cell or answers through the widgets.
-            problems = [p for p in (self.picker.problem, *self.grid.problems()) if p]
+            problems = self._problems()
+            self._sync_accept()
             if problems:
-                raise ValueError(f"not run: {problems[0]}")
+                raise ValueError(f"not run: {problems[0]} (or press 'use the choices shown')")
             shapes = self.grid.shapes()
             if not self.grid.dtypes.value:
                 raise ValueError("choose at least one dtype")
@@ -111,6 +121,20 @@ class Workbench(W.VBox):
         self.control.start(len(shapes) * len(self.grid.dtypes.value))
         self.editor.measure_button.disabled = True
         return run_in_thread(self.sweep.run, self._finished)
+
+    def _problems(self) -> list[str]:
+        return [p for p in (self.picker.problem, *self.grid.problems()) if p]
+
+    def _sync_accept(self) -> None:
+        self.accept_button.layout.display = "" if self._problems() else "none"
+
+    def accept_choices(self) -> None:
+        """Take the kernel, dtypes and axes the widgets show in place of the parameters cell's unknown ones."""
+        self.picker.problem, self.picker.warning.value = "", ""
+        self.grid.grid_problem = self.grid.dtype_problem = ""
+        self.grid.update_preview()
+        self.message.value = ""
+        self._sync_accept()
 
     def stop(self) -> None:
         if self.sweep is not None:
