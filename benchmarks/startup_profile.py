@@ -178,6 +178,7 @@ def traced_sweep(kernel, grid, n_configs=None, **kw):
 
     saved = [(worker.ProcessLane, n, wrap(worker.ProcessLane, n)) for n in ("_start", "call", "close")]
     saved += [(precompile.Precompiler, n, wrap(precompile.Precompiler, n)) for n in ("warm", "submit", "close")]
+    saved += [(precompile.Batch, "wait", wrap(precompile.Batch, "wait", "batch_wait"))]
     try:
         configs = None
         if n_configs:
@@ -191,6 +192,45 @@ def traced_sweep(kernel, grid, n_configs=None, **kw):
         for cls, n, orig in saved:
             setattr(cls, n, orig)
     return {"wall_s": wall, "spans": dict(spans), "counts": dict(counts), "first_marks": marks}
+
+
+def _top(stats: dict, n: int = 30) -> list:
+    """[(function, cumulative s, own s, calls)] of a pstats table, largest cumulative first."""
+    rows = [(f"{os.path.basename(f[0])}:{f[1]}({f[2]})", ct, tt, nc) for f, (cc, nc, tt, ct, _) in stats.items()]
+    return [(name, round(ct, 4), round(tt, 4), nc) for name, ct, tt, nc in sorted(rows, key=lambda r: -r[1])[:n]]
+
+
+def _diff(new: dict, old: dict) -> dict:
+    out = {}
+    for f, (cc, nc, tt, ct, callers) in new.items():
+        o = old.get(f, (0, 0, 0.0, 0.0, {}))
+        if ct - o[3] > 1e-4:
+            out[f] = (cc - o[0], nc - o[1], tt - o[2], ct - o[3], {})
+    return out
+
+
+def profiled_sweep(kernel, grid, n_configs=None, **kw):
+    """A traced sweep whose timing worker profiles itself (FLYTUNE_PROFILE_DIR): what the worker spent on its
+    describe, its first trial, its second, and everything up to the last snapshot, function by function."""
+    import glob
+    import pstats
+
+    folder = tempfile.mkdtemp(prefix="flytune-prof-")
+    os.environ["FLYTUNE_PROFILE_DIR"] = folder
+    try:
+        traced = traced_sweep(kernel, grid, n_configs, **kw)
+    finally:
+        del os.environ["FLYTUNE_PROFILE_DIR"]
+    snaps = sorted(glob.glob(os.path.join(folder, "worker-*.prof")))
+    tables = [pstats.Stats(p).stats for p in snaps]
+    names = ["describe", "trial_1", "trial_2", "trial_3"]
+    parts = {}
+    prev = {}
+    for i, (path, st) in enumerate(zip(snaps, tables)):
+        label = names[i] if i < len(names) else os.path.basename(path)
+        parts[label] = _top(_diff(st, prev) if prev else st, 25)
+        prev = st
+    return {**traced, "worker_profile": parts, "snapshots": [os.path.basename(p) for p in snaps]}
 
 
 def main():
@@ -217,6 +257,8 @@ def main():
                                                                timer={"warmup_ms": 5.0, "rep_ms": 25.0}))],
     }
     steps["ctx"] = lambda: show("pool_process_context", context_probe())
+    steps["cprofile"] = lambda: [show("profiled_sweep_rmsnorm_47", profiled_sweep("rmsnorm", "M=4096 N=4096")),
+                                 show("profiled_sweep_rmsnorm_47_again", profiled_sweep("rmsnorm", "M=4096 N=4096"))]
     for name in os.environ.get("SECTIONS", "spawn,compile,trial,sweep").split(","):
         steps[name]()
     import json

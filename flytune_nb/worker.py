@@ -38,21 +38,50 @@ STARTUP_TIMEOUT_S = 300.0  # importing torch + triton on a loaded 2-core machine
 
 def _worker_main(conn, env: dict) -> None:
     child_init(env)
+    dump = _profiler()
     from .device import ensure_backend
 
     ensure_backend()
     from .tasks import HANDLERS
 
     conn.send(("ready", os.getpid()))
+    calls = 0
     while True:
         try:
             op, kwargs = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             return
         try:
-            conn.send(("ok", HANDLERS[op](**kwargs)))
+            answer = ("ok", HANDLERS[op](**kwargs))
         except Exception as e:  # noqa: BLE001 - shipped to the parent, which decides
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"))
+            answer = ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+        calls += 1
+        if dump is not None:  # before answering: the parent may read the snapshot (or kill us) once answered
+            dump(calls)
+        conn.send(answer)
+
+
+def _profiler():
+    """With FLYTUNE_PROFILE_DIR set, profile this worker (cProfile) and return ``dump(calls)``, which writes the
+    profile so far after each of its first 4 calls and every 16th: cumulative snapshots, so that the start, the
+    first trial and the steady state can be told apart (benchmarks/startup_profile.py reads them). A worker is
+    killed rather than left to exit, so nothing is written at exit."""
+    folder = os.environ.get("FLYTUNE_PROFILE_DIR")
+    if not folder:
+        return None
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+
+    def dump(calls: int) -> None:
+        if calls <= 4 or calls % 16 == 0:
+            path = os.path.join(folder, f"worker-{os.getpid()}-{calls:04d}.prof")
+            prof.dump_stats(path + ".part")  # stops the profiler
+            os.replace(path + ".part", path)
+            prof.enable()
+
+    return dump
 
 
 def _main_hint(code: int | None) -> str:
