@@ -2,13 +2,37 @@
 (flytune_nb.procs). Nothing here may initialise CUDA/HIP: a process forked after that cannot use the GPU.
 
 - torch and Triton: 3.3 s to import on the H200 host (2026-11-30), once instead of once per process.
+- torch's meta-device machinery: the first meta tensor op imports ~800 more modules (sympy, mpmath, torch._refs,
+  symbolic shapes). Every sweep runs one (memory.check_fits in the worker's describe; every pool process's inputs
+  are meta tensors). Without Python bytecode caches (the H200 host writes none) that was 3.3 s of compiling Python
+  source in the timing worker's describe and as much in each pool process before its first compile, 4.3-5.7 s of
+  waiting for the first config (startup_profile_s5a.json); 0.8 s here with caches.
 - triton.runtime.cache.triton_key(): Triton's own version key, which hashes Triton's compiler sources and reads all
   of libtriton (lru-cached per process). It is the bulk of the first compile in every fresh process: a pool
   process's first GEMM compile took 3.9 s against 0.17-0.19 s for the next ones (startup_profile_s4c.json); 0.67 s
   of a 0.78 s first compile on the CPU machines.
 """
-import torch  # noqa: F401
+import torch
 import triton  # noqa: F401
+
+
+def _meta_ops() -> None:
+    """The ops the kernels' make_inputs run, on meta tensors: randn/empty/linspace/topk/softmax/casts/matmul."""
+    m = "meta"
+    x = torch.randn(8, 16, device=m, dtype=torch.bfloat16)
+    (1.0 + 0.5 * torch.randn(16, device=m)).to(torch.float16)
+    logits = torch.randn(8, 4, device=m) + torch.linspace(0, 2, 4, device=m)
+    w, ids = torch.topk(torch.softmax(logits, dim=-1), 2, dim=-1)
+    (w / w.sum(-1, keepdim=True)).float(), ids.to(torch.int32)
+    torch.empty(8, 16, device=m, dtype=torch.float16).mul_(0.5)
+    torch.randint(0, 4, (8,), device=m), torch.zeros(4, device=m, dtype=torch.int32), torch.ones(4, device=m)
+    (x @ x.T.contiguous()).float()
+
+
+try:
+    _meta_ops()
+except Exception:  # noqa: BLE001 - another torch: each process imports what its first meta op needs
+    pass
 
 try:
     from triton.runtime.cache import triton_key

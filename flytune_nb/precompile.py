@@ -228,10 +228,11 @@ class Precompiler:
 
     def warm(self, kernel: str, paths: tuple) -> None:
         """Start every pool process now (each forks and imports the kernel; no device context) without waiting: the
-        sweep calls this before it plans, so the pool's start overlaps the timing worker's."""
+        sweep calls this before it plans, so the pool's start overlaps the timing worker's. One of them also builds
+        Triton's C helpers for the worker's first launch (one gcc run, not one per process)."""
         with self._lock:
-            for _ in range(self.workers):
-                self._submit(warm_up, kernel, paths)
+            for i in range(self.workers):
+                self._submit(warm_up, kernel, paths, i == 0)
 
     def submit(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
                per_config_s: float = 120.0, startup_s: float = 60.0, device: dict | None = None,

@@ -77,13 +77,18 @@ def trial(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, time
     return trial_to_dict(t)
 
 
-def warm_up(kernel: str, paths: tuple) -> float:
-    """Import torch, Triton and the kernel: what a fresh pool process spends its first moments on. Submitted while
-    the sweep plans, so that cost overlaps the timing worker's own start. No device context: compiling needs none
-    (see compile_one), and 16 processes creating contexts at once held the timing worker's own start back ~4 s on
-    the H200 (benchmarks/results/startup_profile.json)."""
+def warm_up(kernel: str, paths: tuple, helpers: bool = False) -> float:
+    """Import the kernel (and, with ``helpers``, build Triton's C helpers: compiling.prebuild_c_helpers): what a
+    fresh pool process spends its first moments on. Submitted while the sweep plans, so that cost overlaps the
+    timing worker's own start. No device context: compiling needs none (see compile_one), and 16 processes creating
+    contexts at once held the timing worker's own start back ~4 s on the H200
+    (benchmarks/results/startup_profile.json)."""
     t0 = time.perf_counter()
     _spec(kernel, paths)
+    if helpers:
+        from .compiling import prebuild_c_helpers
+
+        prebuild_c_helpers()
     return time.perf_counter() - t0
 
 

@@ -226,3 +226,35 @@ def test_the_pools_target_is_tritons(dev):
 
     t = driver.active.get_current_target()
     assert current_target() == (t.backend, t.arch, t.warp_size)
+
+
+def _prebuild_in_a_fresh_process(cache: str) -> tuple:
+    import os
+
+    os.environ["TRITON_CACHE_DIR"] = cache
+    from flytune_nb.compiling import prebuild_c_helpers
+    from flytune_nb.tasks import warm_up
+
+    warm_up("rmsnorm", (), helpers=True)
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    flags, active = ctypes.c_uint(), ctypes.c_int(-1)
+    cuda.cuInit(0)
+    cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active))
+    prebuild_c_helpers()  # again: from the cache
+    return active.value
+
+
+def test_the_pool_builds_tritons_c_helpers_without_a_context(tmp_path):
+    """A pool process builds Triton's cuda_utils module into the shared cache while the timing worker starts (its
+    first launch then only loads it), and creates no CUDA context doing so."""
+    from flytune_nb.precompile import Precompiler
+
+    pc = Precompiler(workers=1)
+    try:
+        active = pc._get_pool().submit(_prebuild_in_a_fresh_process, str(tmp_path)).result(timeout=300)
+    finally:
+        pc.close()
+    assert active == 0
+    assert list(tmp_path.rglob("cuda_utils*.so")), "no cuda_utils module in the Triton cache"
