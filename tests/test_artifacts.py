@@ -1,5 +1,6 @@
 """SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
 import dataclasses
+from collections import Counter
 import json
 from pathlib import Path
 import os
@@ -237,32 +238,36 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
 
 
 def test_committed_h200_exports_are_valid_and_in_the_h200_space():
-    """The configs committed under exports/ come from real H200 sweeps; on a simulated H200 they must be found by
-    lookup (not fall back), be in the kernel's pruned space, and carry provenance for every entry."""
-    from types import SimpleNamespace
-
-    from flytune_nb.device import from_properties
+    """The configs committed under exports/ come from real H200 sweeps; on a described H200 they must be found by
+    lookup (not fall back), be in the kernel's pruned space, be named as the kernel names its files (SGLang's bf16
+    MoE files carry no dtype), and carry provenance for every entry."""
     from flytune_nb.lookup import BUILTIN_DIR
 
-    h200 = from_properties(SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132,
-                                           L2_cache_size=62914560, total_memory=150109880320), hip=False)
+    from tests.conftest import H200
+
     files = sorted(BUILTIN_DIR.glob("*/triton_3_6_0/*device_name=NVIDIA_H200*.json"))
-    assert len(files) >= 16  # rmsnorm and fused_add_rmsnorm x N in {2048, 4096, 5120, 8192} x {bf16, fp16}
+    kernels = Counter(f.parent.parent.name for f in files)
+    # rmsnorm and fused_add_rmsnorm x N in {2048, 4096, 5120, 8192} x {bf16, fp16}; GEMM N,K = 4096,4096 and
+    # 14336,4096; MoE E=8 N=14336 and E=128 N=768 (session 5, benchmarks/results/moe_gemm_sweeps.db)
+    assert kernels == {"rmsnorm": 8, "fused_add_rmsnorm": 8, "matmul": 2, "fused_moe": 2}
     dtypes_seen = set()
     for f in files:
         spec = get_kernel(f.parent.parent.name)
         table = artifacts.read_table(f)
         prov = json.loads((f.parent / "provenance.json").read_text())[f.name]
-        rest = {k: int(v) for k, v in (p.split("=") for p in f.name.split(",")[:-2])}
-        dtype = f.name.removesuffix(".json").split("dtype=")[1]
-        dtypes_seen.add(dtype)
+        assert sorted(table) == sorted(int(m) for m in prov)
+        if spec.name in ("matmul", "fused_moe"):
+            assert len(table) == 18  # SGLang's batch sizes, 1 ... 4096
         for m, knobs in table.items():
-            shape = {**rest, spec.batch_axis: m}
-            assert Config.from_dict(knobs) in spec.configs(shape, dtype, h200)
-            assert prov[str(m)]["device"] == "NVIDIA_H200" and prov[str(m)]["best_p50_ms"] > 0
+            p = prov[str(m)]
+            shape, dtype = {**p["shape"], spec.batch_axis: m}, p["dtype"]
+            dtypes_seen.add(dtype)
+            assert artifacts.file_name(spec, shape, "NVIDIA_H200", dtype) == f.name
+            assert Config.from_dict(knobs) in spec.configs(shape, dtype, H200)
+            assert p["device"] == "NVIDIA_H200" and p["best_p50_ms"] > 0
             if triton.__version__.startswith("3.6.0"):
-                assert lookup(spec, shape, dtype, device=h200, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
-                                                                                         "artifact")
+                assert lookup(spec, shape, dtype, device=H200, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
+                                                                                          "artifact")
     assert dtypes_seen == {"bf16", "fp16"}
 
 

@@ -1,17 +1,22 @@
 """The heuristic default for matmul (zero search), by regime. H200 numbers: 4.8 TB/s HBM, ~990 dense bf16 TFLOP/s
 peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bound by reading w.
 
-- M <= 16, decode (memory-bound on w): the smallest row tile (BM=16), BK=256 for long contiguous loads of w, and BN
-  small enough that there is at least one tile per SM (N=4096 -> BN=32 -> 128 programs on 132 SMs), 4 warps,
-  4 stages in flight to cover HBM latency;
-- 16 < M <= 128 (still mostly weight-bound): BM = next_pow2(M) capped at 64, BN 64, BK 128, 4 warps, 4 stages;
+- M <= 128 (bound by reading w): one row tile covers all of M (BM = next_pow2(M), 16..128) so w is read from HBM
+  once, and BN is the widest that still gives ~one program per SM (tiles >= 0.9 x SMs; N=4096 -> BN=32, N=14336
+  -> BN=64). Re-reading w is nearly free when it fits in L2 (N=K=4096 bf16: 32 MiB of 60): there, for M <= 64, two
+  32-row tiles with a wider BN were 1.08x faster than one 64-row tile. The K tile keeps BK*BN ~ 8K elements (BN=32
+  -> BK=256, else 128; 64 with 64/128-row tiles, BK=128 when BN=32). Session 5's H200 sweeps
+  (benchmarks/results/moe_gemm_sweeps.db, 32 surrogate picks per shape, N=4096 and 14336, K=4096) had the old
+  rule (BM = next_pow2(M) capped at 64, BN 64) at 1.86x the best at M=96/128, N=14336: two 64-row tiles read
+  w's 117 MB twice;
 - M > 128 (compute-bound): 128x128x64 tiles on 4 warps, 3 stages, grouped by 8 row tiles so neighbouring programs
   reuse w's panel in L2. The classic Hopper 128x256 on 8 warps was our first choice; the exhaustive H200 sweeps of
   session 3 (N=K=4096, every config of the space, tests/fixtures/h200_gemm_sweeps.json) put it 1.14-1.17x behind
-  128x128 on 4 warps at M=1024 and 4096 (Triton 3.6 without warp specialisation). When 128x128 tiles would leave
-  SMs idle (M=256, N=4096: 64 tiles on 132 SMs; that default was 2.5x the best), the row tile halves to 64 and the
-  K tile deepens to 128 with 4 stages on 8 warps (128 tiles; the sweep's best there). On HIP (64 KiB LDS) 128x128x64
-  on 4 warps, matrix_instr_nonkdim 16, waves_per_eu 2.
+  128x128 on 4 warps at M=1024 and 4096 (Triton 3.6 without warp specialisation). When 128x128 tiles would fill
+  at most half the SMs (M=256, N=4096: 64 tiles on 132 SMs; that default was 2.5x the best), the row tile halves to
+  64 and the K tile deepens to 128 with 4 stages on 8 warps (128 tiles; the sweep's best there). Halving when the
+  tiles fill more than half (M=512: 128 tiles -> 256, two waves less a few SMs) was 1.33x the best in session 5.
+  On HIP (64 KiB LDS) 128x128x64 on 4 warps, matrix_instr_nonkdim 16, waves_per_eu 2.
 The wish is then landed on the nearest config of the pruned space (fewer stages first, then a thinner K tile, then
 narrower N/M tiles), so the default is always one the sweep also times.
 """
@@ -23,20 +28,30 @@ from flytune_nb.spaces import TILE_WEIGHTS, nearest, next_pow2
 from .configs import configs
 
 
+def _weight_bound(M: int, N: int, K: int, dtype_bytes: int, device) -> tuple:
+    bm = min(128, max(16, next_pow2(M)))
+    if M <= 64 and N * K * dtype_bytes <= device.l2_bytes:
+        bm = min(bm, 32)
+    rows, bn = -(-M // bm), 256
+    while bn > 32 and rows * -(-N // bn) < 0.9 * max(device.sm_count, 1):
+        bn //= 2
+    if bm <= 32:
+        return bm, bn, 256 if bn <= 32 else 128, 4, 4
+    if bm == 64:
+        return bm, bn, 64, 4, 5
+    return bm, bn, 128 if bn <= 32 else 64, 8, 5 if bn <= 32 else 4
+
+
 def default(shape, dtype, device) -> Config:
-    M, N = shape["M"], shape["N"]
-    if M <= 16:
-        bm, bk, warps, stages, group = 16, 256, 4, 4, 1
-        bn = 256
-        while bn > 32 and -(-N // bn) < max(device.sm_count, 1):
-            bn //= 2
-    elif M <= 128:
-        bm, bn, bk, warps, stages, group = min(64, next_pow2(M)), 64, 128, 4, 4, 1
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    group = 1
+    if M <= 128:
+        bm, bn, bk, warps, stages = _weight_bound(M, N, K, 4 if dtype == "fp32" else 2, device)
     elif device.backend == "hip":
         bm, bn, bk, warps, stages, group = 128, 128, 64, 4, 2, 8
     else:
         bm, bn, bk, warps, stages, group = 128, 128, 64, 4, 3, 8
-        if -(-M // bm) * -(-N // bn) < device.sm_count:
+        if 2 * -(-M // bm) * -(-N // bn) <= device.sm_count:
             bm, bk, warps, stages = 64, 128, 8, 4
     wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group},
                   num_warps=warps, num_stages=stages)

@@ -1,0 +1,102 @@
+"""The heuristic as it is now against the one a results store's sweeps timed, on the GPU, in one run: per shape of the
+store, the old default (the store's is_default trial), the new default (the kernel's heuristic now) and the store's
+searched best are timed again side by side, twice (forward, then reverse order), with the sweep's timer (25 ms of
+reps), and the regret of each default is its mean p50 over the best mean p50 of the three. Compiles run first, in
+flytune's precompile pool. Usage: python benchmarks/heuristic_ab.py [DB] (default: results/moe_gemm_sweeps.db)."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+
+from common import environment, write
+from flytune_nb.analysis import regret
+from flytune_nb.bench import make_timer
+from flytune_nb.compiling import current_target
+from flytune_nb.config import Config
+from flytune_nb.device import current_device
+from flytune_nb.precompile import Precompiler
+from flytune_nb.registry import get_kernel
+from flytune_nb.store import Store
+from flytune_nb.trial import evaluate
+
+DB = Path(__file__).resolve().parent / "results" / "moe_gemm_sweeps.db"
+
+
+def cases(db) -> list[dict]:
+    df = Store(db, readonly=True).frame()
+    full = df[(df["fidelity"] == "full")]
+    out = []
+    for (kernel, shape, dtype), g in full.groupby(["kernel", "shape", "dtype"]):
+        ok, d = g[g["status"] == "ok"], g[g["is_default"] == 1]
+        if ok.empty or d.empty:
+            continue
+        best = ok.loc[ok["p50"].idxmin()]
+        out.append({"kernel": kernel, "shape": json.loads(shape), "dtype": dtype,
+                    "old": json.loads(d.iloc[0]["config"]), "best": json.loads(best["config"]),
+                    "stored_best_ms": float(best["p50"])})
+    return out
+
+
+def main(db=DB):
+    dev = current_device()
+    timer = make_timer(dev, rep_ms=25.0)
+    todo = cases(db)
+    for c in todo:
+        c["new"] = get_kernel(c["kernel"]).default(c["shape"], c["dtype"], dev).to_dict()
+    pc = Precompiler()
+    try:
+        batches = [pc.submit(c["kernel"], (), c["shape"], c["dtype"],
+                             list({json.dumps(c[k], sort_keys=True): c[k] for k in ("old", "new", "best")}.values()),
+                             device=asdict(dev), target=current_target()) for c in todo]
+        rows = []
+        for c, batch in zip(todo, batches):
+            spec = get_kernel(c["kernel"])
+            names = ["old", "new", "best"]
+            times = defaultdict(list)
+            for order in (names, names[::-1]):
+                for name in order:
+                    batch.wait(c[name])
+                    t = evaluate(spec, c["shape"], c["dtype"], Config.from_dict(c[name]), dev, timer)
+                    times[name].append(t.p50 if t.ok else math.inf)
+            mean = {k: sum(v) / len(v) for k, v in times.items()}
+            floor = min(mean.values())
+            rows.append({**c, "ms": mean, "regret_old": mean["old"] / floor, "regret_new": mean["new"] / floor})
+            print(c["kernel"], c["shape"], {k: round(v * 1e3, 1) for k, v in mean.items()}, flush=True)
+            batch.close()
+    finally:
+        pc.close(kill=True)
+    summary = []
+    lines = []
+    for kernel in sorted({r["kernel"] for r in rows}):
+        rs = [r for r in rows if r["kernel"] == kernel]
+        worst_old = max(rs, key=lambda r: r["regret_old"])
+        worst_new = max(rs, key=lambda r: r["regret_new"])
+        s = {"kernel": kernel, "shapes": len(rs),
+             "old": regret(r["regret_old"] for r in rs), "new": regret(r["regret_new"] for r in rs),
+             "old_small": regret(r["regret_old"] for r in rs if r["shape"]["M"] <= 128),
+             "new_small": regret(r["regret_new"] for r in rs if r["shape"]["M"] <= 128),
+             "worst_old": worst_old["regret_old"], "worst_old_shape": worst_old["shape"],
+             "worst_new": worst_new["regret_new"], "worst_new_shape": worst_new["shape"]}
+        summary.append(s)
+        fmt = lambda sh: " ".join(f"{k}={v}" for k, v in sh.items())  # noqa: E731
+        lines.append(f"| {kernel} | {len(rs)} | {s['old']:.3f} | **{s['new']:.3f}** | {s['old_small']:.3f} | "
+                     f"{s['new_small']:.3f} | {s['worst_old']:.2f} ({fmt(s['worst_old_shape'])}) | "
+                     f"{s['worst_new']:.2f} ({fmt(s['worst_new_shape'])}) |")
+    env = environment()
+    md = "\n".join([
+        f"# Heuristic defaults, old vs new, against the searched best of `{Path(db).name}`",
+        f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}", "",
+        "Regret = the default's p50 / the fastest of (old default, new default, stored best), all three timed again "
+        "in this run, twice each (forward and reverse order), 25 ms of reps, L2 flushed; geomean over the store's "
+        "shapes.", "",
+        "| kernel | shapes | old geomean | new geomean | old M<=128 | new M<=128 | old worst | new worst |",
+        "|---|---|---|---|---|---|---|---|", *lines])
+    write("heuristic_ab", {"env": env, "db": str(db), "summary": summary, "rows": rows}, md)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else DB)
