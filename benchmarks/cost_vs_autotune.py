@@ -23,10 +23,29 @@ def fresh_cache() -> None:
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")
 
 
+def _preload_times() -> dict:
+    import flytune_nb._preload as p
+
+    return p.TIMES
+
+
+def server_times(since: float) -> dict:
+    """When flytune's forkserver (started by the first sweep) ran its preload, seconds after ``since`` (wall clock),
+    and how long its parts took (flytune_nb._preload.TIMES, asked of a process forked from it)."""
+    import concurrent.futures as cf
+
+    from flytune_nb.procs import context
+
+    with cf.ProcessPoolExecutor(1, mp_context=context()) as ex:
+        t = ex.submit(_preload_times).result(timeout=120)
+    return {k: (v - since if k.startswith("wall") else v) for k, v in t.items()}
+
+
 def flytune_sweep(spec):
     """One sweep from an empty Triton cache: wall time, where it went, the result."""
     fresh_cache()
     marks = []  # (seconds since start, event type): where our time goes
+    flytune_sweep.wall0 = time.time()
     t0 = time.perf_counter()
     res = Sweep(spec.name, {k: [v] for k, v in SHAPE.items()}, [DTYPE], baselines=(),
                 listeners=[lambda e: marks.append((time.perf_counter() - t0, type(e).__name__))]).run()[0]
@@ -43,6 +62,7 @@ def main():
     kmod = import_module(spec.run.__module__ + ".kernel")  # the folder's kernel.py, as the registry loaded it
 
     ours, phases, res = flytune_sweep(spec)
+    server = server_times(flytune_sweep.wall0)
     fresh_cache()
     N = SHAPE["N"]
     tconfigs = [triton.Config({"BLOCK_N": c["BLOCK_N"], "SINGLE_PASS": c["BLOCK_N"] >= N},
@@ -61,7 +81,8 @@ def main():
     payload = {"env": env, "shape": SHAPE, "dtype": DTYPE, "configs": len(configs), "flytune_s": ours,
                "triton_autotune_s": theirs, "ratio": ours / theirs, "flytune_best": str(res.best.config),
                "flytune_best_us": res.best.p50 * 1e3, "autotune_best": str(tuned.best_config), "flytune_phases": phases,
-               "flytune_second_sweep_s": again, "flytune_second_phases": again_phases, "ratio_second": again / theirs}
+               "flytune_second_sweep_s": again, "flytune_second_phases": again_phases, "ratio_second": again / theirs,
+               "forkserver": server}
     md = "\n".join([
         f"# Tuning cost: rmsnorm M={SHAPE['M']} N={SHAPE['N']} {DTYPE}, {len(configs)} configs, empty Triton cache",
         f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}, {os.cpu_count()} CPU cores",
@@ -76,6 +97,11 @@ def main():
         f"pool compiling ahead) {phases['timing_and_checks_s']:.1f} s, finish {phases['finish_s']:.1f} s. "
         f"The later sweep: {again_phases['start_and_first_compile_s']:.1f} / {again_phases['timing_and_checks_s']:.1f}"
         f" / {again_phases['finish_s']:.1f} s.",
+        "", f"The first sweep's forkserver (seconds after the sweep began): its preload began at "
+        f"{server['wall_start']:.1f} (Python, multiprocessing, the flytune_nb package and torch), Triton took "
+        f"{server.get('triton_s', 0):.1f}, torch's meta-op imports {server.get('meta_ops_s', 0):.1f} beside Triton's "
+        f"version key {server.get('triton_key_s', 0):.1f} (then waited {server.get('key_wait_s', 0):.1f} for it), "
+        f"ready at {server['wall_end']:.1f}.",
         "", "Timer on both sides: warm-up 25 ms, then 100 ms of reps (triton.autotune's defaults: do_bench warmup=25, "
         "rep=100); flytune also flushes L2 before every rep and checks every config against the reference.",
         "", f"flytune best: `{res.best.config}` ({res.best.p50 * 1e3:.1f} us); autotune best: `{tuned.best_config}`"])

@@ -10,10 +10,22 @@
 - triton.runtime.cache.triton_key(): Triton's own version key, which hashes Triton's compiler sources and reads all
   of libtriton (lru-cached per process). It is the bulk of the first compile in every fresh process: a pool
   process's first GEMM compile took 3.9 s against 0.17-0.19 s for the next ones (startup_profile_s4c.json); 0.67 s
-  of a 0.78 s first compile on the CPU machines.
+  of a 0.78 s first compile on the CPU machines. Hashing libtriton releases the GIL, so the key is computed in a
+  thread while the meta ops import (joined before the server forks anything).
+
+TIMES: how long each part took here (seconds) and when the preload started and ended (wall clock), inherited by
+every forked process, for benchmarks/cost_vs_autotune.py to say where a session's first sweep waits.
 """
-import torch
-import triton  # noqa: F401
+import threading
+import time
+
+TIMES: dict = {"wall_start": time.time()}  # torch is imported already: the flytune_nb package imports it
+import torch  # noqa: E402
+
+_t = time.perf_counter()
+import triton  # noqa: E402,F401
+
+TIMES["triton_s"] = time.perf_counter() - _t
 
 
 def _meta_ops() -> None:
@@ -29,14 +41,26 @@ def _meta_ops() -> None:
     (x @ x.T.contiguous()).float()
 
 
+def _triton_key() -> None:
+    t = time.perf_counter()
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:  # noqa: BLE001 - another Triton's internals: each process computes its key on first compile
+        pass
+    TIMES["triton_key_s"] = time.perf_counter() - t
+
+
+_key = threading.Thread(target=_triton_key, name="flytune-triton-key")
+_key.start()
+_t = time.perf_counter()
 try:
     _meta_ops()
 except Exception:  # noqa: BLE001 - another torch: each process imports what its first meta op needs
     pass
-
-try:
-    from triton.runtime.cache import triton_key
-
-    triton_key()
-except Exception:  # noqa: BLE001 - another Triton's internals: each process computes its key on first compile
-    pass
+TIMES["meta_ops_s"] = time.perf_counter() - _t
+_t = time.perf_counter()
+_key.join()
+TIMES["key_wait_s"] = time.perf_counter() - _t
+TIMES["wall_end"] = time.time()
