@@ -3,8 +3,10 @@ default p50 / searched-best p50, both at full fidelity, and the worst shape. Rea
 
 Caveat, with numbers: the best is the minimum over ~16 full timings, so it is biased low by the timer's noise, which
 for 5 us kernels is up to ~1 us between device calls (benchmarks/results/check.md); regret at small M is an upper
-bound. The default is the one the sweep timed (is_default), i.e. the heuristic as it was then. Usage:
-python benchmarks/heuristic_regret.py [DB] (results named after the store unless it is the default one)"""
+bound. The default is the one the sweep timed (is_default), i.e. the heuristic as it was then; with --current it is
+the kernel's heuristic as it is now, scored where the store timed that config (an exhaustive sweep times every
+one; a shape where it was not timed is counted as unmeasured, never guessed). Usage:
+python benchmarks/heuristic_regret.py [DB] [--current] (results named after the store unless it is the default one)"""
 from __future__ import annotations
 
 import json
@@ -15,17 +17,33 @@ from pathlib import Path
 
 from common import write
 from flytune_nb.analysis import regret
+from flytune_nb.config import Config
+from flytune_nb.device import DeviceInfo
+from flytune_nb.registry import get_kernel
 from flytune_nb.store import Store
+
+# How current_device() described the H200 the stores were swept on: the heuristics read SMs, L2 and shared memory.
+DESCRIBED = {"NVIDIA_H200": DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)}
 
 DB = Path(__file__).resolve().parent / "results" / "h200_sweeps.db"
 
 
-def main(db=DB):
+def _current_default(g, kernel, shape, dtype, device):
+    """The store's trials of the config the kernel's heuristic picks now (empty when it was not timed)."""
+    want = get_kernel(kernel).default(json.loads(shape), dtype, DESCRIBED[device])
+    return g[[Config.from_dict(json.loads(c)) == want for c in g["config"]]]
+
+
+def main(db=DB, current=False):
     df = Store(db, readonly=True).frame()
     full = df[df["fidelity"] == "full"]
     per = defaultdict(list)
+    unmeasured = 0
     for (kernel, shape, dtype, device), g in full.groupby(["kernel", "shape", "dtype", "device"]):
         d, ok = g[g["is_default"] == 1], g[g["status"] == "ok"]
+        if current:
+            d = _current_default(g, kernel, shape, dtype, device)
+            unmeasured += d.empty and not ok.empty
         if d.empty or ok.empty:  # the default never timed (a stopped sweep), or nothing passed: no regret to state
             continue
         # A default that failed (status not ok) scores inf: that shape's regret, and its kernel's geomean, are inf.
@@ -43,14 +61,19 @@ def main(db=DB):
         rows.append(f"| {kernel} | {dtype} | {device} | {len(items)} | {geo:.3f} | {regret(small):.3f} | {regret(large):.3f} | "
                     f"{worst:.2f} at {' '.join(f'{k}={v}' for k, v in worst_shape.items())} |")
     md = "\n".join([
-        f"# Heuristic regret (default p50 / searched-best p50, full fidelity) from `{Path(db).name}`", "",
+        f"# Heuristic regret (default p50 / searched-best p50, full fidelity) from `{Path(db).name}`"
+        + (", the heuristic as it is now" if current else ""), "",
         "| kernel | dtype | device | shapes | geomean | geomean M<=128 | geomean M>128 | worst |",
         "|---|---|---|---|---|---|---|---|", *rows, "",
         "The searched best is the minimum of noisy timings (winner's curse); for the ~5 us small-M shapes the H200's "
-        "run-to-run noise is up to ~1 us, so those regrets are upper bounds."])
+        "run-to-run noise is up to ~1 us, so those regrets are upper bounds."]
+        + ([f"", f"The defaults are the heuristic's picks now, scored on the store's timings (in-sample where the store "
+            f"informed the rule); shapes whose current default the store never timed: {unmeasured}."] if current else []))
     name = "heuristic_regret" if Path(db).resolve() == DB else f"heuristic_regret_{Path(db).stem}"
-    write(name, {"db": str(db), "rows": payload}, md)
+    write(name + ("_current" if current else ""), {"db": str(db), "current": current, "unmeasured": unmeasured,
+                                                    "rows": payload}, md)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else DB)
+    args = [a for a in sys.argv[1:] if a != "--current"]
+    main(args[0] if args else DB, current="--current" in sys.argv[1:])

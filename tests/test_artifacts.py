@@ -248,15 +248,16 @@ def test_committed_h200_exports_are_valid_and_in_the_h200_space():
     files = sorted(BUILTIN_DIR.glob("*/triton_3_6_0/*device_name=NVIDIA_H200*.json"))
     kernels = Counter(f.parent.parent.name for f in files)
     # rmsnorm and fused_add_rmsnorm x N in {2048, 4096, 5120, 8192} x {bf16, fp16}; GEMM N,K = 4096,4096 and
-    # 14336,4096; MoE E=8 N=14336 and E=128 N=768 (session 5, benchmarks/results/moe_gemm_sweeps.db)
-    assert kernels == {"rmsnorm": 8, "fused_add_rmsnorm": 8, "matmul": 2, "fused_moe": 2}
+    # 14336,4096; MoE E=8 N=14336 and E=128 N=768 (session 5, benchmarks/results/moe_gemm_sweeps.db); softmax
+    # N=4096, 8192 bf16 (session 5, softmax_sweeps.db)
+    assert kernels == {"rmsnorm": 8, "fused_add_rmsnorm": 8, "matmul": 2, "fused_moe": 2, "softmax": 2}
     dtypes_seen = set()
     for f in files:
         spec = get_kernel(f.parent.parent.name)
         table = artifacts.read_table(f)
         prov = json.loads((f.parent / "provenance.json").read_text())[f.name]
         assert sorted(table) == sorted(int(m) for m in prov)
-        if spec.name in ("matmul", "fused_moe"):
+        if spec.name in ("matmul", "fused_moe", "softmax"):
             assert len(table) == 18  # SGLang's batch sizes, 1 ... 4096
         for m, knobs in table.items():
             p = prov[str(m)]

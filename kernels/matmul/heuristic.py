@@ -4,8 +4,9 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
 - M <= 128 (bound by reading w): one row tile covers all of M (BM = next_pow2(M), 16..128) so w is read from HBM
   once, and BN is the widest that still gives ~one program per SM (tiles >= 0.9 x SMs; N=4096 -> BN=32, N=14336
   -> BN=64). Re-reading w is nearly free when it fits in L2 (N=K=4096 bf16: 32 MiB of 60): there, for M <= 64, two
-  32-row tiles with a wider BN were 1.08x faster than one 64-row tile. The K tile keeps BK*BN ~ 8K elements (BN=32
-  -> BK=256, else 128; 64 with 64/128-row tiles, BK=128 when BN=32). Session 5's H200 sweeps
+  32-row tiles with a wider BN were 1.08x faster than one 64-row tile, in column-major order (GROUP_SIZE_M >= the
+  row tiles). K tiles: with thin rows (BM <= 32) BK=256 when there is at most one program per SM, else 128 (N=14336,
+  M <= 16: 41 vs 44-46 us with 256); 64 with 64/128-row tiles (128 when BN=32). Session 5's H200 sweeps
   (benchmarks/results/moe_gemm_sweeps.db, 32 surrogate picks per shape, N=4096 and 14336, K=4096) had the old
   rule (BM = next_pow2(M) capped at 64, BN 64) at 1.86x the best at M=96/128, N=14336: two 64-row tiles read
   w's 117 MB twice;
@@ -15,7 +16,9 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   128x128 on 4 warps at M=1024 and 4096 (Triton 3.6 without warp specialisation). When 128x128 tiles would fill
   at most half the SMs (M=256, N=4096: 64 tiles on 132 SMs; that default was 2.5x the best), the row tile halves to
   64 and the K tile deepens to 128 with 4 stages on 8 warps (128 tiles; the sweep's best there). Halving when the
-  tiles fill more than half (M=512: 128 tiles -> 256, two waves less a few SMs) was 1.33x the best in session 5.
+  tiles fill more than half (M=512: 128 tiles -> 256, two waves less a few SMs) was 1.33x the best in session 5;
+  at most one wave of 128x128 tiles runs one CTA per SM, on 8 warps with 5 stages (M=512, N=4096: 33.0 us, the
+  sweep's best, against 46.0 on 4 warps and 3 stages, benchmarks/results/heuristic_ab.json).
   On HIP (64 KiB LDS) 128x128x64 on 4 warps, matrix_instr_nonkdim 16, waves_per_eu 2.
 The wish is then landed on the nearest config of the pruned space (fewer stages first, then a thinner K tile, then
 narrower N/M tiles), so the default is always one the sweep also times.
@@ -35,8 +38,8 @@ def _weight_bound(M: int, N: int, K: int, dtype_bytes: int, device) -> tuple:
     rows, bn = -(-M // bm), 256
     while bn > 32 and rows * -(-N // bn) < 0.9 * max(device.sm_count, 1):
         bn //= 2
-    if bm <= 32:
-        return bm, bn, 256 if bn <= 32 else 128, 4, 4
+    if bm <= 32:  # deep K tiles when there are few programs, each with a long K loop to keep fed
+        return bm, bn, 256 if rows * -(-N // bn) <= device.sm_count else 128, 4, 4
     if bm == 64:
         return bm, bn, 64, 4, 5
     return bm, bn, 128 if bn <= 32 else 64, 8, 5 if bn <= 32 else 4
@@ -47,12 +50,16 @@ def default(shape, dtype, device) -> Config:
     group = 1
     if M <= 128:
         bm, bn, bk, warps, stages = _weight_bound(M, N, K, 4 if dtype == "fp32" else 2, device)
+        group = 8  # several row tiles: column-major, so the row tiles of one w panel run together
     elif device.backend == "hip":
         bm, bn, bk, warps, stages, group = 128, 128, 64, 4, 2, 8
     else:
         bm, bn, bk, warps, stages, group = 128, 128, 64, 4, 3, 8
-        if 2 * -(-M // bm) * -(-N // bn) <= device.sm_count:
+        tiles = -(-M // bm) * -(-N // bn)
+        if 2 * tiles <= device.sm_count:
             bm, bk, warps, stages = 64, 128, 8, 4
+        elif tiles <= device.sm_count:  # one CTA per SM: 8 warps and 5 stages hide latency that 2 CTAs would
+            warps, stages = 8, 5
     wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group},
                   num_warps=warps, num_stages=stages)
     if device.backend == "hip":
