@@ -12,6 +12,8 @@ from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
 from common import environment, write
 from flytune_nb.analysis import regret
 from flytune_nb.bench import make_timer
@@ -53,16 +55,24 @@ def main(db=DB):
                              list({json.dumps(c[k], sort_keys=True): c[k] for k in ("old", "new", "best")}.values()),
                              device=asdict(dev), target=current_target()) for c in todo]
         rows = []
-        for c, batch in zip(todo, batches):
+        for i, (c, batch) in enumerate(zip(todo, batches)):
             spec = get_kernel(c["kernel"])
             names = ["old", "new", "best"]
+            # Each distinct config once per round, all on one draw of the inputs: a fused_moe timing depends on the
+            # routing (how many experts a batch touches), and session 5's first A/B run, which drew new inputs
+            # per timing, measured one config up to 16% apart at small M.
+            distinct = list(dict.fromkeys(json.dumps(c[n], sort_keys=True) for n in names))
+            torch.manual_seed(i)
+            inputs = spec.make_inputs(c["shape"], c["dtype"], dev)
             times = defaultdict(list)
-            for order in (names, names[::-1]):
-                for name in order:
-                    batch.wait(c[name])
-                    t = evaluate(spec, c["shape"], c["dtype"], Config.from_dict(c[name]), dev, timer)
-                    times[name].append(t.p50 if t.ok else math.inf)
-            mean = {k: sum(v) / len(v) for k, v in times.items()}
+            for order in (distinct, distinct[::-1]):
+                for key in order:
+                    batch.wait(json.loads(key))
+                    t = evaluate(spec, c["shape"], c["dtype"], Config.from_dict(json.loads(key)), dev, timer,
+                                 inputs=inputs)
+                    times[key].append(t.p50 if t.ok else math.inf)
+            del inputs
+            mean = {n: sum(times[json.dumps(c[n], sort_keys=True)]) / 2 for n in names}
             floor = min(mean.values())
             rows.append({**c, "ms": mean, "regret_old": mean["old"] / floor, "regret_new": mean["new"] / floor})
             print(c["kernel"], c["shape"], {k: round(v * 1e3, 1) for k, v in mean.items()}, flush=True)
@@ -91,8 +101,8 @@ def main(db=DB):
         f"# Heuristic defaults, old vs new, against the searched best of `{Path(db).name}`",
         f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}", "",
         "Regret = the default's p50 / the fastest of (old default, new default, stored best), all three timed again "
-        "in this run, twice each (forward and reverse order), 25 ms of reps, L2 flushed; geomean over the store's "
-        "shapes.", "",
+        "in this run, twice each (forward and reverse order) on one draw of each shape's inputs, 25 ms of reps, L2 "
+        "flushed; geomean over the store's shapes.", "",
         "| kernel | shapes | old geomean | new geomean | old M<=128 | new M<=128 | old worst | new worst |",
         "|---|---|---|---|---|---|---|---|", *lines])
     write("heuristic_ab", {"env": env, "db": str(db), "summary": summary, "rows": rows}, md)

@@ -41,7 +41,8 @@ def main(path=AB):
     md = "\n".join([
         f"# The heuristics as they are now, re-scored on the timings of `{Path(path).name}` ({run['env']['device']}, "
         f"{run['env']['date']})", "",
-        "No new GPU run: each shape's current default is one of the configs that run timed, and its regret is that "
+        "No new GPU run, and in-sample: the rules were revised after seeing this run's timings. Each shape's current "
+        "default is one of the configs that run timed, and its regret is that "
         "config's time (the mean, where it was timed as both old and new default) over the fastest of the three "
         "timed there.", "",
         "| kernel | shapes | geomean regret | M<=128 | worst |", "|---|---|---|---|---|", *rows, "",

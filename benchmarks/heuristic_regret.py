@@ -41,8 +41,8 @@ def main(db=DB, current=False):
     unmeasured = 0
     for (kernel, shape, dtype, device), g in full.groupby(["kernel", "shape", "dtype", "device"]):
         d, ok = g[g["is_default"] == 1], g[g["status"] == "ok"]
-        if current:
-            d = _current_default(g, kernel, shape, dtype, device)
+        if current:  # only on a device described above; elsewhere the shape counts as unmeasured
+            d = _current_default(g, kernel, shape, dtype, device) if device in DESCRIBED else g.iloc[0:0]
             unmeasured += d.empty and not ok.empty
         if d.empty or ok.empty:  # the default never timed (a stopped sweep), or nothing passed: no regret to state
             continue

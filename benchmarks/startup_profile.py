@@ -214,23 +214,33 @@ def profiled_sweep(kernel, grid, n_configs=None, **kw):
     describe, its first trial, its second, and everything up to the last snapshot, function by function."""
     import glob
     import pstats
+    from collections import defaultdict
 
     folder = tempfile.mkdtemp(prefix="flytune-prof-")
+    before = os.environ.get("FLYTUNE_PROFILE_DIR")
     os.environ["FLYTUNE_PROFILE_DIR"] = folder
     try:
         traced = traced_sweep(kernel, grid, n_configs, **kw)
     finally:
-        del os.environ["FLYTUNE_PROFILE_DIR"]
-    snaps = sorted(glob.glob(os.path.join(folder, "worker-*.prof")))
-    tables = [pstats.Stats(p).stats for p in snaps]
-    names = ["describe", "trial_1", "trial_2", "trial_3"]
+        if before is None:
+            del os.environ["FLYTUNE_PROFILE_DIR"]
+        else:
+            os.environ["FLYTUNE_PROFILE_DIR"] = before
+    by_worker = defaultdict(list)  # pid -> [(calls, path)]: each worker's snapshots are cumulative on their own
+    for path in glob.glob(os.path.join(folder, "worker-*.prof")):
+        pid, calls = os.path.basename(path)[len("worker-"):-len(".prof")].split("-")
+        by_worker[int(pid)].append((int(calls), path))
+    names = {1: "describe", 2: "trial_1", 3: "trial_2", 4: "trial_3"}
     parts = {}
-    prev = {}
-    for i, (path, st) in enumerate(zip(snaps, tables)):
-        label = names[i] if i < len(names) else os.path.basename(path)
-        parts[label] = _top(_diff(st, prev) if prev else st, 25)
-        prev = st
-    return {**traced, "worker_profile": parts, "snapshots": [os.path.basename(p) for p in snaps]}
+    for pid in sorted(by_worker):  # a restarted worker (after a crash) gets its own labels
+        prev = {}
+        for calls, path in sorted(by_worker[pid]):
+            st = pstats.Stats(path).stats
+            label = names.get(calls, f"calls_up_to_{calls}")
+            parts[label if len(by_worker) == 1 else f"{pid}:{label}"] = _top(_diff(st, prev) if prev else st, 25)
+            prev = st
+    return {**traced, "worker_profile": parts, "snapshots": sorted(os.path.basename(p) for p in
+                                                                   glob.glob(os.path.join(folder, "worker-*.prof")))}
 
 
 def main():

@@ -16,6 +16,7 @@
 TIMES: how long each part took here (seconds) and when the preload started and ended (wall clock), inherited by
 every forked process, for benchmarks/cost_vs_autotune.py to say where a session's first sweep waits.
 """
+import os
 import threading
 import time
 
@@ -52,13 +53,21 @@ def _triton_key() -> None:
     TIMES["triton_key_s"] = time.perf_counter() - t
 
 
-_key = threading.Thread(target=_triton_key, name="flytune-triton-key")
+_key = threading.Thread(target=_triton_key, name="flytune-triton-key", daemon=True)
 _key.start()
 _t = time.perf_counter()
+# Should anything the meta ops import ask torch.cuda.is_available(), answer through NVML, which initialises no CUDA.
+_nvml = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
 try:
     _meta_ops()
 except Exception:  # noqa: BLE001 - another torch: each process imports what its first meta op needs
     pass
+finally:
+    if _nvml is None:
+        del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+    else:
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = _nvml
 TIMES["meta_ops_s"] = time.perf_counter() - _t
 _t = time.perf_counter()
 _key.join()

@@ -14,6 +14,11 @@ Two rules keep this safe:
   time of the call. So every child is handed the caller's environment as it is now and adopts it first thing
   (``adopt_env``): a TRITON_CACHE_DIR or CUDA_VISIBLE_DEVICES set after the first sweep still reaches the next one.
 
+One thing a forked child cannot adopt: torch's compile configs (torch._dynamo, torch._inductor, torch._functorch)
+read their TORCHDYNAMO_* / TORCHINDUCTOR_* / ... variables once, at import, and the server imports them (its meta
+warm-up does). So a call made after one of those variables changed gets spawned processes instead: slower (each
+imports torch again) but with the caller's settings, e.g. for the torch.compile baseline.
+
 Where forkserver does not exist (Windows) the processes are spawned as before.
 """
 from __future__ import annotations
@@ -22,11 +27,25 @@ import multiprocessing as mp
 import os
 
 PRELOAD = ["flytune_nb._preload"]
+# Variables read once, at import, by the torch modules the server preloads (see above).
+IMPORT_TIME_VARS = ("TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCHFUNCTORCH_", "TORCH_COMPILE_")
+# Read at each use, not at import, and set by torch itself the first time Inductor runs in the caller: not a change.
+READ_AT_USE = {"TORCHINDUCTOR_CACHE_DIR"}
+_SERVER_ENV: list = []  # those variables as the server started with them (the first call's)
+
+
+def _import_time_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k.startswith(IMPORT_TIME_VARS) and k not in READ_AT_USE}
 
 
 def context():
-    """The multiprocessing context for flytune's processes."""
+    """The multiprocessing context for flytune's processes: the forkserver, or spawn where there is none or where
+    a variable the server's torch read at import has changed since it started."""
     if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    if not _SERVER_ENV:
+        _SERVER_ENV.append(_import_time_env())
+    elif _import_time_env() != _SERVER_ENV[0]:
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     # Only takes effect before the server's first start; a server another library started keeps its own preload.
@@ -35,8 +54,12 @@ def context():
 
 
 def child_env(overrides: dict | None = None) -> dict:
-    """The caller's environment now, plus ``overrides`` (which GPU a worker is pinned to)."""
-    return {**os.environ, **(overrides or {})}
+    """The caller's environment now, plus ``overrides`` (which GPU a worker is pinned to). A relative
+    FLYTUNE_PROFILE_DIR is made absolute: a child's working directory is the server's, not the caller's."""
+    env = {**os.environ, **(overrides or {})}
+    if env.get("FLYTUNE_PROFILE_DIR"):
+        env["FLYTUNE_PROFILE_DIR"] = os.path.abspath(env["FLYTUNE_PROFILE_DIR"])
+    return env
 
 
 def child_init(env: dict) -> None:

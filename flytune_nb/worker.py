@@ -58,7 +58,12 @@ def _worker_main(conn, env: dict) -> None:
         calls += 1
         if dump is not None:  # before answering: the parent may read the snapshot (or kill us) once answered
             dump(calls)
-        conn.send(answer)
+        try:
+            conn.send(answer)
+        except (EOFError, OSError):
+            return
+        except Exception as e:  # noqa: BLE001 - an answer that cannot be pickled is the task's error, not a crash
+            conn.send(("error", f"{type(e).__name__}: the answer to {op} cannot be sent back: {e}"))
 
 
 def _profiler():
@@ -73,13 +78,23 @@ def _profiler():
 
     prof = cProfile.Profile()
     prof.enable()
+    broken = []
 
     def dump(calls: int) -> None:
-        if calls <= 4 or calls % 16 == 0:
-            path = os.path.join(folder, f"worker-{os.getpid()}-{calls:04d}.prof")
+        if broken or not (calls <= 4 or calls % 16 == 0):
+            return
+        path = os.path.join(folder, f"worker-{os.getpid()}-{calls:04d}.prof")
+        try:
+            os.makedirs(folder, exist_ok=True)
             prof.dump_stats(path + ".part")  # stops the profiler
             os.replace(path + ".part", path)
-            prof.enable()
+        except OSError as e:  # a profile that cannot be written must not fail the trial it follows
+            broken.append(e)
+            import sys
+
+            print(f"flytune worker: FLYTUNE_PROFILE_DIR: cannot write {path}: {e}; profiling stops", file=sys.stderr)
+            return
+        prof.enable()
 
     return dump
 

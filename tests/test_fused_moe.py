@@ -159,3 +159,25 @@ def test_memory_check_counts_every_expert_not_the_traffic(spec):
     with pytest.raises(ShapeTooLarge, match="needs ~63.0 GiB"):
         check_fits(spec, shape, "bf16", dataclasses.replace(h200, total_memory=40 * 2**30))
     check_fits(spec, shape, "bf16", h200)  # 141 GB H200: fits
+
+
+def test_heuristic_regimes_follow_the_tokens_per_expert():
+    """t = M * topk / E: below 4 the smallest row tile; 4 <= t <= 16 wider tiles (BM 32, 64 from t=12; BN 128),
+    which session 5's Mixtral sweeps had 1.2-1.4x ahead of BM=16; compute-bound 128-row tiles on 8 warps above."""
+    spec, dev = get_kernel("fused_moe"), SIM["H200"]
+    mixtral = {"E": 8, "N": 14336, "K": 4096, "topk": 2}
+    picks = {m: spec.default({**mixtral, "M": m}, "bf16", dev) for m in (8, 16, 48, 1024)}
+    assert [(c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"]) for c in picks.values()] == [(16, 64), (32, 128), (64, 128),
+                                                                                 (128, 128)]
+    assert picks[1024].num_warps == 8
+
+
+def test_routing_is_the_same_for_every_trial_of_a_shape(dev):
+    """A fused_moe timing depends on how many experts the batch touches, so every trial of a shape must see one
+    routing; the activations and weights stay fresh draws."""
+    spec = get_kernel("fused_moe")
+    a, b = (spec.make_inputs(TINY, "fp16", dev) for _ in range(2))
+    assert torch.equal(a["topk_ids"], b["topk_ids"]) and torch.equal(a["topk_weights"], b["topk_weights"])
+    assert not torch.equal(a["x"], b["x"]) and not torch.equal(a["w1"], b["w1"])
+    other = spec.make_inputs({**TINY, "M": TINY["M"] + 1}, "fp16", dev)
+    assert not torch.equal(other["topk_ids"][: TINY["M"]], a["topk_ids"])

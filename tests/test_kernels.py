@@ -85,3 +85,14 @@ def test_softmax_inputs_punish_a_missing_max_subtraction(dev):
     out = spec.run(inputs, spec.default({"M": 4, "N": 300}, "fp32", dev))
     assert compare(out, spec.reference(inputs), spec.tol("fp32")).ok
     torch.testing.assert_close(out.sum(-1), torch.ones(4), rtol=0, atol=1e-5)
+
+
+def test_softmax_heuristic_gives_each_thread_32_bytes_of_the_row():
+    """Session 5's exhaustive H200 sweep: at N=4096 bf16, 16 warps (16 bytes a thread) were 1.14-1.22x slower than 8
+    from M=1024 on; at N=16384, 32 warps beat 16 (session 3)."""
+    from tests.conftest import H200
+
+    spec = get_kernel("softmax")
+    warps = {n: spec.default({"M": 4096, "N": n}, "bf16", H200).num_warps for n in (1024, 4096, 8192, 16384)}
+    assert warps == {1024: 2, 4096: 8, 8192: 16, 16384: 32}
+    assert spec.default({"M": 4096, "N": 4096}, "bf16", H200) in spec.configs({"M": 4096, "N": 4096}, "bf16", H200)

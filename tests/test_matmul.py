@@ -70,6 +70,22 @@ def test_heuristic_regimes_on_the_h200():
     assert (few["BLOCK_SIZE_M"], few["BLOCK_SIZE_N"]) == (64, 128)
 
 
+def test_weight_bound_heuristic_reads_w_once_and_fills_the_sms():
+    """M <= 128 on the H200 (session 5's sweeps, kernels/matmul/heuristic.py): one row tile over M when w does not
+    fit in L2 (two 64-row tiles read 117 MB twice: 1.89x the best at M=96, N=14336), thin column-major row tiles with
+    deep K when it does, and one wave of 128x128 tiles on 8 warps / 5 stages."""
+    spec, dev = get_kernel("matmul"), SIM["H200"]
+    big_w = spec.default({"M": 96, "N": 14336, "K": 4096}, "bf16", dev)
+    assert (big_w["BLOCK_SIZE_M"], big_w["BLOCK_SIZE_N"]) == (128, 64)  # 224 programs for 132 SMs
+    in_l2 = spec.default({"M": 48, "N": 4096, "K": 4096}, "bf16", dev)
+    assert (in_l2["BLOCK_SIZE_M"], in_l2["BLOCK_SIZE_N"], in_l2["BLOCK_SIZE_K"]) == (32, 64, 256)
+    assert in_l2["GROUP_SIZE_M"] >= 2  # both row tiles of a w panel run together
+    one_wave = spec.default({"M": 512, "N": 4096, "K": 4096}, "bf16", dev)  # 128 tiles of 128x128
+    assert (one_wave["BLOCK_SIZE_M"], one_wave.num_warps, one_wave.num_stages) == (128, 8, 5)
+    two_waves = spec.default({"M": 1024, "N": 4096, "K": 4096}, "bf16", dev)
+    assert (two_waves.num_warps, two_waves.num_stages) == (4, 3)
+
+
 def test_heuristic_regret_on_the_exhaustive_h200_sweeps():
     """Default / exhaustive best on the stored H200 sweeps (every config timed). These three shapes informed the
     compute-bound rule, so this pins it rather than validates it: the first heuristic (128x256 on 8 warps) was

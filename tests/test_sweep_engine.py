@@ -645,6 +645,42 @@ print(first, trial())
     assert out.stdout.split() == ["launch_error", "ok"], out.stderr[-2000:]
 
 
+def test_a_torch_compile_setting_changed_after_the_forkserver_started_reaches_the_processes(tmp_path):
+    """Inductor reads TORCHINDUCTOR_* once, at import, and the forkserver imports it: a change made after the server
+    started must still reach a worker or pool process (they are spawned then), or the torch.compile baseline would
+    run with the old setting. Run in a fresh interpreter so that its forkserver starts without the variable."""
+    script = tmp_path / "inductor_env.py"
+    script.write_text("""
+import concurrent.futures as cf
+import os
+
+
+def max_autotune():
+    import torch._inductor.config as c
+
+    return c.max_autotune
+
+
+def ask():
+    from flytune_nb.procs import context
+
+    ctx = context()
+    with cf.ProcessPoolExecutor(1, mp_context=ctx) as ex:
+        return ctx.get_start_method(), ex.submit(max_autotune).result(timeout=120)
+
+
+if __name__ == "__main__":
+    first = ask()
+    os.environ["TORCHINDUCTOR_MAX_AUTOTUNE"] = "1"
+    print(*first, *ask())
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env, cwd=root)
+    assert out.stdout.split() == ["forkserver", "False", "spawn", "True"], out.stderr[-2000:]
+
+
 def test_prestart_starts_the_forkserver_in_the_background():
     """`flytune sweep` and the workbench start the forkserver before their own imports, so the server's torch import
     overlaps theirs (a CLI sweep on these 2-core machines: 5.5 s -> 3.3 s). It must return at once and leave a
@@ -716,3 +752,21 @@ def test_a_dtype_string_is_names_not_characters():
     assert Sweep("rmsnorm", "M=2 N=64", "bf16, fp16").dtypes == ["bf16", "fp16"]
     with pytest.raises(ValueError, match="no dtype"):
         Sweep("rmsnorm", "M=2 N=64", "")
+
+
+def test_a_profiled_worker_writes_snapshots_and_an_unwritable_folder_costs_no_trial(tmp_path, monkeypatch):
+    """FLYTUNE_PROFILE_DIR makes the timing worker write cumulative cProfile snapshots (relative paths are the
+    caller's); a folder it cannot write to only stops the profiling, and every trial is still measured."""
+    import pstats
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FLYTUNE_PROFILE_DIR", "prof")  # relative to the caller, not to the worker's cwd
+    r = Sweep("rmsnorm", "M=2 N=64", ["fp32"], strategy="random", budget=2, baselines=()).run()[0]
+    assert all(t.ok for t in r.trials)
+    snaps = sorted((tmp_path / "prof").glob("worker-*.prof"))
+    assert len(snaps) == 3  # describe, then one per trial
+    assert any("trial" in f[2] for f in pstats.Stats(str(snaps[-1])).stats)
+    (tmp_path / "blocker").write_text("x")
+    monkeypatch.setenv("FLYTUNE_PROFILE_DIR", str(tmp_path / "blocker" / "prof"))
+    r = Sweep("rmsnorm", "M=2 N=64", ["fp32"], strategy="random", budget=2, baselines=()).run()[0]
+    assert len(r.trials) == 2 and all(t.ok for t in r.trials)

@@ -23,8 +23,12 @@ def make_inputs(shape, dtype, device):
     M, E, N, K, topk = (shape[a] for a in ("M", "E", "N", "K", "topk"))
     dt, dev = to_torch(dtype), device.torch_device
     # Mixtral-style routing: softmax over random router logits, top-k, renormalised. Skewed logits so experts get
-    # unequal loads (ragged per-expert runs are what moe_align must pad).
-    logits = torch.randn(M, E, device=dev) + torch.linspace(0, 2, E, device=dev)
+    # unequal loads (ragged per-expert runs are what moe_align must pad). The routing decides how many experts' weights
+    # a launch reads, so it is drawn from a generator seeded by the shape: every trial of a shape is timed on the same
+    # routing (drawn afresh per trial, one config measured up to 16% apart at small M on the H200, session 5's
+    # heuristic_ab.json). x and the weights stay fresh draws.
+    g = torch.Generator().manual_seed(((M * 1_000_003) ^ (E * 1009)) + topk)
+    logits = (torch.randn(M, E, generator=g) + torch.linspace(0, 2, E)).to(dev)
     weights, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
     # Drawn in the target dtype and scaled in place: an fp32 draw would briefly need 5x the weights' bf16 size.
     return {

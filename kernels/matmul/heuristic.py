@@ -5,8 +5,10 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   once, and BN is the widest that still gives ~one program per SM (tiles >= 0.9 x SMs; N=4096 -> BN=32, N=14336
   -> BN=64). Re-reading w is nearly free when it fits in L2 (N=K=4096 bf16: 32 MiB of 60): there, for M <= 64, two
   32-row tiles with a wider BN were 1.08x faster than one 64-row tile, in column-major order (GROUP_SIZE_M >= the
-  row tiles). K tiles: with thin rows (BM <= 32) BK=256 when there is at most one program per SM, else 128 (N=14336,
-  M <= 16: 41 vs 44-46 us with 256); 64 with 64/128-row tiles (128 when BN=32). Session 5's H200 sweeps
+  row tiles). Thin rows (BM <= 32): BK=256 when there is at most one program per SM, else 128 (N=14336, M <= 16:
+  41 vs 44-46 us with 256), 4 warps, 4 stages. 64-row tiles: BK=64, 4 warps, 5 stages (N=14336, M=48: 42.3 us, the
+  best; 47.4 with BK=128 and 4 stages). 128-row tiles: 8 warps; BK=64 with 4 stages, or BK=128 with 5 stages when
+  BN=32 (N=4096, M=96/128: 22.3-22.5 us against 37.3 with BK=64). Session 5's H200 sweeps
   (benchmarks/results/moe_gemm_sweeps.db, 32 surrogate picks per shape, N=4096 and 14336, K=4096) had the old
   rule (BM = next_pow2(M) capped at 64, BN 64) at 1.86x the best at M=96/128, N=14336: two 64-row tiles read
   w's 117 MB twice;
