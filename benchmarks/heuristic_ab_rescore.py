@@ -11,19 +11,17 @@ from pathlib import Path
 
 from common import write
 from flytune_nb.analysis import regret
-from flytune_nb.device import DeviceInfo
+from flytune_nb.device import DESCRIBED
 from flytune_nb.registry import get_kernel
 
 AB = Path(__file__).resolve().parent / "results" / "heuristic_ab.json"
-# The device the run timed on, as current_device() described it there (the heuristics read SMs, L2, shared memory).
-H200 = DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)
 
 
 def main(path=AB):
     run = json.loads(Path(path).read_text())
     per, unmeasured = {}, []
     for r in run["rows"]:
-        now = get_kernel(r["kernel"]).default(r["shape"], r["dtype"], H200).to_dict()
+        now = get_kernel(r["kernel"]).default(r["shape"], r["dtype"], DESCRIBED[run["env"]["device"]]).to_dict()
         timed = [k for k in ("old", "new", "best") if r[k] == now]
         if not timed:
             unmeasured.append((r["kernel"], r["shape"]))

@@ -17,13 +17,9 @@ from pathlib import Path
 
 from common import write
 from flytune_nb.analysis import regret
-from flytune_nb.config import Config
-from flytune_nb.device import DeviceInfo
+from flytune_nb.device import DESCRIBED
 from flytune_nb.registry import get_kernel
 from flytune_nb.store import Store
-
-# How current_device() described the H200 the stores were swept on: the heuristics read SMs, L2 and shared memory.
-DESCRIBED = {"NVIDIA_H200": DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)}
 
 DB = Path(__file__).resolve().parent / "results" / "h200_sweeps.db"
 
@@ -31,7 +27,7 @@ DB = Path(__file__).resolve().parent / "results" / "h200_sweeps.db"
 def _current_default(g, kernel, shape, dtype, device):
     """The store's trials of the config the kernel's heuristic picks now (empty when it was not timed)."""
     want = get_kernel(kernel).default(json.loads(shape), dtype, DESCRIBED[device])
-    return g[[Config.from_dict(json.loads(c)) == want for c in g["config"]]]
+    return g[g["config"] == want.to_json()]
 
 
 def main(db=DB, current=False):

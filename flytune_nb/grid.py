@@ -5,6 +5,7 @@ what was expected.
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 
@@ -38,25 +39,37 @@ def parse_values(axis: str, text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def split_axes(grid: str | dict, axes: tuple[str, ...]) -> dict[str, str]:
-    """Grid text (``"M=1,64 N=4096"``) or ``{axis: "1,64" | [1, 64]}`` -> {axis: value text}, axes not given left
-    out. A malformed term, an axis given twice or an axis the kernel does not have is a GridError: never dropped
-    silently (a typo'd ``n=1024`` must not run N=4096)."""
+def split_known(grid: str | dict, axes: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """Grid text (``"M=1,64 N=4096"``) or ``{axis: "1,64" | [1, 64]}`` -> ({axis: value text} for the well-formed
+    terms of the kernel's axes, [what is wrong with each other term]). The workbench keeps the first part and shows
+    the second; ``split_axes`` refuses any problem."""
     per_axis: dict[str, str] = {}
+    problems: list[str] = []
     if isinstance(grid, dict):
-        for a, v in grid.items():
-            per_axis[str(a)] = ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+        terms = [(str(a), ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v), None)
+                 for a, v in grid.items()]
     else:
-        for token in str(grid).replace(";", " ").split():
-            axis, sep, values = token.partition("=")
-            if not sep or not axis:
-                raise GridError(f"grid term {token!r} is not AXIS=v1,v2,... (e.g. \"M=1,64 N=4096\")")
-            if axis in per_axis:
-                raise GridError(f"axis {axis} given twice in the grid")
+        terms = [(*t.partition("=")[::2], t) for t in str(grid).replace(";", " ").split()]
+    for axis, values, token in terms:
+        if token is not None and ("=" not in token or not axis):
+            problems.append(f"grid term {token!r} is not AXIS=v1,v2,... (e.g. \"M=1,64 N=4096\")")
+        elif axis in per_axis:
+            problems.append(f"axis {axis} given twice in the grid")
+        elif axis not in axes:
+            close = difflib.get_close_matches(axis, axes, n=1) or [a for a in axes if a.lower() == axis.lower()]
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            problems.append(f"grid may only set the kernel's axes {list(axes)}; unknown ['{axis}']{hint}")
+        else:
             per_axis[axis] = values
-    unknown = [a for a in per_axis if a not in axes]
-    if unknown:
-        raise GridError(f"grid may only set the kernel's axes {list(axes)}; unknown {unknown}")
+    return per_axis, problems
+
+
+def split_axes(grid: str | dict, axes: tuple[str, ...]) -> dict[str, str]:
+    """``split_known`` with every problem refused: a malformed term, an axis given twice or an axis the kernel does
+    not have is a GridError, never dropped silently (a typo'd ``n=1024`` must not run N=4096)."""
+    per_axis, problems = split_known(grid, axes)
+    if problems:
+        raise GridError(problems[0])
     return per_axis
 
 

@@ -11,17 +11,25 @@ class ShapeTooLarge(ValueError):
     pass
 
 
+def meta_inputs(spec, shape: dict, dtype: str, device: DeviceInfo) -> dict | None:
+    """The shape's inputs on PyTorch's meta device (shapes and dtypes only, nothing allocated); None when the
+    kernel's make_inputs cannot build them there."""
+    try:
+        return spec.make_inputs(shape, dtype, dataclasses.replace(device, torch_device="meta"))
+    except Exception:  # noqa: BLE001 - e.g. a make_inputs that reads values
+        return None
+
+
 def footprint(spec, shape: dict, dtype: str, device: DeviceInfo) -> int:
     """Bytes the kernel's inputs occupy, from ``make_inputs`` on PyTorch's meta device (shapes and dtypes only,
     nothing allocated). Not ``spec.bytes``: that is the minimum *traffic*, which for fused_moe counts only the experts
     a batch touches (0.66 GiB at M=1, E=256, N=2048, K=7168 against 21 GiB of weights)."""
     import torch
 
-    try:
-        inputs = spec.make_inputs(shape, dtype, dataclasses.replace(device, torch_device="meta"))
-        return sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
-    except Exception:  # noqa: BLE001 - a make_inputs that cannot run on meta: fall back to the traffic model
+    inputs = meta_inputs(spec, shape, dtype, device)
+    if inputs is None:  # fall back to the traffic model
         return int(spec.bytes(shape, dtype)) if spec.bytes is not None else 0
+    return sum(v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor))
 
 
 def check_fits(spec, shape: dict, dtype: str, device: DeviceInfo) -> None:

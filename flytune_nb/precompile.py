@@ -70,31 +70,33 @@ class Batch:
         if key not in self.keys:
             return "absent"
         fut = self.owner.start_now(self, key)
-        if fut is None:
-            return "dead"
-        if fut.cancelled():  # queued in a pool another shape discarded: it never ran, so start it again, once
-            fut = self.owner.start_now(self, key, again=True)
+        for again in (False, True):
             if fut is None:
                 return "dead"
-        began = time.perf_counter()
-        while not fut.done():
-            if stop is not None and stop.is_set():
-                return "stopped"
-            pool = fut.flytune_pool
-            limit = self.per_config_s + (0.0 if pool.flytune_progress[1] else self.startup_s)
-            quiet = time.perf_counter() - max(began, pool.flytune_progress[0])
-            if quiet >= limit:
-                self._give_up(fut, f"no compile finished for {quiet:.0f} s")
+            began = time.perf_counter()
+            while not fut.done():
+                if stop is not None and stop.is_set():
+                    return "stopped"
+                pool = fut.flytune_pool
+                limit = self.per_config_s + (0.0 if pool.flytune_progress[1] else self.startup_s)
+                quiet = time.perf_counter() - max(began, pool.flytune_progress[0])
+                if quiet >= limit:
+                    self._give_up(fut, f"no compile finished for {quiet:.0f} s")
+                    return "dead"
+                cf.wait([fut], timeout=min(limit - quiet, 0.25))
+            try:
+                status, _ = fut.result()
+                return "ok" if status == "ok" else "failed"
+            except Exception as e:  # noqa: BLE001 - cancelled, or BrokenProcessPool: a process went down
+                if not again and getattr(fut.flytune_pool, "flytune_discarded", False):
+                    # Another shape or lane killed the pool under it (a hung leftover, a give-up): not this
+                    # config's doing, so it starts again, once, in a fresh pool.
+                    fut = self.owner.start_now(self, key, again=True)
+                    continue
+                if not isinstance(e, cf.CancelledError):
+                    self._give_up(fut, f"{type(e).__name__}")
                 return "dead"
-            cf.wait([fut], timeout=min(limit - quiet, 0.25))
-        try:
-            status, _ = fut.result()
-        except cf.CancelledError:
-            return "dead"
-        except Exception as e:  # noqa: BLE001 - BrokenProcessPool: a config took a pool process down
-            self._give_up(fut, f"{type(e).__name__}")
-            return "dead"
-        return "ok" if status == "ok" else "failed"
+        return "dead"
 
     def close(self) -> None:
         """The shape is done: drop what of it has not started (a budgeted search leaves most of its space)."""
@@ -179,12 +181,12 @@ class Precompiler:
 
     def start_now(self, batch: Batch, key: str, again: bool = False) -> cf.Future | None:
         """The future compiling ``key``, started ahead of the queue if it had not started (``again``: also if its
-        future was cancelled). None: the batch is dead."""
+        future ended, cancelled or failed with a pool that was killed under it). None: the batch is dead."""
         with self._lock:
             if batch.dead:
                 return None
             fut = batch.futs.get(key)
-            if fut is None or (again and fut.cancelled()):
+            if fut is None or (again and fut.done()):
                 fut = self._start(batch, key)
             return fut
 
@@ -266,6 +268,7 @@ class Precompiler:
             if self._pool is pool:
                 self._pool = None
         if pool is not None:
+            pool.flytune_discarded = True  # its compiles failed through no fault of their own: waits start them again
             self._kill(pool)
 
     @staticmethod

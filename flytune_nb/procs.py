@@ -54,12 +54,9 @@ def context():
 
 
 def child_env(overrides: dict | None = None) -> dict:
-    """The caller's environment now, plus ``overrides`` (which GPU a worker is pinned to). A relative
-    FLYTUNE_PROFILE_DIR is made absolute: a child's working directory is the server's, not the caller's."""
-    env = {**os.environ, **(overrides or {})}
-    if env.get("FLYTUNE_PROFILE_DIR"):
-        env["FLYTUNE_PROFILE_DIR"] = os.path.abspath(env["FLYTUNE_PROFILE_DIR"])
-    return env
+    """The caller's environment now, plus ``overrides`` (which GPU a worker is pinned to). (The working directory
+    needs nothing: multiprocessing starts every child in the caller's.)"""
+    return {**os.environ, **(overrides or {})}
 
 
 def child_init(env: dict) -> None:

@@ -97,12 +97,9 @@ def _meta_inputs(kernel: str, paths: tuple, shape_key: tuple, dtype: str, dev) -
     """A shape's inputs on the meta device (shapes and dtypes only, nothing allocated), shared by every config a
     pool process compiles; a few shapes kept, as lanes interleave them. None (remembered): the kernel's make_inputs
     cannot build meta tensors."""
-    from dataclasses import replace
+    from .memory import meta_inputs
 
-    try:
-        return _spec(kernel, paths).make_inputs(dict(shape_key), dtype, replace(dev, torch_device="meta"))
-    except Exception:  # noqa: BLE001 - compile on real inputs instead
-        return None
+    return meta_inputs(_spec(kernel, paths), dict(shape_key), dtype, dev)
 
 
 @lru_cache(maxsize=1)

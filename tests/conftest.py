@@ -2,14 +2,14 @@ import os
 
 import pytest
 
-from flytune_nb.device import DeviceInfo, current_device, ensure_backend
+from flytune_nb.device import DESCRIBED, current_device, ensure_backend
 
 ensure_backend()  # TRITON_INTERPRET=1 on machines without a GPU, before any kernel module is imported
 
 HERE = os.path.dirname(__file__)
 PLUGINS = os.path.join(HERE, "plugins")
 # A described H200 (what current_device() reports there), for CPU tests of GPU-only decisions; nothing runs on it.
-H200 = DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)
+H200 = DESCRIBED["NVIDIA_H200"]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -254,6 +254,30 @@ def test_precompile_pool_gets_its_environment_and_a_hang_only_ends_precompilatio
     assert res["failed"] == 1 and time.time() - t0 < 30
 
 
+def test_a_hung_leftover_of_a_finished_shape_costs_the_next_shape_no_precompile():
+    """The pool is shared: when a finished shape's hung compile gets the pool killed, the next shape's compile that
+    was running in it is started again in a fresh pool, not given up on (and no 'stopped early' warning)."""
+    import warnings
+
+    from flytune_nb.precompile import Precompiler
+
+    hang = {"MODE": 3, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
+    slow = {"MODE": 0, "SLEEP_MS": 4000, "num_warps": 1, "num_stages": 1}
+    pc = Precompiler(workers=3)
+    try:
+        first = pc.submit("evil", (PLUGINS,), {"N": 8}, "fp32", [hang], per_config_s=3, startup_s=30)
+        assert first.futs  # the hang has started
+        time.sleep(2)
+        first.close()  # the shape is done; its hung compile is past its limit a second later
+        second = pc.submit("evil", (PLUGINS,), {"N": 16}, "fp32", [slow], per_config_s=60, startup_s=30)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert second.wait(slow) == "ok"
+        assert not second.dead
+    finally:
+        pc.close(kill=True)
+
+
 def test_precompile_pool_starts_before_planning_and_closes_if_planning_fails(monkeypatch):
     """The pool's processes (each imports torch: seconds) start while the timing worker plans, not after; a sweep
     whose planning fails leaves no pool behind."""

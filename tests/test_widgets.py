@@ -147,6 +147,17 @@ def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
     assert wb.plot.selected == "N=128 fp32"  # it followed the running shape
     files = wb.exporter.refresh()
     assert len(files) == 1 and "new file" in wb.exporter.html.value
+    from flytune_nb.device import current_device
+    from flytune_nb.lookup import BUILTIN_DIR
+
+    if not current_device().is_gpu:  # on a GPU these would be GPU timings, which the committed folder takes
+        wb.exporter.out.value = str(BUILTIN_DIR)  # the committed GPU configs: interpreter timings are refused
+        wb.exporter.write()
+        assert "not written: these are CPU_interpreter timings" in wb.exporter.html.value
+        assert not (BUILTIN_DIR / "toy").exists()
+    wb.exporter.out.value = str(tmp_path / "scratch")
+    wb.exporter.write()
+    assert "wrote:" in wb.exporter.html.value and list((tmp_path / "scratch" / "toy").rglob("*.json"))
 
 
 def test_editor_measures_unmeasured_picks_and_scores_wins_and_failures(tmp_path):
@@ -267,3 +278,15 @@ def test_the_suggested_fallback_can_be_accepted_as_it_is(tmp_path):
     t.join(300)
     assert wb.sweep.results and wb.sweep.results[0].dtype == wb.grid.dtypes.value[0]
     assert all(tr.ok for tr in wb.sweep.results[0].trials)
+
+
+def test_a_bad_grid_term_keeps_the_good_axes_and_answering_it_hides_the_accept_button(tmp_path):
+    """One typo'd term must not reset the axes typed right (accepting the fallback would then sweep shapes the user
+    never asked for), and fixing it in the boxes answers the problem: the accept button goes away by itself."""
+    wb = Workbench("rmsnorm", "M=3,5 N=384 n=8", ["fp32"], db=str(tmp_path / "g.db"), isolate=False)
+    assert (wb.grid.axis_boxes["M"].value, wb.grid.axis_boxes["N"].value) == ("3,5", "384")
+    assert "did you mean N?" in wb.grid.preview.value and wb.accept_button.layout.display == ""
+    wb.grid.axis_boxes["N"].value = "512"
+    assert wb.grid.problems() == [] and wb.accept_button.layout.display == "none"
+    wb = Workbench("rmsnorm", {"Q": "1", "N": "1024"}, ["fp32"], db=str(tmp_path / "h.db"), isolate=False)
+    assert wb.grid.axis_boxes["N"].value == "1024" and "unknown [&#x27;Q&#x27;]" in wb.grid.preview.value

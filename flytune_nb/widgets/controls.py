@@ -14,7 +14,7 @@ import ipywidgets as W
 from ..device import current_device
 from ..dtypes import DtypeError, canonical, parse_list
 from ..events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
-from ..grid import SGLANG_BATCH_SIZES, GridError, parse_grid, split_axes
+from ..grid import SGLANG_BATCH_SIZES, GridError, parse_grid, split_known
 from ..memory import check_fits
 from ..registry import get_kernel, list_kernels
 
@@ -77,6 +77,7 @@ class GridEditor(W.VBox):
         self.preview = W.HTML()
         self.rows = W.VBox()
         self._rebuilding = False
+        self.on_change = None  # called after every preview: the workbench shows or hides its accept button
         super().__init__([self.rows, self.preset, self.dtypes, self.preview])
         self.preset.observe(self._apply_preset, "value")
         self.dtypes.observe(self._dtypes_changed, "value")
@@ -86,12 +87,10 @@ class GridEditor(W.VBox):
     def rebuild(self, grid: dict | str | None = None, dtypes=None) -> None:
         spec = self.picker.spec
         # The core's own splitter (the papermill / CLI string form or a dict of lists): a malformed term or an axis
-        # the kernel does not have is shown in the preview, never dropped; axes not given start at the example.
-        self.grid_problem = ""
-        try:
-            grid = split_axes(grid or {}, spec.axes)
-        except GridError as e:
-            self.grid_problem, grid = str(e), {}
+        # the kernel does not have is shown in the preview, never dropped silently; the well-formed axes are kept and
+        # axes not given start at the example.
+        grid, problems = split_known(grid or {}, spec.axes)  # the well-formed axes are kept
+        self.grid_problem = problems[0] if problems else ""
         example = spec.example()
         self.axis_boxes = {a: W.Text(value=str(grid.get(a, "1,64" if a == spec.batch_axis else example[a])),
                                      description=a, continuous_update=False) for a in spec.axes}
@@ -144,6 +143,13 @@ class GridEditor(W.VBox):
 
     def update_preview(self) -> tuple[int, int] | None:
         try:
+            return self._preview()
+        finally:
+            if self.on_change is not None:
+                self.on_change()
+
+    def _preview(self) -> tuple[int, int] | None:
+        try:
             shapes = self.shapes()
             if not self.dtypes.value:
                 raise GridError("choose at least one dtype")
@@ -154,7 +160,7 @@ class GridEditor(W.VBox):
             n = sum(len(set(spec.configs(s, d, dev)) | {spec.default(s, d, dev)}) for s in shapes
                     for d in self.dtypes.value)
             per_trial = 0.2 if dev.is_gpu else 0.05  # s: ~125 ms of timing on a GPU; interpreter at small shapes
-            warn = "".join(error_html(p) + "<br>" for p in (self.grid_problem, self.dtype_problem) if p)
+            warn = "".join(error_html(p) + "<br>" for p in self.problems())
             self.preview.value = warn + (f"<b>{len(shapes)}</b> shapes x <b>{len(self.dtypes.value)}</b> dtypes = "
                                   f"<b>{n}</b> trials after pruning, roughly {max(1, round(n * per_trial))} s "
                                   f"on {dev.name}, plus compile time on a GPU (less when the store already has "

@@ -61,6 +61,7 @@ class Workbench(W.VBox):
                           W.HBox([self.message, self.accept_button]), W.HBox([self.shape_select, self.metric]),
                           self.plot.fig, tabs])
         self.accept_button.on_click(lambda _: self.accept_choices())
+        self.grid.on_change = self._sync_accept  # every preview: hidden once the user's edits answer the problems
         self._sync_accept()
         self.control.run_button.on_click(lambda _: self.run())
         self.control.stop_button.on_click(lambda _: self.stop())
@@ -132,9 +133,8 @@ class Workbench(W.VBox):
         """Take the kernel, dtypes and axes the widgets show in place of the parameters cell's unknown ones."""
         self.picker.problem, self.picker.warning.value = "", ""
         self.grid.grid_problem = self.grid.dtype_problem = ""
-        self.grid.update_preview()
         self.message.value = ""
-        self._sync_accept()
+        self.grid.update_preview()  # and hides the button
 
     def stop(self) -> None:
         if self.sweep is not None:

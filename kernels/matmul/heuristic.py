@@ -28,6 +28,7 @@ narrower N/M tiles), so the default is always one the sweep also times.
 from __future__ import annotations
 
 from flytune_nb.config import Config
+from flytune_nb.dtypes import itemsize
 from flytune_nb.spaces import TILE_WEIGHTS, nearest, next_pow2
 
 from .configs import configs
@@ -40,8 +41,9 @@ def _weight_bound(M: int, N: int, K: int, dtype_bytes: int, device) -> tuple:
     rows, bn = -(-M // bm), 256
     while bn > 32 and rows * -(-N // bn) < 0.9 * max(device.sm_count, 1):
         bn //= 2
+    programs = rows * -(-N // bn)
     if bm <= 32:  # deep K tiles when there are few programs, each with a long K loop to keep fed
-        return bm, bn, 256 if rows * -(-N // bn) <= device.sm_count else 128, 4, 4
+        return bm, bn, 256 if programs <= device.sm_count else 128, 4, 4
     if bm == 64:
         return bm, bn, 64, 4, 5
     return bm, bn, 128 if bn <= 32 else 64, 8, 5 if bn <= 32 else 4
@@ -49,20 +51,19 @@ def _weight_bound(M: int, N: int, K: int, dtype_bytes: int, device) -> tuple:
 
 def default(shape, dtype, device) -> Config:
     M, N, K = shape["M"], shape["N"], shape["K"]
-    group = 1
+    # GROUP_SIZE_M 8 everywhere: column-major over up to 8 row tiles, so the row tiles of one w panel run together
     if M <= 128:
-        bm, bn, bk, warps, stages = _weight_bound(M, N, K, 4 if dtype == "fp32" else 2, device)
-        group = 8  # several row tiles: column-major, so the row tiles of one w panel run together
+        bm, bn, bk, warps, stages = _weight_bound(M, N, K, itemsize(dtype), device)
     elif device.backend == "hip":
-        bm, bn, bk, warps, stages, group = 128, 128, 64, 4, 2, 8
+        bm, bn, bk, warps, stages = 128, 128, 64, 4, 2
     else:
-        bm, bn, bk, warps, stages, group = 128, 128, 64, 4, 3, 8
+        bm, bn, bk, warps, stages = 128, 128, 64, 4, 3
         tiles = -(-M // bm) * -(-N // bn)
         if 2 * tiles <= device.sm_count:
             bm, bk, warps, stages = 64, 128, 8, 4
         elif tiles <= device.sm_count:  # one CTA per SM: 8 warps and 5 stages hide latency that 2 CTAs would
             warps, stages = 8, 5
-    wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group},
+    wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8},
                   num_warps=warps, num_stages=stages)
     if device.backend == "hip":
         wish = wish.replace(matrix_instr_nonkdim=16, waves_per_eu=2)
