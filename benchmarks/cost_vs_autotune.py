@@ -65,14 +65,15 @@ def main():
     server = server_times(flytune_sweep.wall0)
     fresh_cache()
     N = SHAPE["N"]
-    tconfigs = [triton.Config({"BLOCK_N": c["BLOCK_N"], "SINGLE_PASS": c["BLOCK_N"] >= N},
+    tconfigs = [triton.Config({"BLOCK_M": c.get("BLOCK_M", 1), "BLOCK_N": c["BLOCK_N"], "SINGLE_PASS": c["BLOCK_N"] >= N},
                               num_warps=c.num_warps, num_stages=c.num_stages) for c in configs]
     tuned = triton.autotune(configs=tconfigs, key=["N"])(kmod.rmsnorm_kernel)
     inputs = spec.make_inputs(SHAPE, DTYPE, dev)
     x, w, y = inputs["x"], inputs["weight"], inputs["out"]
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    tuned[(SHAPE["M"],)](x, w, y, x.stride(0), y.stride(0), N, 1e-6)
+    M = SHAPE["M"]
+    tuned[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]),)](x, w, y, M, x.stride(0), y.stride(0), N, 1e-6)
     torch.cuda.synchronize()
     theirs = time.perf_counter() - t0
     # A notebook's later sweeps find flytune's forkserver already running (torch imported once per session).

@@ -1,10 +1,11 @@
 """Issue #6's first benchmark slice, one run on one GPU, every time from the same GpuTimer (L2 flushed per rep):
 
-1. fused_moe: the heuristic default vs the plain torch loop over experts (Mixtral-8x7B shape);
-2. matmul: the heuristic default (no search yet) vs torch.matmul (cuBLAS) over SGLang batch sizes x two model shapes;
-3. memory-bound kernels (rmsnorm, fused_add_rmsnorm, softmax), bf16, M x N grid: heuristic default and searched best
-   (successive halving through the sweep engine, precompiled) vs torch eager and torch.compile (static shapes), and
-   the best's share of the measured device-to-device copy bandwidth.
+1. fused_moe: the heuristic default and the committed export vs the plain torch loop over experts (Mixtral-8x7B);
+2. matmul: the heuristic default and the committed export vs torch.matmul (cuBLAS), batch sizes x two model shapes;
+3. memory-bound kernels (rmsnorm, fused_add_rmsnorm, softmax), bf16, M x N grid (MEM_M, MEM_N): heuristic default,
+   the best one-row-per-program config and the searched best (MEM_STRATEGY, default successive halving, through the
+   sweep engine, precompiled) vs torch eager and torch.compile (static shapes); the best's share of the measured
+   device-to-device copy bandwidth and its speed against a copy of the same bytes.
 A deadline (BENCH_DEADLINE_S, default 330 s) keeps it inside one device call: sections stop adding shapes when it
 passes, and the table says which were skipped. SECTIONS (default moe,gemm,memory) and MEM_KERNELS pick a slice;
 BENCH_NAME names the result files (default kernels_grid)."""
@@ -47,33 +48,65 @@ def compiled_p50(timer, spec, inputs):
     return timed(timer, spec, inputs, lambda: fn(inputs))
 
 
+def copy_p50(timer, n_bytes, dev):
+    """A device-to-device copy moving the same bytes (half read, half written): what any kernel of this size can
+    reach, launch and ramp included (4096 x 1024 bf16 rmsnorm moves 16 MiB: ~4 us at the 4.25 TB/s of a 4 GiB
+    copy, which a small copy's ramp never reaches)."""
+    src = torch.empty(n_bytes // 2, dtype=torch.uint8, device=dev.torch_device)
+    dst = torch.empty_like(src)
+    return timer.measure(lambda: dst.copy_(src)).p50
+
+
+def one_row_best(r):
+    """The fastest correct trial without BLOCK_M (one row per program: the kernels as they were before session 6)."""
+    ok = [t for t in r.trials if t.ok and t.config.get("BLOCK_M") is None and t.fidelity == "full"]
+    return min(ok, key=lambda t: t.p50).config if ok else None
+
+
 def memory_bound(dev, timer, bw, rows, data):
+    strategy = os.environ.get("MEM_STRATEGY", "halving")
+    grid = {"M": [int(v) for v in os.environ.get("MEM_M", ",".join(map(str, MEM_M))).split(",")],
+            "N": [int(v) for v in os.environ.get("MEM_N", ",".join(map(str, MEM_N))).split(",")]}
     for kernel in os.environ.get("MEM_KERNELS", "rmsnorm,fused_add_rmsnorm,softmax").split(","):
         if left() < 60:
-            rows.append(f"| {kernel} | skipped: deadline | | | | | | | | |")
+            rows.append(f"| {kernel} | skipped: deadline | | | | | | | | | | |")
             continue
         spec = get_kernel(kernel)
-        grid = {"M": list(MEM_M), "N": list(MEM_N)}
-        results = Sweep(kernel, grid, ["bf16"], strategy="halving", baselines=(),
+        results = Sweep(kernel, grid, ["bf16"], strategy=strategy, baselines=(),
                         timer={"rep_ms": 25.0, "warmup_ms": 5.0}).run()
         for r in results:
             shape = r.shape
             if left() < 10:
-                rows.append(f"| {kernel} | {shape['M']} | {shape['N']} | skipped: deadline | | | | | | |")
+                rows.append(f"| {kernel} | {shape['M']} | {shape['N']} | skipped: deadline | | | | | | | | |")
                 continue
             inputs = spec.make_inputs(shape, "bf16", dev)
             best = timed(timer, spec, inputs, lambda: spec.run(inputs, r.best.config))
+            one_cfg = one_row_best(r)
+            one = timed(timer, spec, inputs, lambda: spec.run(inputs, one_cfg)) if one_cfg else float("nan")
             default = timed(timer, spec, inputs, lambda: spec.run(inputs, r.default))
             eager = timed(timer, spec, inputs, lambda: spec.baseline(inputs))
             comp = compiled_p50(timer, spec, inputs)
-            frac = spec.bytes(shape, "bf16") / (best * 1e-3) / bw
+            n_bytes = spec.bytes(shape, "bf16")
+            copy = copy_p50(timer, n_bytes, dev)
+            frac = n_bytes / (best * 1e-3) / bw
             vs = min(eager, comp) / best
             data.append({"kernel": kernel, "shape": shape, "best": str(r.best.config), "best_ms": best,
+                         "one_row_best": str(one_cfg), "one_row_best_ms": one,
                          "default": str(r.default), "default_ms": default, "eager_ms": eager, "compile_ms": comp,
-                         "copy_bw_fraction": frac, "vs_better_torch": vs, "configs": len(r.trials)})
-            rows.append(f"| {kernel} | {shape['M']} | {shape['N']} | {default * 1e3:.2f} | {best * 1e3:.2f} | "
-                        f"{eager * 1e3:.2f} | {comp * 1e3:.2f} | {vs:.2f}x | {frac:.0%} | `{r.best.config}` |")
+                         "copy_same_bytes_ms": copy, "copy_bw_fraction": frac, "vs_same_bytes_copy": copy / best,
+                         "vs_better_torch": vs, "configs": len(r.trials), "strategy": strategy})
+            rows.append(f"| {kernel} | {shape['M']} | {shape['N']} | {default * 1e3:.2f} | {one * 1e3:.2f} | "
+                        f"{best * 1e3:.2f} | {eager * 1e3:.2f} | {comp * 1e3:.2f} | {vs:.2f}x | {frac:.0%} | "
+                        f"{copy / best:.0%} | `{r.best.config}` |")
             del inputs
+
+
+def exported(spec, shape, dev):
+    """The committed export's config for this shape (exports/, nearest batch size), or None when there is none."""
+    from flytune_nb.lookup import lookup
+
+    cfg, source = lookup(spec, shape, "bf16", device=dev)
+    return cfg if source == "artifact" else None
 
 
 def gemm(dev, timer, rows, data):
@@ -81,33 +114,40 @@ def gemm(dev, timer, rows, data):
     for N, K in GEMM_NK:
         for M in GEMM_M:
             if left() < 10:
-                rows.append(f"| {M} | {N} | {K} | skipped: deadline | | | | |")
+                rows.append(f"| {M} | {N} | {K} | skipped: deadline | | | | | | |")
                 continue
             shape = {"M": M, "N": N, "K": K}
             inputs = spec.make_inputs(shape, "bf16", dev)
-            cfg = spec.default(shape, "bf16", dev)
+            cfg, tuned_cfg = spec.default(shape, "bf16", dev), exported(spec, shape, dev)
             ours = timed(timer, spec, inputs, lambda: spec.run(inputs, cfg))
+            tuned = timed(timer, spec, inputs, lambda: spec.run(inputs, tuned_cfg)) if tuned_cfg else ours
             torch_ms = timed(timer, spec, inputs, lambda: spec.baseline(inputs))
-            tflops = spec.flops(shape, "bf16") / (ours * 1e-3) / 1e12
-            data.append({"shape": shape, "default": str(cfg), "default_ms": ours, "torch_ms": torch_ms,
-                         "ratio": torch_ms / ours, "tflops": tflops})
-            rows.append(f"| {M} | {N} | {K} | {ours * 1e3:.1f} | {torch_ms * 1e3:.1f} | {torch_ms / ours:.2f}x | "
-                        f"{tflops:.0f} | `{cfg}` |")
+            best = min(ours, tuned)
+            tflops = spec.flops(shape, "bf16") / (best * 1e-3) / 1e12
+            data.append({"shape": shape, "default": str(cfg), "default_ms": ours, "export": str(tuned_cfg),
+                         "export_ms": tuned, "torch_ms": torch_ms, "ratio_default": torch_ms / ours,
+                         "ratio_export": torch_ms / tuned, "tflops_best": tflops})
+            rows.append(f"| {M} | {N} | {K} | {ours * 1e3:.1f} | {tuned * 1e3:.1f} | {torch_ms * 1e3:.1f} | "
+                        f"{torch_ms / ours:.2f}x | {torch_ms / tuned:.2f}x | {tflops:.0f} | `{tuned_cfg or cfg}` |")
+            del inputs
 
 
 def moe(dev, timer, rows, data):
     spec = get_kernel("fused_moe")
     for M in MOE_M:
         if left() < 10:
-            rows.append(f"| {M} | skipped: deadline | | | |")
+            rows.append(f"| {M} | skipped: deadline | | | | | |")
             continue
         shape = {"M": M, **MOE}
         inputs = spec.make_inputs(shape, "bf16", dev)
-        cfg = spec.default(shape, "bf16", dev)
+        cfg, tuned_cfg = spec.default(shape, "bf16", dev), exported(spec, shape, dev)
         ours = timed(timer, spec, inputs, lambda: spec.run(inputs, cfg))
+        tuned = timed(timer, spec, inputs, lambda: spec.run(inputs, tuned_cfg)) if tuned_cfg else ours
         ref = timed(timer, spec, inputs, lambda: spec.baseline(inputs))
-        data.append({"shape": shape, "default": str(cfg), "default_ms": ours, "torch_loop_ms": ref})
-        rows.append(f"| {M} | {ours * 1e3:.1f} | {ref * 1e3:.1f} | {ref / ours:.2f}x | `{cfg}` |")
+        data.append({"shape": shape, "default": str(cfg), "default_ms": ours, "export": str(tuned_cfg),
+                     "export_ms": tuned, "torch_loop_ms": ref})
+        rows.append(f"| {M} | {ours * 1e3:.1f} | {tuned * 1e3:.1f} | {ref * 1e3:.1f} | {ref / ours:.2f}x | "
+                    f"{ref / tuned:.2f}x | `{tuned_cfg or cfg}` |")
         del inputs
 
 
@@ -133,15 +173,20 @@ def main():
         f"{env['device']} ({env['arch']}), {env['date']}, torch {env['torch']}, triton {env['triton']}, "
         f"flytune_nb {env['flytune_nb']}; measured copy bandwidth {bw / 1e12:.2f} TB/s (read+write). "
         "All times p50 of flytune's GpuTimer (L2 flushed between reps), in us.", "",
-        f"## fused_moe, bf16, E={MOE['E']} N={MOE['N']} K={MOE['K']} top-{MOE['topk']}: heuristic default vs the "
-        "torch loop over experts", "",
-        "| M | ours | torch loop | speedup | default config |", "|---|---|---|---|---|", *moe_rows, "",
-        "## matmul, bf16: heuristic default (no search) vs torch.matmul (cuBLAS)", "",
-        "| M | N | K | ours | torch.matmul | torch / ours | ours TFLOP/s | default config |",
-        "|---|---|---|---|---|---|---|---|", *gemm_rows, "",
-        "## Memory-bound, bf16 (best = successive halving over the pruned space)", "",
-        "| kernel | M | N | default | best | torch eager | torch.compile | best vs better torch | best, share of copy BW "
-        "| best config |", "|---|---|---|---|---|---|---|---|---|---|", *mem_rows, "",
+        f"## fused_moe, bf16, E={MOE['E']} N={MOE['N']} K={MOE['K']} top-{MOE['topk']}: heuristic default and the "
+        "committed export (tuned) vs the torch loop over experts", "",
+        "| M | default | tuned | torch loop | default speedup | tuned speedup | tuned config |",
+        "|---|---|---|---|---|---|---|", *moe_rows, "",
+        "## matmul, bf16: heuristic default (no search) and the committed export (tuned) vs torch.matmul (cuBLAS)", "",
+        "| M | N | K | default | tuned | torch.matmul | torch / default | torch / tuned | best TFLOP/s | tuned config |",
+        "|---|---|---|---|---|---|---|---|---|---|", *gemm_rows, "",
+        f"## Memory-bound, bf16 (best = {os.environ.get('MEM_STRATEGY', 'halving')} over the pruned space)", "",
+        "one-row best: the fastest config without BLOCK_M (one row per program). Copy BW: the best's bytes over its "
+        "time, as a share of the 4 GiB copy's bandwidth; same-bytes copy: a device copy moving the same bytes, its "
+        "time over ours.", "",
+        "| kernel | M | N | default | one-row best | best | torch eager | torch.compile | best vs better torch "
+        "| share of copy BW | vs same-bytes copy | best config |", "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *mem_rows, "",
         f"Geomean of best vs the better of eager/compile: {geo:.2f}x over {len(mb)} shapes."])
     write(os.environ.get("BENCH_NAME", "kernels_grid"), payload, md)
 

@@ -73,23 +73,23 @@ def main():
     x, w, y = inputs["x"], inputs["weight"], inputs["out"]
     launch = cfg.launch_options(dev.backend)
     def raw_launch():
-        kmod.rmsnorm_kernel[(1,)](x, w, y, x.stride(0), y.stride(0), 4096, 1e-6, BLOCK_N=cfg["BLOCK_N"],
-                                  SINGLE_PASS=True, **launch)
+        kmod.rmsnorm_kernel[(1,)](x, w, y, 1, x.stride(0), y.stride(0), 4096, 1e-6, BLOCK_M=1,
+                                  BLOCK_N=cfg["BLOCK_N"], SINGLE_PASS=True, **launch)
 
     raw = per_call(raw_launch)
-    args = (x, w, y, x.stride(0), y.stride(0), 4096, 1e-6)
-    remembered = per_call(lambda: L.launch(kmod.rmsnorm_kernel, (1,), args, cfg, BLOCK_N=cfg["BLOCK_N"],
+    args = (x, w, y, 1, x.stride(0), y.stride(0), 4096, 1e-6)
+    remembered = per_call(lambda: L.launch(kmod.rmsnorm_kernel, (1,), args, cfg, BLOCK_M=1, BLOCK_N=cfg["BLOCK_N"],
                                           SINGLE_PASS=True))
-    compiled = kmod.rmsnorm_kernel[(1,)](*args, BLOCK_N=cfg["BLOCK_N"], SINGLE_PASS=True, **launch)
+    compiled = kmod.rmsnorm_kernel[(1,)](*args, BLOCK_M=1, BLOCK_N=cfg["BLOCK_N"], SINGLE_PASS=True, **launch)
     krun, fn, packed = compiled.run, compiled.function, compiled.packed_metadata
     stream = torch.cuda.current_stream().cuda_stream
-    floor = per_call(lambda: krun(1, 1, 1, stream, fn, packed, None, None, None, *args, cfg["BLOCK_N"], True))
+    floor = per_call(lambda: krun(1, 1, 1, stream, fn, packed, None, None, None, *args, 1, cfg["BLOCK_N"], True))
     c_launch = L._c_launch(krun)
     c_floor = float("nan")
     if c_launch is not None:
         c, coop, pdl = c_launch
         c_floor = per_call(lambda: c(1, 1, 1, stream, fn, coop, pdl, None, None, packed, None, None, None, *args,
-                                     cfg["BLOCK_N"], True))
+                                     1, cfg["BLOCK_N"], True))
     fast_key_us = per_call(lambda: _fast_key(inputs), sync=False)
     config_for_us = per_call(lambda: op.config_for(inputs), sync=False)
     wrapper = per_call(lambda: spec.run(inputs, cfg))

@@ -55,15 +55,15 @@ def triton_dir(kdir: Path) -> tuple[Path | None, str]:
 
 def validated_table(spec, path: Path, rest: dict, dtype: str, device) -> dict[int, Config]:
     """{M: Config} from one artifact, or ArtifactError: every entry must hold exactly the knobs the kernel's launcher
-    consumes (those its heuristic names; AMD ones may be added on HIP) — no missing knob silently defaulted."""
+    consumes (those its heuristic names, plus the kernel's optional knobs; AMD ones may be added on HIP) — no missing
+    knob silently defaulted."""
     raw = read_table(path)
     expected = set(spec.default({**rest, spec.batch_axis: min(raw)}, dtype, device).to_dict())
     optional = set(HIP_OPTIONS) if device.backend == "hip" else set()
     out = {}
     for m in sorted(raw):
         knobs = raw[m]
-        missing = expected - set(knobs) - optional
-        extra = set(knobs) - expected - optional
+        missing, extra = (k - optional for k in spec.knob_mismatch(knobs, expected))
         if missing or extra:
             raise ArtifactError(f"{Path(path).name}: entry {m}: " + "; ".join(
                 p for p in (f"missing knob {sorted(missing)}" if missing else "",

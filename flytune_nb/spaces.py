@@ -60,13 +60,22 @@ def tile_smem(bm: int, bn: int, bk: int, stages: int, dtype: str, backend: str) 
     return tile if backend == "hip" else stages * tile
 
 
-def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, device: DeviceInfo) -> bool:
+def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, device: DeviceInfo, *,
+              store_tile: bool = False) -> bool:
+    """``store_tile``: the epilogue also stages the (bm x bn) output tile in shared memory, as a TMA store does
+    (128x256x64 on 4 stages: 192 KiB of operands + 64 KiB of output, over the H200's 227 KiB; Triton refuses it)."""
     limit = device.smem_bytes or UNKNOWN_SMEM
     if device.backend == "hip":
         limit = min(limit, HIP_LDS)
     acc = bm * bn / (lanes(device) * warps)
-    return tile_smem(bm, bn, bk, stages, dtype, device.backend) <= limit and \
-        ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
+    smem = tile_smem(bm, bn, bk, stages, dtype, device.backend) + (bm * bn * itemsize(dtype) if store_tile else 0)
+    return smem <= limit and ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
+
+
+def has_tma(device: DeviceInfo) -> bool:
+    """Hopper's tensor memory accelerator (CUDA sm_90 and newer)."""
+    digits = "".join(ch for ch in device.arch if ch.isdigit())
+    return device.backend == "cuda" and int(digits or 0) >= 90
 
 
 def block_k_options(K: int, device: DeviceInfo, choices=(16, 32, 64, 128, 256)) -> list[int]:
@@ -108,20 +117,34 @@ def nearest(space: Iterable[Config], target: Config, weights: dict[str, float] |
     return min(space, key=dist)
 
 
-def row_space(N: int, dtype: str, device: DeviceInfo, *, max_single_bytes: int, max_elems_per_thread: int,
-              min_block: int = 256, max_block: int = 8192) -> list[Config]:
-    """The space of a one-program-per-row kernel with a ``BLOCK_N`` knob (single pass when BLOCK_N >= N, else
-    looped): the whole row while it fits ``max_single_bytes``; looped blocks from ``min_block`` up to half the row
-    (capped at ``max_block``), with num_stages 1-2 (pipelining only matters when looped); warps such that each thread
-    holds between 1 and ``max_elems_per_thread`` elements (tiny rows: one warp, some lanes idle). HIP adds
-    waves_per_eu."""
+MULTI_ROW_BYTES = 16 * 1024  # a BLOCK_M-row program holds at most this much of each row tensor
+
+
+def row_space(shape: dict, dtype: str, device: DeviceInfo, *, max_single_bytes: int, max_elems_per_thread: int,
+              min_block: int = 256, max_block: int = 8192, looped_stages=(1, 2)) -> list[Config]:
+    """The space of a row kernel with a ``BLOCK_N`` knob (single pass when BLOCK_N >= N, else looped): the whole row
+    while it fits ``max_single_bytes``; looped blocks from ``min_block`` up to half the row (capped at
+    ``max_block``), with ``looped_stages`` (pipelining only matters when looped); warps such that each thread holds
+    between 1 and ``max_elems_per_thread`` elements (tiny rows: one warp, some lanes idle). A single pass may also
+    take BLOCK_M > 1 rows per program, while BLOCK_M rows fit MULTI_ROW_BYTES and BLOCK_M <= next_pow2(M): N=1024
+    bf16 adds 2, 4 and 8 rows, N=4096 adds 2, N >= 8192 none. BLOCK_M=1 is left out of the config, so the configs of
+    one-row kernels (stored trials, exported files) keep their names. HIP adds waves_per_eu."""
+    N, M, es = shape["N"], shape["M"], itemsize(dtype)
     full = next_pow2(N)
-    single = [full] if full * itemsize(dtype) <= max_single_bytes else []
     out = []
-    for block in single + pow2_between(min_block, min(full // 2, max_block)):
-        stages = (1,) if block >= N else (1, 2)
-        for warps in pow2_between(1, max_warps(device)):
-            ept = block / (warps * lanes(device))
-            if (ept >= 1 or warps == 1) and ept <= max_elems_per_thread:
-                out += [Config({"BLOCK_N": block}, num_warps=warps, num_stages=s) for s in stages]
+    if full * es <= max_single_bytes:
+        for rows in pow2_between(1, max(1, min(next_pow2(M), MULTI_ROW_BYTES // (full * es)))):
+            out += _warps(full * rows, (1,), {"BLOCK_N": full, "BLOCK_M": rows} if rows > 1 else {"BLOCK_N": full},
+                          device, max_elems_per_thread)
+    for block in pow2_between(min_block, min(full // 2, max_block)):
+        out += _warps(block, looped_stages, {"BLOCK_N": block}, device, max_elems_per_thread)
     return with_hip_knobs(out, device)
+
+
+def _warps(elems: int, stages, params: dict, device: DeviceInfo, max_elems_per_thread: int) -> list[Config]:
+    out = []
+    for warps in pow2_between(1, max_warps(device)):
+        ept = elems / (warps * lanes(device))
+        if (ept >= 1 or warps == 1) and ept <= max_elems_per_thread:
+            out += [Config(params, num_warps=warps, num_stages=s) for s in stages]
+    return out

@@ -55,6 +55,15 @@ class KernelSpec:
     # workbench pre-fills. 4096 everywhere is right for a norm, absurd for MoE (4096 experts, top-4096).
     example_shape: dict = field(default_factory=dict)
     artifact_dtype: Callable[[str], str | None] | None = None  # default: the short name, e.g. "bf16"
+    # Knobs a config may leave out, with the value their absence means (rmsnorm's BLOCK_M: 1 row per program). A knob
+    # added to a kernel this way keeps the names of its older configs, so stored trials and exported files stay valid.
+    optional_knobs: dict = field(default_factory=dict)
+
+    def knob_mismatch(self, have, want) -> tuple[set, set]:
+        """(missing, extra): the knobs a config naming ``have`` lacks or adds against one naming ``want`` (the
+        heuristic default's); optional knobs may be absent on either side."""
+        optional = set(self.optional_knobs)
+        return set(want) - set(have) - optional, set(have) - set(want) - optional
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():

@@ -175,7 +175,7 @@ class Sweep:
         if self.configs is None:
             return
         knobs = set(Config.from_dict(plan["default"]).to_dict())
-        bad = [c for c in self.configs if set(c.to_dict()) != knobs]
+        bad = [c for c in self.configs if any(self.spec.knob_mismatch(c.to_dict(), knobs))]
         if bad:
             raise SweepError(f"{self.spec.name}: {bad[0]} does not have this kernel's knobs ({', '.join(sorted(knobs))})")
 

@@ -61,6 +61,21 @@ def test_a_sample_of_the_matmul_space_compiles_and_passes(dev):
     assert failures == []
 
 
+def test_a_sample_of_the_tma_space_compiles_and_passes(dev):
+    """12 persistent-TMA configs of a ragged shape above M=128 (zero-filled edge tiles, clipped stores), checked
+    against the fp64 reference; none may fail to compile (the TMA store's output tile is in the smem bound)."""
+    import random
+
+    spec = get_kernel("matmul")
+    shape = {"M": 300, "N": 200, "K": 328}
+    space = [c for c in spec.configs(shape, "bf16", dev) if c.get("TMA")]
+    assert space, "no TMA configs on this GPU" if dev.arch == "sm_90" else "not Hopper"
+    timer = GpuTimer(dev, warmup_ms=1, rep_ms=1, min_reps=3)
+    failures = [(str(c), t.status, t.reason) for c in random.Random(0).sample(space, min(12, len(space)))
+                for t in [evaluate(spec, shape, "bf16", c, dev, timer)] if not t.ok]
+    assert failures == []
+
+
 @pytest.mark.parametrize("model", [(8, 14336, 4096, 2), (128, 768, 2048, 8)])  # Mixtral-8x7B; Qwen3-30B-A3B
 @pytest.mark.parametrize("M", [1, 64, 512])
 def test_fused_moe_default_is_correct_on_the_gpu(model, M, dev):
@@ -185,7 +200,8 @@ def test_remembered_launch_is_used_and_stays_correct_on_misaligned_views(kernel,
 
 @pytest.mark.parametrize("kernel,shape", [
     ("rmsnorm", {"M": 64, "N": 4096}), ("fused_add_rmsnorm", {"M": 64, "N": 4096}), ("softmax", {"M": 64, "N": 4096}),
-    ("matmul", {"M": 64, "N": 256, "K": 512}), ("fused_moe", {"M": 16, "E": 8, "N": 256, "K": 512, "topk": 2})])
+    ("matmul", {"M": 64, "N": 256, "K": 512}), ("matmul", {"M": 2048, "N": 8192, "K": 256}),  # the latter: TMA
+    ("fused_moe", {"M": 16, "E": 8, "N": 256, "K": 512, "topk": 2})])
 def test_precompile_on_meta_inputs_compiles_what_the_real_launch_uses(kernel, shape, dev):
     """The pool compiles on meta tensors without launching; the timing worker's real launch must find exactly that
     kernel (same specialisation), or precompiling was for nothing. Triton's in-memory kernel cache, emptied first,

@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from flytune_nb.device import current_device
+from flytune_nb.registry import get_kernel
 from flytune_nb.events import TrialStarted
 from flytune_nb.store import Store, StoreError
 from flytune_nb.sweep import Sweep, SweepError
@@ -163,7 +165,9 @@ def test_halving_and_surrogate_through_the_engine_store_and_resume(tmp_path):
     db = tmp_path / "h.db"
     r = Sweep("rmsnorm", "M=2 N=1000", ["fp32"], db=db, strategy="halving", isolate=False, baselines=()).run()[0]
     fid = [t.fidelity for t in r.trials]
-    assert fid[0] == "full" and fid.count("quick") == 23  # the default, then every other config of the space quickly
+    space = get_kernel("rmsnorm").configs({"M": 2, "N": 1000}, "fp32", current_device())
+    assert len(space) == 30  # 23 one-row configs + 7 with BLOCK_M=2
+    assert fid[0] == "full" and fid.count("quick") == len(space) - 1  # the default, then every other config quickly
     assert fid.count("full") == 1 + math.ceil(fid.count("quick") / 4)  # the default, then the top quarter
     assert r.best.fidelity == "full"
     df = Store(db).frame()

@@ -73,7 +73,7 @@ def test_progress_label_counts_and_shows_best_so_far():
 def test_grid_editor_previews_work_and_explains_bad_input():
     picker = KernelPicker("rmsnorm")
     grid = GridEditor(picker, {"M": "1,64", "N": "4096"}, ["bf16"])
-    assert "<b>2</b> shapes" in grid.preview.value and "<b>94</b> trials" in grid.preview.value
+    assert "<b>2</b> shapes" in grid.preview.value and "<b>98</b> trials" in grid.preview.value  # 47 + 51
     grid.axis_boxes["M"].value = "1,x"
     assert "not a positive integer" in grid.preview.value and "&#9888;" in grid.preview.value
     grid.axis_boxes["M"].value = ""

@@ -29,7 +29,8 @@ def surrogate(space: Sequence, evaluate: Callable, budget: int | None = None, se
         return []
     dicts = [c.to_dict() for c in space]
     knobs = sorted({k for d in dicts for k in d})
-    choices = {k: sorted({d.get(k) for d in dicts}, key=lambda v: (v is None, v)) for k in knobs}
+    # an absent knob (an optional one such as BLOCK_M, an unset waves_per_eu) means the kernel's smallest setting
+    choices = {k: sorted({d.get(k) for d in dicts}, key=lambda v: (v is not None, v)) for k in knobs}
     by_combo = {tuple(d.get(k) for k in knobs): c for d, c in zip(dicts, space)}
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=max(3, n // 4), multivariate=True)
     study = optuna.create_study(direction="minimize", sampler=sampler)

@@ -60,4 +60,5 @@ SPEC = KernelSpec(
     flops=lambda s, d: 5 * s["M"] * s["N"],
     description="Residual add (in place) fused with RMSNorm; returns (y, residual).",
     baseline=baseline,
+    optional_knobs={"BLOCK_M": 1},
 )

@@ -1,4 +1,4 @@
-"""Fused residual add + RMSNorm in Triton, one program per row:
+"""Fused residual add + RMSNorm in Triton, one program per row (BLOCK_M > 1: per BLOCK_M rows, single pass):
     residual <- residual + x      (in place, stored in the input dtype)
     y        <- rmsnorm(residual) * w
 
@@ -16,8 +16,23 @@ from flytune_nb.launch import launch
 
 
 @triton.jit
-def fused_add_rmsnorm_kernel(X, R, W, Y, stride_x, stride_r, stride_y, N, eps,
-                             BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr):
+def fused_add_rmsnorm_kernel(X, R, W, Y, M, stride_x, stride_r, stride_y, N, eps,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr):
+    if BLOCK_M > 1:  # single pass over BLOCK_M rows (short rows: more bytes in flight per program, w read once)
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        r_ptrs = R + rows[:, None] * stride_r + cols[None, :]
+        z = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32) + \
+            tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)
+        z = z.to(R.dtype.element_ty)
+        tl.store(r_ptrs, z, mask=mask)
+        z = z.to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(z * z, axis=1) / N + eps)
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], (z * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty),
+                 mask=mask)
+        return
     row = tl.program_id(0).to(tl.int64)
     x_row, r_row, y_row = X + row * stride_x, R + row * stride_r, Y + row * stride_y
     if SINGLE_PASS:
@@ -25,11 +40,11 @@ def fused_add_rmsnorm_kernel(X, R, W, Y, stride_x, stride_r, stride_y, N, eps,
         mask = cols < N
         z = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32) + \
             tl.load(r_row + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)  # issued beside x and r, not after the reduction
         z = z.to(R.dtype.element_ty)
         tl.store(r_row + cols, z, mask=mask)
         z = z.to(tl.float32)
         rstd = tl.rsqrt(tl.sum(z * z, axis=0) / N + eps)
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(y_row + cols, (z * rstd * w).to(Y.dtype.element_ty), mask=mask)
     else:
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
@@ -76,8 +91,8 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     elif not out.is_contiguous():
         raise ValueError("out must be contiguous")
     y2 = out if out.dim() == 2 else out.view(-1, N)
-    block = config["BLOCK_N"]
-    launch(fused_add_rmsnorm_kernel, (x2.shape[0],),
-           (x2, r2, weight, y2, x2.stride(0), r2.stride(0), y2.stride(0), N, eps), config,
-           BLOCK_N=block, SINGLE_PASS=block >= N)
+    block, rows, M = config["BLOCK_N"], config.get("BLOCK_M", 1), x2.shape[0]
+    launch(fused_add_rmsnorm_kernel, (triton.cdiv(M, rows),),
+           (x2, r2, weight, y2, M, x2.stride(0), r2.stride(0), y2.stride(0), N, eps), config,
+           BLOCK_M=rows, BLOCK_N=block, SINGLE_PASS=block >= N)
     return out, residual

@@ -56,4 +56,5 @@ SPEC = KernelSpec(
     flops=lambda s, d: 2 * s["M"] * s["N"] * s["K"],
     description="GEMM a @ w.T (bf16/fp16, fp32 accumulate), grouped tile order; SGLang's knobs.",
     baseline=baseline,
+    optional_knobs={"TMA": 0},
 )

@@ -21,6 +21,14 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   tiles fill more than half (M=512: 128 tiles -> 256, two waves less a few SMs) was 1.33x the best in session 5;
   at most one wave of 128x128 tiles runs one CTA per SM, on 8 warps with 5 stages (M=512, N=4096: 33.0 us, the
   sweep's best, against 46.0 on 4 warps and 3 stages, benchmarks/results/heuristic_ab.json).
+  On Hopper, when 128x256 tiles fill at least 3/4 of the SMs: the persistent TMA path (TMA=2) with 128x256x64 tiles
+  on 8 warps, 3 stages (4 would not fit beside the output tile the TMA store stages). Session 6's H200 run
+  (benchmarks/results/gemm_paths_s6a.md, K=4096) had it the fastest of 13 tiles x 3 paths at M=1024/4096 N=4096 and
+  M=256/4096 N=14336 (0.94-0.98x cuBLAS from M=1024, against 0.77-0.82x for this rule's pointer tiles). When its
+  last round of tiles would leave SMs idle and 128x128 tiles fill the rounds better, 128x128 on 4 warps, 4 stages:
+  M=1024 N=14336 (448 tiles of 128x256 on 132 SMs, 0.85 of 4 rounds) ran 175.2 us that way against 181.2 us, the
+  fastest of the run (0.91x cuBLAS). With fewer tiles (M=256, N=4096: 32 of 132 SMs) the pointer rules below stay ahead
+  (26.4 us against 30.4 for the best TMA tile).
   On HIP (64 KiB LDS) 128x128x64 on 4 warps, matrix_instr_nonkdim 16, waves_per_eu 2.
 The wish is then landed on the nearest config of the pruned space (fewer stages first, then a thinner K tile, then
 narrower N/M tiles), so the default is always one the sweep also times.
@@ -29,7 +37,7 @@ from __future__ import annotations
 
 from flytune_nb.config import Config
 from flytune_nb.dtypes import itemsize
-from flytune_nb.spaces import TILE_WEIGHTS, nearest, next_pow2
+from flytune_nb.spaces import TILE_WEIGHTS, has_tma, nearest, next_pow2
 
 from .configs import configs
 
@@ -49,6 +57,12 @@ def _weight_bound(M: int, N: int, K: int, dtype_bytes: int, device) -> tuple:
     return bm, bn, 128 if bn <= 32 else 64, 8, 5 if bn <= 32 else 4
 
 
+def _wave_use(tiles: int, sms: int) -> float:
+    """The share of the SMs' rounds a persistent kernel keeps busy: 448 tiles on 132 SMs take 4 rounds for 3.39 of
+    work (0.85); 896 take 7 for 6.79 (0.97)."""
+    return tiles / sms / -(-tiles // sms)
+
+
 def default(shape, dtype, device) -> Config:
     M, N, K = shape["M"], shape["N"], shape["K"]
     # GROUP_SIZE_M 8 everywhere: column-major over up to 8 row tiles, so the row tiles of one w panel run together
@@ -56,6 +70,15 @@ def default(shape, dtype, device) -> Config:
         bm, bn, bk, warps, stages = _weight_bound(M, N, K, itemsize(dtype), device)
     elif device.backend == "hip":
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 2
+    elif has_tma(device) and -(-M // 128) * -(-N // 256) >= 0.75 * device.sm_count:
+        wide, narrow = (_wave_use(-(-M // 128) * -(-N // bn), device.sm_count) for bn in (256, 128))
+        if wide >= 0.9 or wide >= narrow:
+            tile = {"BLOCK_SIZE_N": 256}, 8, 3
+        else:  # 128x256 would leave the last round of tiles mostly idle: 128x128, twice the tiles, 4 warps
+            tile = {"BLOCK_SIZE_N": 128}, 4, 4
+        wish = Config({"BLOCK_SIZE_M": 128, **tile[0], "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": 2},
+                      num_warps=tile[1], num_stages=tile[2])
+        return nearest(configs(shape, dtype, device), wish, TILE_WEIGHTS)
     else:
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 3
         tiles = -(-M // bm) * -(-N // bn)

@@ -57,4 +57,5 @@ SPEC = KernelSpec(
     flops=lambda s, d: 4 * s["M"] * s["N"],
     description="RMSNorm over the last axis (one program per row; single-pass or looped).",
     baseline=baseline,
+    optional_knobs={"BLOCK_M": 1},
 )

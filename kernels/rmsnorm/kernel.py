@@ -1,8 +1,10 @@
-"""RMSNorm in Triton: y = x * rsqrt(mean(x^2) + eps) * w, one program per row.
+"""RMSNorm in Triton: y = x * rsqrt(mean(x^2) + eps) * w, one program per row (or per BLOCK_M rows).
 
 BLOCK_N >= N: single pass — the row is loaded once into registers, reduced, scaled and stored (2 bytes moved per
 element per direction, the minimum). BLOCK_N < N: looped — one pass to reduce, a second to scale; x is read twice,
-but nothing spills for very wide rows.
+but nothing spills for very wide rows. BLOCK_M > 1 (single pass only): one program normalises BLOCK_M rows, so a
+short row's program has more bytes in flight and w is read once per BLOCK_M rows. w's load is issued beside x's, before
+the reduction, so its latency overlaps x's instead of following the reduction.
 """
 from __future__ import annotations
 
@@ -15,18 +17,29 @@ from flytune_nb.launch import launch
 
 
 @triton.jit
-def rmsnorm_kernel(X, W, Y, stride_x, stride_y, N, eps, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    x_row = X + row * stride_x
-    y_row = Y + row * stride_y
-    if SINGLE_PASS:
+def rmsnorm_kernel(X, W, Y, M, stride_x, stride_y, N, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   SINGLE_PASS: tl.constexpr):
+    if BLOCK_M > 1:  # single pass over BLOCK_M rows: short rows (N=1024 bf16: 2 KiB) give each program more in flight
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)  # issued before the reduction waits on x
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)
+        y = x * rstd[:, None] * w[None, :]
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    elif SINGLE_PASS:
+        row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK_N)
         mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
+        tl.store(Y + row * stride_y + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
     else:
+        row = tl.program_id(0).to(tl.int64)
+        x_row = X + row * stride_x
+        y_row = Y + row * stride_y
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for off in range(0, N, BLOCK_N):
             cols = off + tl.arange(0, BLOCK_N)
@@ -58,7 +71,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = No
     elif not out.is_contiguous():
         raise ValueError("out must be contiguous")
     y2 = out if out.dim() == 2 else out.view(-1, N)
-    block = config["BLOCK_N"]
-    launch(rmsnorm_kernel, (x2.shape[0],), (x2, weight, y2, x2.stride(0), y2.stride(0), N, eps), config,
-           BLOCK_N=block, SINGLE_PASS=block >= N)
+    block, rows, M = config["BLOCK_N"], config.get("BLOCK_M", 1), x2.shape[0]
+    launch(rmsnorm_kernel, (triton.cdiv(M, rows),), (x2, weight, y2, M, x2.stride(0), y2.stride(0), N, eps), config,
+           BLOCK_M=rows, BLOCK_N=block, SINGLE_PASS=block >= N)
     return out

@@ -55,4 +55,5 @@ SPEC = KernelSpec(
     flops=lambda s, d: 5 * s["M"] * s["N"],  # max, sub, exp, sum, div
     description="Row-wise softmax, fp32 accumulation (single pass or online two-pass).",
     baseline=baseline,
+    optional_knobs={"BLOCK_M": 1},
 )

@@ -1,6 +1,6 @@
 """Search space for softmax.
 
-Knobs as rmsnorm (BLOCK_N, num_warps, num_stages; waves_per_eu on HIP). The single-pass form keeps x and exp(x) of the
+Knobs as rmsnorm (BLOCK_N, BLOCK_M, num_warps, num_stages; waves_per_eu on HIP). The single-pass form keeps x and exp(x) of the
 row live, so the row cap is 32 KiB of the input dtype (64 fp32 registers per thread at 16 warps) and at most 32
 elements per thread; looped blocks from 256 up to half the row, where pipelining (num_stages 2) is worth searching.
 """
@@ -14,5 +14,5 @@ MAX_ELEMS_PER_THREAD = 32
 
 
 def configs(shape, dtype, device) -> list[Config]:
-    return row_space(shape["N"], dtype, device, max_single_bytes=MAX_SINGLE_PASS_BYTES,
+    return row_space(shape, dtype, device, max_single_bytes=MAX_SINGLE_PASS_BYTES,
                      max_elems_per_thread=MAX_ELEMS_PER_THREAD)

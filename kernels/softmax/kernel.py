@@ -1,4 +1,4 @@
-"""Row-wise softmax in Triton, fp32 accumulation, one program per row.
+"""Row-wise softmax in Triton, fp32 accumulation, one program per row (BLOCK_M > 1: per BLOCK_M rows, single pass).
 
 BLOCK_N >= N: single pass — the row is loaded once, max-reduced, exponentiated, sum-reduced and stored (x read once,
 y written once: the minimum traffic). BLOCK_N < N: online softmax — pass one keeps a running max and a running sum
@@ -16,7 +16,20 @@ from flytune_nb.launch import launch
 
 
 @triton.jit
-def softmax_kernel(X, Y, stride_x, stride_y, N, BLOCK_N: tl.constexpr, SINGLE_PASS: tl.constexpr):
+def softmax_kernel(X, Y, M, stride_x, stride_y, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   SINGLE_PASS: tl.constexpr):
+    if BLOCK_M > 1:  # single pass over BLOCK_M rows: short rows give each program more bytes in flight
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.arange(0, BLOCK_N)
+        # rows past M re-read row M-1 (an all -inf row would make exp(nan)); their store is masked off
+        src = tl.minimum(rows, M - 1)
+        x = tl.load(X + src[:, None] * stride_x + cols[None, :], mask=cols[None, :] < N, other=-float("inf"))
+        x = x.to(tl.float32)
+        e = tl.exp(x - tl.max(x, axis=1)[:, None])
+        y = e / tl.sum(e, axis=1)[:, None]
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        tl.store(Y + rows[:, None] * stride_y + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+        return
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x
     y_row = Y + row * stride_y
@@ -56,7 +69,7 @@ def softmax(x: torch.Tensor, out: torch.Tensor | None = None, *, config: Config)
     elif not out.is_contiguous():
         raise ValueError("out must be contiguous")
     y2 = out if out.dim() == 2 else out.view(-1, N)
-    block = config["BLOCK_N"]
-    launch(softmax_kernel, (x2.shape[0],), (x2, y2, x2.stride(0), y2.stride(0), N), config, BLOCK_N=block,
-           SINGLE_PASS=block >= N)
+    block, rows, M = config["BLOCK_N"], config.get("BLOCK_M", 1), x2.shape[0]
+    launch(softmax_kernel, (triton.cdiv(M, rows),), (x2, y2, M, x2.stride(0), y2.stride(0), N), config,
+           BLOCK_M=rows, BLOCK_N=block, SINGLE_PASS=block >= N)
     return out
