@@ -72,6 +72,6 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = No
         raise ValueError("out must be contiguous")
     y2 = out if out.dim() == 2 else out.view(-1, N)
     block, rows, M = config["BLOCK_N"], config.get("BLOCK_M", 1), x2.shape[0]
-    launch(rmsnorm_kernel, (triton.cdiv(M, rows),), (x2, weight, y2, M, x2.stride(0), y2.stride(0), N, eps), config,
+    launch(rmsnorm_kernel, ((M + rows - 1) // rows,), (x2, weight, y2, M, x2.stride(0), y2.stride(0), N, eps), config,
            BLOCK_M=rows, BLOCK_N=block, SINGLE_PASS=block >= N)
     return out

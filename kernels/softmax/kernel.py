@@ -70,6 +70,6 @@ def softmax(x: torch.Tensor, out: torch.Tensor | None = None, *, config: Config)
         raise ValueError("out must be contiguous")
     y2 = out if out.dim() == 2 else out.view(-1, N)
     block, rows, M = config["BLOCK_N"], config.get("BLOCK_M", 1), x2.shape[0]
-    launch(softmax_kernel, (triton.cdiv(M, rows),), (x2, y2, M, x2.stride(0), y2.stride(0), N), config,
+    launch(softmax_kernel, ((M + rows - 1) // rows,), (x2, y2, M, x2.stride(0), y2.stride(0), N), config,
            BLOCK_M=rows, BLOCK_N=block, SINGLE_PASS=block >= N)
     return out

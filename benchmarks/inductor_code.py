@@ -1,0 +1,29 @@
+"""What torch.compile generates for a row kernel's torch baseline at one shape: the Triton source Inductor writes
+(its launch config included), so a shape where Inductor's kernel is faster than ours can be read side by side.
+Usage: python inductor_code.py KERNEL M N  ->  $BENCH_OUT/inductor_<kernel>_<M>x<N>.py"""
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch._inductor.utils import run_and_get_code
+
+from common import out_dir
+from flytune_nb.device import current_device
+from flytune_nb.registry import get_kernel
+
+
+def main():
+    kernel, M, N = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    spec = get_kernel(kernel)
+    inputs = spec.make_inputs({"M": M, "N": N}, "bf16", current_device())
+    torch._dynamo.reset()
+    fn = torch.compile(spec.baseline, dynamic=False)
+    _, code = run_and_get_code(fn, inputs)
+    path = out_dir() / f"inductor_{kernel}_{M}x{N}.py"
+    path.write_text("\n\n# ---- next module ----\n\n".join(code))
+    print(path, sum(len(c) for c in code), "chars")
+
+
+if __name__ == "__main__":
+    main()
