@@ -1,6 +1,6 @@
 """What torch.compile generates for a row kernel's torch baseline at one shape: the Triton source Inductor writes
 (its launch config included), so a shape where Inductor's kernel is faster than ours can be read side by side.
-Usage: python inductor_code.py KERNEL M N  ->  $BENCH_OUT/inductor_<kernel>_<M>x<N>.py"""
+Usage: python inductor_code.py KERNEL M N  ->  $BENCH_OUT/inductor_<kernel>_<M>x<N>.py.txt"""
 from __future__ import annotations
 
 import sys
@@ -20,7 +20,7 @@ def main():
     torch._dynamo.reset()
     fn = torch.compile(spec.baseline, dynamic=False)
     _, code = run_and_get_code(fn, inputs)
-    path = out_dir() / f"inductor_{kernel}_{M}x{N}.py"
+    path = out_dir() / f"inductor_{kernel}_{M}x{N}.py.txt"  # kept as text: generated code, not ours
     path.write_text("\n\n# ---- next module ----\n\n".join(code))
     print(path, sum(len(c) for c in code), "chars")
 
