@@ -17,3 +17,19 @@ trap pack_results EXIT
 checkpoint_db() {
   python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$1"
 }
+# The GPU's clocks and every GPU test, into nvidia_smi_<tag>.txt and gpu_tests_<tag>.txt (GPU_TESTS_S bounds it).
+gpu_tests() {
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
+    > "$BENCH_OUT/nvidia_smi_$1.txt" 2>&1
+  timeout ${GPU_TESTS_S:-200} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 \
+    | tee "$BENCH_OUT/gpu_tests_$1.txt" | tail -15
+}
+# One surrogate sweep on both GPUs into $DB ($BUDGET picks per shape, default 32), bounded by a time limit, then
+# its write-ahead log folded in: surrogate_sweep KERNEL GRID SECONDS.
+surrogate_sweep() {
+  local start=$(date +%s)
+  timeout "$3" python3 -m flytune_nb.cli sweep "$1" --grid "$2" --dtype bf16 --strategy surrogate \
+    --budget "${BUDGET:-32}" --db "$DB" --baselines none --rep-ms 25 --gpus 0,1 --quiet 2>&1 | tail -4
+  echo "$1 $2: $(( $(date +%s) - start )) s"
+  checkpoint_db "$DB"
+}

@@ -4,8 +4,8 @@
 - TMA=1: the same tiles loaded through Hopper's tensor memory accelerator (host-side descriptors);
 - TMA=2: TMA, persistent (one program per SM walking the tiles).
 
-For each shape: torch.matmul, the heuristic default, the committed export's config (exports/matmul, a pointer-path
-config), and every candidate tile config below on each path, with its correctness against the fp64 reference. It is
+For each shape: torch.matmul, the heuristic default, the committed export's config (exports/matmul; in session 6's
+first run these were still session 5's pointer-path configs), and every candidate tile config below on each path, with its correctness against the fp64 reference. It is
 the evidence for which path the matmul space and heuristic use on sm_90. SHAPES="M,N,K;..." overrides the grid.
 """
 from __future__ import annotations

@@ -6,9 +6,7 @@
 set -uo pipefail
 source benchmarks/device_common.sh
 TAG=${TAG:-s6c}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$BENCH_OUT/nvidia_smi_$TAG.txt" 2>&1
-timeout ${GPU_TESTS_S:-200} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 \
-  | tee "$BENCH_OUT/gpu_tests_$TAG.txt" | tail -15
+gpu_tests "$TAG"
 cd benchmarks
 for k in fused_add_rmsnorm rmsnorm; do timeout 60 python3 inductor_code.py $k 256 4096 2>&1 | tail -1; done
 BENCH_DEADLINE_S=${GRID_S:-320} BENCH_NAME=kernels_grid_$TAG timeout $(( ${GRID_S:-320} + 40 )) python3 kernels_grid.py \

@@ -7,9 +7,7 @@
 set -uo pipefail
 source benchmarks/device_common.sh
 TAG=${TAG:-s6a}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$BENCH_OUT/nvidia_smi_$TAG.txt" 2>&1
-timeout ${GPU_TESTS_S:-200} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 \
-  | tee "$BENCH_OUT/gpu_tests_$TAG.txt" | tail -15
+gpu_tests "$TAG"
 cd benchmarks
 BENCH_NAME=gemm_paths_$TAG timeout ${GEMM_S:-170} python3 gemm_paths.py 2>&1 | grep -v Warn | tail -14
 SECTIONS=memory MEM_STRATEGY=exhaustive MEM_M=${MEM_M:-256,4096,32768} MEM_N=${MEM_N:-1024,4096,16384} \

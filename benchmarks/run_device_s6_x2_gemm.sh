@@ -13,11 +13,7 @@ source benchmarks/install_carried.sh || { echo INSTALL FAILED; exit 1; }
 DB=${OUT:-benchmarks/results}/gemm_tma_sweeps.db
 [ -f benchmarks/results/gemm_tma_sweeps.db ] && [ "$DB" != benchmarks/results/gemm_tma_sweeps.db ] \
   && cp benchmarks/results/gemm_tma_sweeps.db "$DB"
-start=$(date +%s)
-timeout ${GEMM_S:-240} python3 -m flytune_nb.cli sweep matmul --grid "M=sglang N=4096,14336 K=4096" --dtype bf16 \
-  --strategy surrogate --budget ${BUDGET:-32} --db "$DB" --baselines none --rep-ms 25 --gpus 0,1 --quiet 2>&1 | tail -4
-echo "matmul sweep: $(( $(date +%s) - start )) s"
-checkpoint_db "$DB"
+surrogate_sweep matmul "M=sglang N=4096,14336 K=4096" ${GEMM_S:-240}
 python3 -m flytune_nb.cli export --db "$DB" --out exports --kernel matmul 2>&1 | tail -4
 (cd benchmarks && python3 heuristic_regret.py "$DB") 2>&1 | tail -8
 (cd benchmarks && timeout 60 python3 tuned_launch_overhead.py) 2>&1 | grep -v Warn | tail -12

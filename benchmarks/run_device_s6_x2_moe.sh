@@ -7,15 +7,8 @@ set -uo pipefail
 source benchmarks/device_common.sh
 source benchmarks/install_carried.sh || { echo INSTALL FAILED; exit 1; }
 DB=${OUT:-benchmarks/results}/moe_seeded_sweeps.db
-sweep() {  # grid, time limit
-  start=$(date +%s)
-  timeout "$2" python3 -m flytune_nb.cli sweep fused_moe --grid "$1" --dtype bf16 --strategy surrogate \
-    --budget ${BUDGET:-32} --db "$DB" --baselines none --rep-ms 25 --gpus 0,1 --quiet 2>&1 | tail -3
-  echo "fused_moe $1: $(( $(date +%s) - start )) s"
-  checkpoint_db "$DB"
-}
-sweep "M=sglang E=8 N=14336 K=4096 topk=2" ${MOE_S:-130}
-sweep "M=sglang E=128 N=768 K=2048 topk=8" ${MOE_S:-130}
+surrogate_sweep fused_moe "M=sglang E=8 N=14336 K=4096 topk=2" ${MOE_S:-130}
+surrogate_sweep fused_moe "M=sglang E=128 N=768 K=2048 topk=8" ${MOE_S:-130}
 python3 -m flytune_nb.cli export --db "$DB" --out exports --kernel fused_moe 2>&1 | tail -4
 (cd benchmarks && python3 heuristic_regret.py "$DB") 2>&1 | tail -6
 PACK_EXTRA=(exports)

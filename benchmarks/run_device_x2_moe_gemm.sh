@@ -15,17 +15,9 @@ source benchmarks/install_carried.sh || { echo INSTALL FAILED; exit 1; }
 DB=${OUT:-benchmarks/results}/moe_gemm_sweeps.db
 [ -f benchmarks/results/moe_gemm_sweeps.db ] && [ "$DB" != benchmarks/results/moe_gemm_sweeps.db ] \
   && cp benchmarks/results/moe_gemm_sweeps.db "$DB"
-BUDGET=${BUDGET:-32}
-sweep() {  # kernel, grid, time limit
-  start=$(date +%s)
-  timeout "$3" python3 -m flytune_nb.cli sweep "$1" --grid "$2" --dtype bf16 --strategy surrogate --budget "$BUDGET" \
-    --db "$DB" --baselines none --rep-ms 25 --gpus 0,1 --quiet 2>&1 | tail -4
-  echo "$1 $2: $(( $(date +%s) - start )) s"
-  checkpoint_db "$DB"
-}
-sweep fused_moe "M=sglang E=8 N=14336 K=4096 topk=2" ${MOE_S:-150}
-sweep fused_moe "M=sglang E=128 N=768 K=2048 topk=8" ${MOE_S:-150}
-sweep matmul "M=sglang N=4096,14336 K=4096" ${GEMM_S:-150}
+surrogate_sweep fused_moe "M=sglang E=8 N=14336 K=4096 topk=2" ${MOE_S:-150}
+surrogate_sweep fused_moe "M=sglang E=128 N=768 K=2048 topk=8" ${MOE_S:-150}
+surrogate_sweep matmul "M=sglang N=4096,14336 K=4096" ${GEMM_S:-150}
 python3 -m flytune_nb.cli export --db "$DB" --out exports 2>&1 | tail -6
 (cd benchmarks && python3 heuristic_regret.py "$DB") 2>&1 | tail -12
 PACK_EXTRA=(exports)

@@ -68,7 +68,7 @@ def validated_table(spec, path: Path, rest: dict, dtype: str, device) -> dict[in
             raise ArtifactError(f"{Path(path).name}: entry {m}: " + "; ".join(
                 p for p in (f"missing knob {sorted(missing)}" if missing else "",
                             f"unknown knob {sorted(extra)}" if extra else "") if p))
-        out[m] = Config.from_dict(knobs)
+        out[m] = spec.canonical(Config.from_dict(knobs))
     return out
 
 

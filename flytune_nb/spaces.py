@@ -1,11 +1,12 @@
 """Small helpers kernels use to write their spaces and heuristics (powers of two, lanes per warp, HIP knobs)."""
 from __future__ import annotations
 
+import functools
 import math
 from itertools import product
 from typing import Iterable
 
-from .config import Config
+from .config import Config, ConfigError
 from .device import DeviceInfo
 from .dtypes import itemsize
 
@@ -73,9 +74,22 @@ def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, de
 
 
 def has_tma(device: DeviceInfo) -> bool:
-    """Hopper's tensor memory accelerator (CUDA sm_90 and newer)."""
+    """Hopper's tensor memory accelerator (CUDA sm_90 and newer), with a Triton that has host-side tensor
+    descriptors and flattened loops (3.4 and newer; pyproject allows older ones)."""
     digits = "".join(ch for ch in device.arch if ch.isdigit())
-    return device.backend == "cuda" and int(digits or 0) >= 90
+    return device.backend == "cuda" and int(digits or 0) >= 90 and _triton_has_tma()
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_has_tma() -> bool:
+    try:
+        import inspect
+
+        import triton.language as tl
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    return "flatten" in inspect.signature(tl.range.__init__).parameters
 
 
 def block_k_options(K: int, device: DeviceInfo, choices=(16, 32, 64, 128, 256)) -> list[int]:
@@ -139,6 +153,16 @@ def row_space(shape: dict, dtype: str, device: DeviceInfo, *, max_single_bytes: 
     for block in pow2_between(min_block, min(full // 2, max_block)):
         out += _warps(block, looped_stages, {"BLOCK_N": block}, device, max_elems_per_thread)
     return with_hip_knobs(out, device)
+
+
+def row_blocks(config: Config, N: int) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_M) of a row kernel's config for rows of N. BLOCK_M > 1 exists only in the single pass: with
+    BLOCK_N < N the kernels would normalise the first BLOCK_N columns and leave the rest of the output unwritten, so
+    such a config (hand-written, edited into a heuristic or a file) is refused here, before anything launches."""
+    block, rows = config["BLOCK_N"], config.get("BLOCK_M", 1)
+    if rows > 1 and block < N:
+        raise ConfigError(f"BLOCK_M={rows} needs a single pass (BLOCK_N >= N={N}), got BLOCK_N={block}")
+    return block, rows
 
 
 def _warps(elems: int, stages, params: dict, device: DeviceInfo, max_elems_per_thread: int) -> list[Config]:

@@ -59,6 +59,16 @@ class KernelSpec:
     # added to a kernel this way keeps the names of its older configs, so stored trials and exported files stay valid.
     optional_knobs: dict = field(default_factory=dict)
 
+    def canonical(self, config):
+        """``config`` without the optional knobs that are at their default (``TMA=0`` -> no TMA), the name the
+        kernel's space gives that config."""
+        drop = {k for k, v in self.optional_knobs.items() if k in config.kwargs and config[k] == v}
+        if not drop:
+            return config
+        from .config import Config
+
+        return Config.from_dict({k: v for k, v in config.to_dict().items() if k not in drop})
+
     def knob_mismatch(self, have, want) -> tuple[set, set]:
         """(missing, extra): the knobs a config naming ``have`` lacks or adds against one naming ``want`` (the
         heuristic default's); optional knobs may be absent on either side."""

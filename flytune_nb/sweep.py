@@ -90,7 +90,8 @@ class Sweep:
         self.retry_failed = retry_failed  # re-measure stored crashed/timeout trials (e.g. with a longer timeout)
         # An explicit candidate list instead of the kernel's space (the workbench measures an edited heuristic's
         # picks this way); each must name exactly the knobs the kernel's configs have.
-        self.configs = None if configs is None else list(dict.fromkeys(configs))
+        # an optional knob written at its default (TMA=0) is the config without it: one name, timed once
+        self.configs = None if configs is None else list(dict.fromkeys(map(self.spec.canonical, configs)))
         self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
         self.gpus = list(gpus) if gpus is not None else None
         self.timer = dict(timer or {})

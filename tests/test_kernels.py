@@ -100,3 +100,15 @@ def test_softmax_heuristic_gives_each_thread_32_bytes_of_the_row():
     warps = {n: spec.default({"M": 4096, "N": n}, "bf16", H200).num_warps for n in (1024, 4096, 8192, 16384)}
     assert warps == {1024: 2, 4096: 8, 8192: 16, 16384: 32}
     assert spec.default({"M": 4096, "N": 4096}, "bf16", H200) in spec.configs({"M": 4096, "N": 4096}, "bf16", H200)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_several_rows_per_program_without_a_single_pass_is_refused(kernel, dev):
+    """BLOCK_M > 1 exists only in the single pass: with BLOCK_N < N the kernel would leave columns unwritten, so the
+    launcher refuses it with one clear error before launching."""
+    from flytune_nb.config import ConfigError
+
+    spec = get_kernel(kernel)
+    inputs = spec.make_inputs({"M": 4, "N": 1024}, "fp32", dev)
+    with pytest.raises(ConfigError, match="single pass"):
+        spec.run(inputs, Config({"BLOCK_N": 256, "BLOCK_M": 2}, num_warps=1, num_stages=1))

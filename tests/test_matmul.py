@@ -46,6 +46,32 @@ def test_tma_paths_are_correct(tma, dtype, dev, cpu_timer):
             assert t.ok, (str(cfg), shape, t.status, t.reason)
 
 
+def test_tma_configs_on_empty_or_misaligned_operands_take_the_pointer_path(dev):
+    """A descriptor cannot describe an empty tensor or a row stride that is not 16-byte aligned: those calls run the
+    same tiles through pointers (same result), and the space offers no TMA config where that would always happen."""
+    spec = get_kernel("matmul")
+    cfg = Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "TMA": 2},
+                 num_warps=4, num_stages=2)
+    empty = spec.run({"a": torch.randn(0, 64).half(), "w": torch.randn(48, 64).half()}, cfg)
+    assert empty.shape == (0, 48)
+    a, w = torch.randn(40, 36).half(), torch.randn(24, 36).half()  # K=36: 72-byte rows
+    assert compare(spec.run({"a": a, "w": w}, cfg), spec.reference({"a": a, "w": w}), spec.tol("fp16")).ok
+    assert not [c for c in spec.configs({"M": 4096, "N": 100, "K": 4096}, "bf16", SIM["H200"]) if c.get("TMA")]
+
+
+def test_an_optional_knob_at_its_default_is_the_config_without_it(dev, tmp_path):
+    """TMA=0 written out (by hand, in a file) names the same config as no TMA: one name in a sweep, in a lookup."""
+    from flytune_nb.sweep import Sweep
+
+    spec = get_kernel("matmul")
+    base = Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}, num_warps=4,
+                  num_stages=2)
+    assert spec.canonical(base.replace(TMA=0)) == base and spec.canonical(base.replace(TMA=2)) != base
+    sweep = Sweep("matmul", "M=16 N=32 K=32", ["fp16"], configs=[base, base.replace(TMA=0)], isolate=False,
+                  db=tmp_path / "s.db", baselines=())
+    assert sweep.configs == [base]
+
+
 @pytest.mark.parametrize("device", sorted(SIM))
 @pytest.mark.parametrize("M", [1, 16, 24, 64, 96, 512, 4096])
 @pytest.mark.parametrize("NK", [(4096, 4096), (14336, 4096), (4096, 14336), (576, 7168), (100, 40)])

@@ -23,6 +23,7 @@ from __future__ import annotations
 from itertools import product
 
 from flytune_nb.config import Config
+from flytune_nb.dtypes import itemsize
 from flytune_nb.spaces import block_k_options, group_options, has_tma, next_pow2, tile_fits, with_hip_knobs
 
 BM, BN = (16, 32, 64, 128, 256), (32, 64, 128, 256)
@@ -36,7 +37,10 @@ def configs(shape, dtype, device) -> list[Config]:
     hip = device.backend == "hip"
     bms = [b for b in BM if b <= max(16, next_pow2(M))]
     bns = [b for b in BN if b <= max(32, next_pow2(N))]
-    paths = (0, 2) if M > TMA_FROM_M and has_tma(device) else (0,)
+    # TMA only where the descriptors can be made (16-byte row strides of contiguous a, w and out): elsewhere a TMA
+    # config would run the pointer path under another name and be timed twice
+    aligned = (K * itemsize(dtype)) % 16 == 0 and (N * itemsize(dtype)) % 16 == 0
+    paths = (0, 2) if M > TMA_FROM_M and aligned and has_tma(device) else (0,)
     out = []
     for bm, bn, bk, warps, stages, tma in product(bms, bns, block_k_options(K, device), WARPS,
                                                   HIP_STAGES if hip else CUDA_STAGES, paths):

@@ -23,12 +23,12 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   sweep's best, against 46.0 on 4 warps and 3 stages, benchmarks/results/heuristic_ab.json).
   On Hopper, when 128x256 tiles fill at least 3/4 of the SMs: the persistent TMA path (TMA=2) with 128x256x64 tiles
   on 8 warps, 3 stages (4 would not fit beside the output tile the TMA store stages). Session 6's H200 run
-  (benchmarks/results/gemm_paths_s6a.md, K=4096) had it the fastest of 13 tiles x 3 paths at M=1024/4096 N=4096 and
-  M=256/4096 N=14336 (0.94-0.98x cuBLAS from M=1024, against 0.77-0.82x for this rule's pointer tiles). When its
-  last round of tiles would leave SMs idle and 128x128 tiles fill the rounds better, 128x128 on 4 warps, 4 stages:
-  M=1024 N=14336 (448 tiles of 128x256 on 132 SMs, 0.85 of 4 rounds) ran 175.2 us that way against 181.2 us, the
-  fastest of the run (0.91x cuBLAS). With fewer tiles (M=256, N=4096: 32 of 132 SMs) the pointer rules below stay ahead
-  (26.4 us against 30.4 for the best TMA tile).
+  (benchmarks/results/gemm_paths_s6a.md, K=4096) had it the fastest of 13 tiles x 3 paths at M=4096 N=4096 and
+  M=256/4096 N=14336, 0.4% behind TMA=1 at M=1024 N=4096 (0.94-0.98x cuBLAS from M=1024, against 0.77-0.82x for
+  this rule's pointer tiles). When its last round of tiles would leave SMs idle and 128x128 tiles fill the rounds
+  better, 128x128 on 4 warps, 4 stages: M=1024 N=14336 (448 tiles of 128x256 on 132 SMs, 0.85 of 4 rounds) ran
+  175.2 us that way against 181.2 us, the fastest of the run (0.91x cuBLAS). With fewer tiles (M=256, N=4096: 32
+  of 132 SMs) the pointer rules stay ahead (26.4 us against 30.4 for the best TMA tile).
   On HIP (64 KiB LDS) 128x128x64 on 4 warps, matrix_instr_nonkdim 16, waves_per_eu 2.
 The wish is then landed on the nearest config of the pruned space (fewer stages first, then a thinner K tile, then
 narrower N/M tiles), so the default is always one the sweep also times.

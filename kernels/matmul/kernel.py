@@ -69,22 +69,23 @@ def matmul_kernel(A, W, C, M, N, K, stride_am, stride_ak, stride_wn, stride_wk, 
 
 
 @triton.jit
-def matmul_tma_kernel(a_desc, w_desc, c_desc, M, N, K,
+def matmul_tma_kernel(a_desc, w_desc, c_desc, M, N, K, programs,
                       BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-                      GROUP_SIZE_M: tl.constexpr, PROGRAMS: tl.constexpr, UPCAST: tl.constexpr):
+                      GROUP_SIZE_M: tl.constexpr, PERSISTENT: tl.constexpr, UPCAST: tl.constexpr):
     """The same tiles through Hopper's tensor memory accelerator: each K step is two bulk copies into shared memory
-    (edges zero-filled, the store clipped by the hardware), so no thread computes an address or a mask. PROGRAMS > 0:
-    persistent, PROGRAMS programs walk the tiles in steps of PROGRAMS (one per SM: no tail wave, and the next tile's
-    loads overlap this tile's epilogue); 0: one program per tile."""
+    (edges zero-filled, the store clipped by the hardware), so no thread computes an address or a mask. PERSISTENT:
+    ``programs`` programs (one per SM) walk the tiles in steps of ``programs``: no tail wave, and the next tile's
+    loads overlap this tile's epilogue. ``programs`` is a runtime argument, so a new M never compiles a new kernel.
+    Otherwise one program per tile."""
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
     in_group = GROUP_SIZE_M * num_pid_n
-    if PROGRAMS > 0:
-        start, stop, step = tl.program_id(0), num_pid_m * num_pid_n, PROGRAMS
+    if PERSISTENT:
+        start, stop, step = tl.program_id(0), num_pid_m * num_pid_n, programs
     else:
         start, stop, step = tl.program_id(0), tl.program_id(0) + 1, 1
-    for tile in tl.range(start, stop, step, flatten=PROGRAMS > 0):
+    for tile in tl.range(start, stop, step, flatten=PERSISTENT):
         first_m = (tile // in_group) * GROUP_SIZE_M
         group_m = min(num_pid_m - first_m, GROUP_SIZE_M)
         off_m = (first_m + (tile % in_group) % group_m) * BLOCK_SIZE_M
@@ -101,9 +102,10 @@ def matmul_tma_kernel(a_desc, w_desc, c_desc, M, N, K,
 
 
 def _tma_ok(*ts: torch.Tensor) -> bool:
-    """A TMA descriptor needs a 16-byte-aligned base, 16-byte-aligned row strides and a contiguous last dim."""
-    return all(t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
-               for t in ts)
+    """A TMA descriptor needs a non-empty tensor, a 16-byte-aligned base, 16-byte-aligned row strides and a
+    contiguous last dim."""
+    return all(t.numel() > 0 and t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and
+               (t.stride(0) * t.element_size()) % 16 == 0 for t in ts)
 
 
 def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *, config: Config) -> torch.Tensor:
@@ -130,13 +132,12 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
     if tma and (dev.backend == "interpreter" or has_tma(dev)) and _tma_ok(a2, w, c2):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        tiles = grid[0]
-        programs = min(tiles, dev.sm_count) if tma == 2 else 0
-        launch(matmul_tma_kernel, (programs or tiles,),
+        programs = min(grid[0], dev.sm_count) if tma == 2 else grid[0]
+        launch(matmul_tma_kernel, (programs,),
                (TensorDescriptor.from_tensor(a2, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
-                TensorDescriptor.from_tensor(c2, [bm, bn]), M, N, K), config,
+                TensorDescriptor.from_tensor(c2, [bm, bn]), M, N, K, programs), config,
                BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
-               PROGRAMS=programs, UPCAST=upcast)
+               PERSISTENT=tma == 2, UPCAST=upcast)
         return out
     backend = dev.backend
     launch(matmul_kernel, grid, (a2, w, c2, M, N, K, a2.stride(0), a2.stride(1), w.stride(0), w.stride(1),

@@ -14,6 +14,7 @@ import triton.language as tl
 
 from flytune_nb.config import Config
 from flytune_nb.launch import launch
+from flytune_nb.spaces import row_blocks
 
 
 @triton.jit
@@ -71,7 +72,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = No
     elif not out.is_contiguous():
         raise ValueError("out must be contiguous")
     y2 = out if out.dim() == 2 else out.view(-1, N)
-    block, rows, M = config["BLOCK_N"], config.get("BLOCK_M", 1), x2.shape[0]
+    (block, rows), M = row_blocks(config, N), x2.shape[0]
     launch(rmsnorm_kernel, ((M + rows - 1) // rows,), (x2, weight, y2, M, x2.stride(0), y2.stride(0), N, eps), config,
            BLOCK_M=rows, BLOCK_N=block, SINGLE_PASS=block >= N)
     return out

@@ -1,8 +1,8 @@
 """Search space for softmax.
 
-Knobs as rmsnorm (BLOCK_N, BLOCK_M, num_warps, num_stages; waves_per_eu on HIP). The single-pass form keeps x and exp(x) of the
-row live, so the row cap is 32 KiB of the input dtype (64 fp32 registers per thread at 16 warps) and at most 32
-elements per thread; looped blocks from 256 up to half the row, where pipelining (num_stages 2) is worth searching.
+Knobs as rmsnorm (BLOCK_N, BLOCK_M, num_warps, num_stages; waves_per_eu on HIP). The single-pass form keeps x and
+exp(x) of the row live, so the row cap is 32 KiB of the input dtype (64 fp32 registers per thread at 16 warps) and at
+most 32 elements per thread; looped blocks from 256 up to half the row, where pipelining (num_stages 2) is worth searching.
 """
 from __future__ import annotations
 
