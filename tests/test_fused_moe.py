@@ -181,3 +181,15 @@ def test_routing_is_the_same_for_every_trial_of_a_shape(dev):
     assert not torch.equal(a["x"], b["x"]) and not torch.equal(a["w1"], b["w1"])
     other = spec.make_inputs({**TINY, "M": TINY["M"] + 1}, "fp16", dev)
     assert not torch.equal(other["topk_ids"][: TINY["M"]], a["topk_ids"])
+
+
+@pytest.mark.skipif(not hasattr(torch, "_grouped_mm"), reason="torch._grouped_mm needs torch >= 2.8")
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_the_grouped_gemm_baseline_matches_the_reference(dtype, dev):
+    """torch's grouped-GEMM MoE (the installed fused path benchmarks/moe_baselines.py times beside ours) computes the
+    same MoE as the fp64 loop, ragged expert runs and all."""
+    spec = get_kernel("fused_moe")
+    grouped = importlib.import_module(spec.run.__module__ + ".reference").fused_moe_grouped
+    inputs = spec.make_inputs({"M": 37, "E": 8, "N": 64, "K": 128, "topk": 2}, dtype, dev)
+    out = grouped(*(inputs[k] for k in ("x", "w1", "w2", "topk_weights", "topk_ids")))
+    assert compare(out, spec.reference(inputs), spec.tol(dtype), spec.element_tol(dtype)).ok
