@@ -96,8 +96,11 @@ def load_heuristic(source: str, name: str = "default", package: str | None = Non
     return fn
 
 
-def rescore(fn, results, device) -> Rescore:
-    """Score heuristic ``fn`` on every (shape, dtype) of ``results`` from their stored timings."""
+def rescore(fn, results, device, canonical=None) -> Rescore:
+    """Score heuristic ``fn`` on every (shape, dtype) of ``results`` from their stored timings. ``canonical``: the
+    kernel's ``KernelSpec.canonical``, so an edit that writes an optional knob at its default (``TMA=0``) finds the
+    timings of the config stored without it."""
+    canonical = canonical or (lambda c: c)
     out = Rescore()
     for r in results:
         best = r.best
@@ -109,6 +112,7 @@ def rescore(fn, results, device) -> Rescore:
             raise HeuristicError(f"raised for {r.shape} {r.dtype}: {type(e).__name__}: {e}") from None
         if not isinstance(new, Config):
             raise HeuristicError(f"returned {type(new).__name__} for {r.shape} {r.dtype}, not a Config")
+        new = canonical(new)
         out.rows.append(ShapeScore(dict(r.shape), r.dtype, best.p50, r.default, measured_ms(r, r.default), new,
                                    measured_ms(r, new)))
     return out

@@ -112,3 +112,17 @@ def test_several_rows_per_program_without_a_single_pass_is_refused(kernel, dev):
     inputs = spec.make_inputs({"M": 4, "N": 1024}, "fp32", dev)
     with pytest.raises(ConfigError, match="single pass"):
         spec.run(inputs, Config({"BLOCK_N": 256, "BLOCK_M": 2}, num_warps=1, num_stages=1))
+
+
+def test_an_edited_heuristic_naming_block_m_1_is_scored_on_the_stored_one_row_config(dev, tmp_path):
+    """The heuristic editor's re-scoring: BLOCK_M=1 written out is the stored config without BLOCK_M, not a config
+    'never measured'."""
+    from flytune_nb.analysis import rescore
+    from flytune_nb.sweep import Sweep
+
+    spec = get_kernel("rmsnorm")
+    results = Sweep("rmsnorm", "M=2 N=200", ["fp32"], db=tmp_path / "r.db", isolate=False, baselines=()).run()
+    explicit = lambda shape, dtype, device: Config({"BLOCK_N": 256, "BLOCK_M": 1}, num_warps=1, num_stages=1)  # noqa: E731
+    [row] = rescore(explicit, results, dev, spec.canonical).rows
+    assert row.new == Config({"BLOCK_N": 256}, num_warps=1, num_stages=1) and row.new_ms == row.new_ms  # not nan
+    assert row.new_ms < float("inf")

@@ -58,7 +58,7 @@ class HeuristicEditor(W.VBox):
             return None
         try:
             fn = load_heuristic(self.code.value, package=self._package())
-            self.last = rescore(fn, results, self.device_getter())
+            self.last = rescore(fn, results, self.device_getter(), self.spec_getter().canonical)
         except HeuristicError as e:
             self.last = None
             self.measure_button.disabled = True
