@@ -33,3 +33,8 @@ surrogate_sweep() {
   echo "$1 $2: $(( $(date +%s) - start )) s"
   checkpoint_db "$DB"
 }
+# DB: the results store NAME, under $OUT when on the device (so it comes back), continuing the committed one if any.
+results_db() {
+  DB=${OUT:-benchmarks/results}/$1
+  if [ -f "benchmarks/results/$1" ] && [ "$DB" != "benchmarks/results/$1" ]; then cp "benchmarks/results/$1" "$DB"; fi
+}

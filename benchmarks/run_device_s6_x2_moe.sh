@@ -6,7 +6,7 @@
 set -uo pipefail
 source benchmarks/device_common.sh
 source benchmarks/install_carried.sh || { echo INSTALL FAILED; exit 1; }
-DB=${OUT:-benchmarks/results}/moe_seeded_sweeps.db
+results_db moe_seeded_sweeps.db
 surrogate_sweep fused_moe "M=sglang E=8 N=14336 K=4096 topk=2" ${MOE_S:-130}
 surrogate_sweep fused_moe "M=sglang E=128 N=768 K=2048 topk=8" ${MOE_S:-130}
 python3 -m flytune_nb.cli export --db "$DB" --out exports --kernel fused_moe 2>&1 | tail -4

@@ -12,9 +12,7 @@
 set -uo pipefail
 source benchmarks/device_common.sh
 source benchmarks/install_carried.sh || { echo INSTALL FAILED; exit 1; }
-DB=${OUT:-benchmarks/results}/moe_gemm_sweeps.db
-[ -f benchmarks/results/moe_gemm_sweeps.db ] && [ "$DB" != benchmarks/results/moe_gemm_sweeps.db ] \
-  && cp benchmarks/results/moe_gemm_sweeps.db "$DB"
+results_db moe_gemm_sweeps.db
 surrogate_sweep fused_moe "M=sglang E=8 N=14336 K=4096 topk=2" ${MOE_S:-150}
 surrogate_sweep fused_moe "M=sglang E=128 N=768 K=2048 topk=8" ${MOE_S:-150}
 surrogate_sweep matmul "M=sglang N=4096,14336 K=4096" ${GEMM_S:-150}
