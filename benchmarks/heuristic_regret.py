@@ -3,7 +3,8 @@ default p50 / searched-best p50, both at full fidelity, and the worst shape. Rea
 
 Caveat, with numbers: the best is the minimum over ~16 full timings, so it is biased low by the timer's noise, which
 for 5 us kernels is up to ~1 us between device calls (benchmarks/results/check.md); regret at small M is an upper
-bound. The default is the one the sweep timed (is_default), i.e. the heuristic as it was then; with --current it is
+bound. Where a shape was swept under several tuning keys (the kernel edited between sweeps), only the most recently
+measured key counts. The default is the one the sweep timed (is_default), i.e. the heuristic as it was then; with --current it is
 the kernel's heuristic as it is now, scored where the store timed that config (an exhaustive sweep times every
 one; a shape where it was not timed is counted as unmeasured, never guessed). Usage:
 python benchmarks/heuristic_regret.py [DB] [--current] (results named after the store unless it is the default one)"""
@@ -36,6 +37,9 @@ def main(db=DB, current=False):
     per = defaultdict(list)
     unmeasured = 0
     for (kernel, shape, dtype, device), g in full.groupby(["kernel", "shape", "dtype", "device"]):
+        # A store swept again after the kernel changed holds the shape under two tuning keys (the source fingerprint
+        # is in the key): score the most recently measured one only, as export does, never a mix of versions.
+        g = g[g["key"] == g.loc[g["id"].idxmax(), "key"]]
         d, ok = g[g["is_default"] == 1], g[g["status"] == "ok"]
         if current:  # only on a device described above; elsewhere the shape counts as unmeasured
             d = _current_default(g, kernel, shape, dtype, device) if device in DESCRIBED else g.iloc[0:0]
