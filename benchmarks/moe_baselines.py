@@ -1,16 +1,16 @@
 """fused_moe against every MoE implementation the device has, one run, same GpuTimer (L2 flushed per rep): our kernel
 with the committed export's config, the torch loop over experts, torch's grouped GEMM path (torch._grouped_mm, the
-fused implementation torch itself ships; kernels/fused_moe/reference.py), and which fused MoE packages are
+fused implementation torch itself ships; benchmarks/moe_grouped.py), and which fused MoE packages are
 installed (vLLM, SGLang, sgl-kernel, FlashInfer, aiter: none is timed here; the table says which are present). Each
 path's output is checked: against the fp64 reference up to M=64, against the bf16 torch loop above. MOE_M picks the batch sizes (default 1,64,512,4096); Mixtral-8x7B's shape.
 """
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 
 from common import environment, write
+from moe_grouped import fused_moe_grouped
 from flytune_nb.bench import GpuTimer
 from flytune_nb.check import compare
 from flytune_nb.device import current_device
@@ -24,7 +24,6 @@ PACKAGES = ("vllm", "sglang", "sgl_kernel", "flashinfer", "aiter")
 def main():
     dev = current_device()
     spec = get_kernel("fused_moe")
-    ref_mod = importlib.import_module(spec.run.__module__ + ".reference")
     timer = GpuTimer(dev, warmup_ms=5, rep_ms=25)
     installed = [p for p in PACKAGES if importlib.util.find_spec(p) is not None]
     rows, data = [], []
@@ -36,7 +35,7 @@ def main():
         ref = spec.reference(inputs) if M <= 64 else spec.baseline(inputs).double()
         cfg, source = lookup(spec, shape, "bf16", device=dev)
         paths = {"flytune (export)": lambda: spec.run(inputs, cfg), "torch loop": lambda: spec.baseline(inputs),
-                 "torch._grouped_mm": lambda: ref_mod.fused_moe_grouped(*args)}
+                 "torch._grouped_mm": lambda: fused_moe_grouped(*args)}
         row = {"M": M, "config": str(cfg), "config_source": source}
         for name, fn in paths.items():
             try:
