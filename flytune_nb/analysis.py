@@ -96,11 +96,10 @@ def load_heuristic(source: str, name: str = "default", package: str | None = Non
     return fn
 
 
-def rescore(fn, results, device, canonical=None) -> Rescore:
+def rescore(fn, results, device, canonical) -> Rescore:
     """Score heuristic ``fn`` on every (shape, dtype) of ``results`` from their stored timings. ``canonical``: the
-    kernel's ``KernelSpec.canonical``, so an edit that writes an optional knob at its default (``TMA=0``) finds the
-    timings of the config stored without it."""
-    canonical = canonical or (lambda c: c)
+    kernel's ``KernelSpec.canonical`` (an edited heuristic is a bare function, not the spec's wrapped one), so an
+    edit that writes an optional knob at its default (``TMA=0``) finds the timings of the config stored without it."""
     out = Rescore()
     for r in results:
         best = r.best

@@ -17,7 +17,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from .device import INTERPRETER_NAME
+
 SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "exports"  # the committed configs
 PROVENANCE = "provenance.json"
 LOCK = ".flytune-export.lock"
 
@@ -146,11 +149,23 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) 
     return out
 
 
+def refuse_interpreter_timings(out_dir: str | Path, devices) -> None:
+    """ArtifactError when timings of the CPU interpreter (one of ``devices``) would go into the repository's
+    committed exports/: they say nothing about GPU speed."""
+    if INTERPRETER_NAME in devices and Path(out_dir).resolve() == BUILTIN_DIR:
+        raise ArtifactError(f"not written: these are {INTERPRETER_NAME} timings, and {out_dir} is the repository's "
+                            f"committed GPU configs; choose a scratch folder (flytune export --out DIR)")
+
+
 def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[Path]:
     """Write the winners of every (kernel, non-batch shape, device, dtype) found in ``store``. Returns the files.
-    Entries already in a file for other batch sizes are kept (merged); the same batch size is replaced."""
+    Entries already in a file for other batch sizes are kept (merged); the same batch size is replaced. Interpreter
+    timings are refused for the repository's committed exports/ (BUILTIN_DIR): they say nothing about GPU speed, and
+    `flytune export` writes there by default."""
+    plan = plan_export(store, out_dir, kernel=kernel, paths=paths)
+    refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})
     written = []
-    for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
+    for entry in plan:
         path = entry["path"]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from .analysis import speedup_rows
-from .artifacts import export
+from .artifacts import export, refuse_interpreter_timings
 from .progress import TqdmListener
 from .report import summary_table, trials_table
 from .sweep import Sweep
@@ -19,6 +19,10 @@ def _check_outputs(export_dir, *files) -> None:
             raise ValueError(f"cannot write {f}: folder {Path(f).resolve().parent} does not exist")
     if export_dir and Path(export_dir).exists() and not Path(export_dir).is_dir():
         raise ValueError(f"export_dir {export_dir} exists and is not a folder")
+    if export_dir:
+        from .device import current_device
+
+        refuse_interpreter_timings(export_dir, {current_device().name})
 
 
 def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustive", budget: int | None = None,

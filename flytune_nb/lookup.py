@@ -16,10 +16,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .artifacts import PROVENANCE, SAFE, ArtifactError, file_name, read_table, triton_dir_name  # noqa: F401
+from .artifacts import (  # noqa: F401
+    BUILTIN_DIR, PROVENANCE, SAFE, ArtifactError, file_name, read_table, triton_dir_name)
 from .config import Config, ConfigError, HIP_OPTIONS
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "exports"
 
 
 class ArtifactWarning(UserWarning):

@@ -73,6 +73,7 @@ def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, de
     return smem <= limit and ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
 
 
+@functools.lru_cache(maxsize=None)  # a launcher asks on every TMA call; DeviceInfo is frozen, so it can key this
 def has_tma(device: DeviceInfo) -> bool:
     """Hopper's tensor memory accelerator (CUDA sm_90 and newer), with a Triton that has host-side tensor
     descriptors and flattened loops (3.4 and newer; pyproject allows older ones)."""

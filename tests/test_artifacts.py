@@ -238,6 +238,20 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     assert main(["export", "--db", str(tmp_path / "missing.db")]) == 2
 
 
+def test_export_refuses_interpreter_timings_for_the_committed_exports(swept, capsys):
+    """`flytune export` writes into the repository's exports/ by default: CPU-interpreter timings are refused there
+    (one message, nothing written), whatever calls export (CLI, workbench, batch)."""
+    from flytune_nb.device import current_device
+    from flytune_nb.lookup import BUILTIN_DIR
+
+    if current_device().is_gpu:
+        pytest.skip("the store holds GPU timings here, which the committed folder takes")
+    before = sorted(BUILTIN_DIR.rglob("*"))
+    assert main(["export", "--db", str(swept.path)]) == 2
+    assert "not written: these are CPU_interpreter timings" in capsys.readouterr().err
+    assert sorted(BUILTIN_DIR.rglob("*")) == before
+
+
 def test_committed_h200_exports_are_valid_and_in_the_h200_space():
     """The configs committed under exports/ come from real H200 sweeps; on a described H200 they must be found by
     lookup (not fall back), be in the kernel's pruned space, be named as the kernel names its files (SGLang's bf16

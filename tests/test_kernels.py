@@ -126,3 +126,16 @@ def test_an_edited_heuristic_naming_block_m_1_is_scored_on_the_stored_one_row_co
     [row] = rescore(explicit, results, dev, spec.canonical).rows
     assert row.new == Config({"BLOCK_N": 256}, num_warps=1, num_stages=1) and row.new_ms == row.new_ms  # not nan
     assert row.new_ms < float("inf")
+
+
+def test_a_heuristic_writing_an_optional_knob_at_its_default_gives_the_spaces_name(dev):
+    """The spec puts its heuristic and space through canonical(): a rule that writes BLOCK_M=1 (an edit saved from
+    the workbench, a plugin) gives the config the space lists, so a sweep times it once under one name."""
+    import dataclasses
+
+    spec = get_kernel("rmsnorm")
+    explicit = dataclasses.replace(spec, default=lambda shape, dtype, device: Config(
+        {"BLOCK_N": 256, "BLOCK_M": 1}, num_warps=1, num_stages=1))
+    picked = explicit.default({"M": 4, "N": 200}, "fp32", dev)
+    assert picked == Config({"BLOCK_N": 256}, num_warps=1, num_stages=1)
+    assert picked in explicit.configs({"M": 4, "N": 200}, "fp32", dev)

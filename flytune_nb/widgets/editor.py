@@ -41,7 +41,7 @@ class HeuristicEditor(W.VBox):
 
     def load(self) -> None:
         spec = self.spec_getter()
-        path = Path(inspect.getsourcefile(spec.default))
+        path = Path(inspect.getsourcefile(inspect.unwrap(spec.default)))  # the registry may wrap it (canonical)
         self.save_path.value = str(path)
         self.code.value = path.read_text()
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import difflib
 import html
 import math
-from pathlib import Path
 
 import ipywidgets as W
 import pandas as pd
@@ -12,8 +11,6 @@ import plotly.graph_objects as go
 
 from ..analysis import regret, speedup_rows
 from ..artifacts import export, preview
-from ..device import INTERPRETER_NAME
-from ..lookup import BUILTIN_DIR
 from .controls import error_html
 from .plot import speedup_heatmap
 
@@ -141,11 +138,6 @@ class ExportPanel(W.VBox):
     def write(self) -> None:
         try:
             store, out = self._target()
-            if Path(out).resolve() == BUILTIN_DIR and any(INTERPRETER_NAME in str(p) for p, _, _ in
-                                                          preview(store, out, kernel=self.kernel_getter(),
-                                                                  paths=self.paths)):
-                raise ValueError(f"not written: these are {INTERPRETER_NAME} timings, and {out} is the repository's "
-                                 f"committed GPU configs; choose a scratch folder")
             written = export(store, out, kernel=self.kernel_getter(), paths=self.paths)
             self.html.value = "wrote:<br>" + "<br>".join(f"<code>{html.escape(str(p))}</code>" for p in written)
         except Exception as e:  # noqa: BLE001

@@ -66,19 +66,18 @@ def _wave_use(tiles: int, sms: int) -> float:
 def default(shape, dtype, device) -> Config:
     M, N, K = shape["M"], shape["N"], shape["K"]
     # GROUP_SIZE_M 8 everywhere: column-major over up to 8 row tiles, so the row tiles of one w panel run together
+    path = {}  # the load path: pointers unless the TMA rule below picks it
     if M <= 128:
         bm, bn, bk, warps, stages = _weight_bound(M, N, K, itemsize(dtype), device)
     elif device.backend == "hip":
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 2
     elif has_tma(device) and -(-M // 128) * -(-N // 256) >= 0.75 * device.sm_count:
+        path = {"TMA": 2}
         wide, narrow = (_wave_use(-(-M // 128) * -(-N // bn), device.sm_count) for bn in (256, 128))
         if wide >= 0.9 or wide >= narrow:
-            tile = {"BLOCK_SIZE_N": 256}, 8, 3
+            bm, bn, bk, warps, stages = 128, 256, 64, 8, 3
         else:  # 128x256 would leave the last round of tiles mostly idle: 128x128, twice the tiles, 4 warps
-            tile = {"BLOCK_SIZE_N": 128}, 4, 4
-        wish = Config({"BLOCK_SIZE_M": 128, **tile[0], "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": 2},
-                      num_warps=tile[1], num_stages=tile[2])
-        return nearest(configs(shape, dtype, device), wish, TILE_WEIGHTS)
+            bm, bn, bk, warps, stages = 128, 128, 64, 4, 4
     else:
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 3
         tiles = -(-M // bm) * -(-N // bn)
@@ -86,7 +85,7 @@ def default(shape, dtype, device) -> Config:
             bm, bk, warps, stages = 64, 128, 8, 4
         elif tiles <= device.sm_count:  # one CTA per SM: 8 warps and 5 stages hide latency that 2 CTAs would
             warps, stages = 8, 5
-    wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8},
+    wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8, **path},
                   num_warps=warps, num_stages=stages)
     if device.backend == "hip":
         wish = wish.replace(matrix_instr_nonkdim=16, waves_per_eu=2)
