@@ -51,3 +51,26 @@ def copy_bandwidth(n_bytes: int = 4 << 30) -> float:
     e.record()
     torch.cuda.synchronize()
     return 2 * a.numel() * 10 / (s.elapsed_time(e) * 1e-3)
+
+
+def static_compiled(fn):
+    """``torch.compile(fn)`` with static shapes on fresh dynamo state, warmed up: reusing one compiled function
+    across shapes makes dynamo recompile it with dynamic shapes, which measured 40-60% slower (kernels_vs_torch's
+    first table). Returns the compiled function (call it once per shape's inputs)."""
+    import torch
+
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=False)
+
+
+def timed(timer, spec, inputs, fn) -> float:
+    """p50 of ``fn`` with the kernel's in-place inputs restored before every rep (its ``rep_setup``)."""
+    return timer.measure(fn, spec.rep_setup(inputs, spec.snapshot(inputs))).p50
+
+
+def compiled_p50(timer, spec, inputs) -> float:
+    """p50 of torch.compile of the kernel's torch baseline (static shapes, warmed up on these inputs)."""
+    fn = static_compiled(spec.baseline)
+    for _ in range(3):
+        fn(inputs)
+    return timed(timer, spec, inputs, lambda: fn(inputs))

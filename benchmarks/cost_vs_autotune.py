@@ -42,17 +42,18 @@ def server_times(since: float) -> dict:
 
 
 def flytune_sweep(spec):
-    """One sweep from an empty Triton cache: wall time, where it went, the result."""
+    """One sweep from an empty Triton cache: wall time, where it went, the result, and the epoch time it began."""
     fresh_cache()
     marks = []  # (seconds since start, event type): where our time goes
-    flytune_sweep.wall0 = time.time()
+    wall0 = time.time()
     t0 = time.perf_counter()
     res = Sweep(spec.name, {k: [v] for k, v in SHAPE.items()}, [DTYPE], baselines=(),
                 listeners=[lambda e: marks.append((time.perf_counter() - t0, type(e).__name__))]).run()[0]
     wall = time.perf_counter() - t0
     first = next(t for t, kind in marks if kind == "TrialStarted")
     last = max(t for t, kind in marks if kind in ("TrialDone", "TrialFailed"))
-    return wall, {"start_and_first_compile_s": first, "timing_and_checks_s": last - first, "finish_s": wall - last}, res
+    return wall, {"start_and_first_compile_s": first, "timing_and_checks_s": last - first, "finish_s": wall - last}, \
+        res, wall0
 
 
 def main():
@@ -61,8 +62,8 @@ def main():
     configs = list(dict.fromkeys([spec.default(SHAPE, DTYPE, dev)] + spec.configs(SHAPE, DTYPE, dev)))
     kmod = import_module(spec.run.__module__ + ".kernel")  # the folder's kernel.py, as the registry loaded it
 
-    ours, phases, res = flytune_sweep(spec)
-    server = server_times(flytune_sweep.wall0)
+    ours, phases, res, wall0 = flytune_sweep(spec)
+    server = server_times(wall0)
     fresh_cache()
     N = SHAPE["N"]
     tconfigs = [triton.Config({"BLOCK_M": c.get("BLOCK_M", 1), "BLOCK_N": c["BLOCK_N"], "SINGLE_PASS": c["BLOCK_N"] >= N},
@@ -77,7 +78,7 @@ def main():
     torch.cuda.synchronize()
     theirs = time.perf_counter() - t0
     # A notebook's later sweeps find flytune's forkserver already running (torch imported once per session).
-    again, again_phases, _ = flytune_sweep(spec)
+    again, again_phases, _, _ = flytune_sweep(spec)
     env = environment()
     payload = {"env": env, "shape": SHAPE, "dtype": DTYPE, "configs": len(configs), "flytune_s": ours,
                "triton_autotune_s": theirs, "ratio": ours / theirs, "flytune_best": str(res.best.config),
@@ -106,7 +107,7 @@ def main():
         "", "Timer on both sides: warm-up 25 ms, then 100 ms of reps (triton.autotune's defaults: do_bench warmup=25, "
         "rep=100); flytune also flushes L2 before every rep and checks every config against the reference.",
         "", f"flytune best: `{res.best.config}` ({res.best.p50 * 1e3:.1f} us); autotune best: `{tuned.best_config}`"])
-    write("cost_vs_autotune", payload, md)
+    write(os.environ.get("BENCH_NAME", "cost_vs_autotune"), payload, md)
 
 
 if __name__ == "__main__":

@@ -24,17 +24,25 @@ gpu_tests() {
   timeout ${GPU_TESTS_S:-200} python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py 2>&1 \
     | tee "$BENCH_OUT/gpu_tests_$1.txt" | tail -15
 }
-# One surrogate sweep on both GPUs into $DB ($BUDGET picks per shape, default 32), bounded by a time limit, then
-# its write-ahead log folded in: surrogate_sweep KERNEL GRID SECONDS.
-surrogate_sweep() {
-  local start=$(date +%s)
-  timeout "$3" python3 -m flytune_nb.cli sweep "$1" --grid "$2" --dtype bf16 --strategy surrogate \
-    --budget "${BUDGET:-32}" --db "$DB" --baselines none --rep-ms 25 --gpus 0,1 --quiet 2>&1 | tail -4
+# One sweep into $DB, bounded by a time limit, then its write-ahead log folded in: store_sweep KERNEL GRID SECONDS.
+# STRATEGY (default surrogate, $BUDGET picks per shape, default 32; "exhaustive" times the whole space) and GPUS
+# (default 0,1: one worker per GPU; empty: one GPU) from the environment.
+store_sweep() {
+  local start=$(date +%s) strategy=${STRATEGY:-surrogate} gpus=${GPUS-0,1}
+  timeout "$3" python3 -m flytune_nb.cli sweep "$1" --grid "$2" --dtype bf16 --strategy "$strategy" \
+    $([ "$strategy" = surrogate ] && echo --budget "${BUDGET:-32}") ${gpus:+--gpus "$gpus"} \
+    --db "$DB" --baselines none --rep-ms 25 --quiet 2>&1 | tail -6
   echo "$1 $2: $(( $(date +%s) - start )) s"
   checkpoint_db "$DB"
 }
 # DB: the results store NAME, under $OUT when on the device (so it comes back), continuing the committed one if any.
 results_db() {
-  DB=${OUT:-benchmarks/results}/$1
-  if [ -f "benchmarks/results/$1" ] && [ "$DB" != "benchmarks/results/$1" ]; then cp "benchmarks/results/$1" "$DB"; fi
+  DB=${OUT:-$PWD/benchmarks/results}/$1  # absolute: the regret step reads it from benchmarks/
+  if [ -f "benchmarks/results/$1" ] && [ "$DB" != "$PWD/benchmarks/results/$1" ]; then cp "benchmarks/results/$1" "$DB"; fi
+}
+# Export KERNEL's winners from $DB into exports/ (brought back with the results), then its heuristic regret.
+export_and_regret() {
+  python3 -m flytune_nb.cli export --db "$DB" --out exports ${1:+--kernel "$1"} 2>&1 | tail -4
+  (cd benchmarks && python3 heuristic_regret.py "$DB") 2>&1 | tail -8
+  PACK_EXTRA=(exports)
 }

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from torch._inductor.utils import run_and_get_code
 
-from common import out_dir
+from common import out_dir, static_compiled
 from flytune_nb.device import current_device
 from flytune_nb.registry import get_kernel
 
@@ -17,8 +16,7 @@ def main():
     kernel, M, N = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     spec = get_kernel(kernel)
     inputs = spec.make_inputs({"M": M, "N": N}, "bf16", current_device())
-    torch._dynamo.reset()
-    fn = torch.compile(spec.baseline, dynamic=False)
+    fn = static_compiled(spec.baseline)
     _, code = run_and_get_code(fn, inputs)
     path = out_dir() / f"inductor_{kernel}_{M}x{N}.py.txt"  # kept as text: generated code, not ours
     path.write_text("\n\n# ---- next module ----\n\n".join(code))

@@ -16,10 +16,11 @@ import time
 
 import torch
 
-from common import copy_bandwidth, environment, write
+from common import compiled_p50, copy_bandwidth, environment, timed, write
 from flytune_nb.analysis import geomean
 from flytune_nb.bench import GpuTimer
 from flytune_nb.device import current_device
+from flytune_nb.lookup import artifact_hook
 from flytune_nb.registry import get_kernel
 from flytune_nb.sweep import Sweep
 
@@ -33,19 +34,6 @@ MOE_M = (1, 64, 512, 4096)
 
 def left() -> float:
     return DEADLINE - (time.perf_counter() - T0)
-
-
-def timed(timer, spec, inputs, fn):
-    setup = spec.rep_setup(inputs, spec.snapshot(inputs))
-    return timer.measure(fn, setup).p50
-
-
-def compiled_p50(timer, spec, inputs):
-    torch._dynamo.reset()  # static shapes, fresh dynamo state per shape (a reused function recompiles dynamic)
-    fn = torch.compile(spec.baseline, dynamic=False)
-    for _ in range(3):
-        fn(inputs)
-    return timed(timer, spec, inputs, lambda: fn(inputs))
 
 
 def copy_p50(timer, n_bytes, dev):
@@ -101,14 +89,6 @@ def memory_bound(dev, timer, bw, rows, data):
             del inputs
 
 
-def exported(spec, shape, dev):
-    """The committed export's config for this shape (exports/, nearest batch size), or None when there is none."""
-    from flytune_nb.lookup import lookup
-
-    cfg, source = lookup(spec, shape, "bf16", device=dev)
-    return cfg if source == "artifact" else None
-
-
 def gemm(dev, timer, rows, data):
     spec = get_kernel("matmul")
     for N, K in GEMM_NK:
@@ -118,9 +98,10 @@ def gemm(dev, timer, rows, data):
                 continue
             shape = {"M": M, "N": N, "K": K}
             inputs = spec.make_inputs(shape, "bf16", dev)
-            cfg, tuned_cfg = spec.default(shape, "bf16", dev), exported(spec, shape, dev)
+            cfg, tuned_cfg = spec.default(shape, "bf16", dev), artifact_hook(spec, shape, "bf16", dev)
             ours = timed(timer, spec, inputs, lambda: spec.run(inputs, cfg))
-            tuned = timed(timer, spec, inputs, lambda: spec.run(inputs, tuned_cfg)) if tuned_cfg else ours
+            tuned = timed(timer, spec, inputs, lambda: spec.run(inputs, tuned_cfg)) if tuned_cfg not in (None, cfg) \
+                else ours
             torch_ms = timed(timer, spec, inputs, lambda: spec.baseline(inputs))
             best = min(ours, tuned)
             tflops = spec.flops(shape, "bf16") / (best * 1e-3) / 1e12
@@ -140,9 +121,10 @@ def moe(dev, timer, rows, data):
             continue
         shape = {"M": M, **MOE}
         inputs = spec.make_inputs(shape, "bf16", dev)
-        cfg, tuned_cfg = spec.default(shape, "bf16", dev), exported(spec, shape, dev)
+        cfg, tuned_cfg = spec.default(shape, "bf16", dev), artifact_hook(spec, shape, "bf16", dev)
         ours = timed(timer, spec, inputs, lambda: spec.run(inputs, cfg))
-        tuned = timed(timer, spec, inputs, lambda: spec.run(inputs, tuned_cfg)) if tuned_cfg else ours
+        tuned = timed(timer, spec, inputs, lambda: spec.run(inputs, tuned_cfg)) if tuned_cfg not in (None, cfg) \
+            else ours
         ref = timed(timer, spec, inputs, lambda: spec.baseline(inputs))
         data.append({"shape": shape, "default": str(cfg), "default_ms": ours, "export": str(tuned_cfg),
                      "export_ms": tuned, "torch_loop_ms": ref})

@@ -2,9 +2,7 @@
 All timed with the same GpuTimer in one run on one GPU."""
 from __future__ import annotations
 
-import torch
-
-from common import copy_bandwidth, environment, write
+from common import copy_bandwidth, environment, static_compiled, write
 from flytune_nb.bench import GpuTimer
 from flytune_nb.device import current_device
 from flytune_nb.registry import get_kernel
@@ -29,10 +27,7 @@ def main():
         setup = spec.rep_setup(inputs, spec.snapshot(inputs))
         base = spec.baseline
         eager = timer.measure(lambda: base(inputs), setup).p50
-        # Static shapes, fresh dynamo state per case: reusing one function across shapes makes dynamo recompile it
-        # with dynamic shapes, which measured 40-60% slower (the first committed table has that flaw).
-        torch._dynamo.reset()
-        compiled_fn = torch.compile(base, dynamic=False)
+        compiled_fn = static_compiled(base)  # static shapes, fresh dynamo state per case (common.py says why)
         for _ in range(3):
             compiled_fn(inputs)
         compiled = timer.measure(lambda: compiled_fn(inputs), setup).p50

@@ -14,11 +14,10 @@ from __future__ import annotations
 import gc
 import os
 
-import torch
 import triton
 import triton.language as tl
 
-from common import environment, write
+from common import environment, static_compiled, write
 from flytune_nb.bench import GpuTimer
 from flytune_nb.config import Config
 from flytune_nb.device import current_device
@@ -59,18 +58,24 @@ def add_rms_even(X, R, W, Y, stride, eps, N: tl.constexpr, HINTS: tl.constexpr):
     tl.store(Y + row * stride + cols, (z * rstd * w).to(Y.dtype.element_ty))
 
 
-def inductor_configs() -> list[str]:
-    """The configs Inductor's autotuners settled on (every CachingAutotuner alive with a single launcher left)."""
+def autotuners() -> dict:
+    """Inductor's live autotuners by id (a dead weak proxy among gc's objects is skipped)."""
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    out = []
+    out = {}
     for o in gc.get_objects():
         try:
-            if isinstance(o, CachingAutotuner) and getattr(o, "launchers", None):
-                out.append(f"{o.fn.__name__}: {o.launchers[0].config}")
-        except ReferenceError:  # a dead weak proxy among gc's objects
+            if isinstance(o, CachingAutotuner):
+                out[id(o)] = o
+        except ReferenceError:
             continue
     return out
+
+
+def inductor_configs(before: dict) -> list[str]:
+    """The configs the autotuners created since ``before`` (one shape's compile) settled on."""
+    return [f"{o.fn.__name__}: {o.launchers[0].config}" for i, o in autotuners().items()
+            if i not in before and getattr(o, "launchers", None)]
 
 
 def main():
@@ -91,23 +96,21 @@ def main():
             for warps in (4, 8, 16):
                 cfg = Config({"BLOCK_N": triton.next_power_of_2(N)}, num_warps=warps, num_stages=1)
                 cands[f"ours w{warps}"] = (lambda c=cfg: spec.run(inputs, c))
-                for hints in (False, True):
+                for hints in (False, True) if triton.next_power_of_2(N) == N else ():
                     tag = f"even{'+hints' if hints else ''} w{warps}"
-                    if triton.next_power_of_2(N) != N:
-                        continue
                     if kernel == "rmsnorm":
                         cands[tag] = (lambda h=hints, nw=warps: rms_even[(M,)](x, w, y, x.stride(0), 1e-6, N=N,
                                                                              HINTS=h, num_warps=nw))
                     else:
                         cands[tag] = (lambda h=hints, nw=warps: add_rms_even[(M,)](x, r, w, y, x.stride(0), 1e-6,
                                                                                  N=N, HINTS=h, num_warps=nw))
-            torch._dynamo.reset()
-            compiled = torch.compile(spec.baseline, dynamic=False)
+            before = autotuners()
+            compiled = static_compiled(spec.baseline)
             for _ in range(3):
                 setup()
                 compiled(inputs)
             cands["inductor"] = lambda: compiled(inputs)
-            chosen = inductor_configs()
+            chosen = inductor_configs(before)
             for name, fn in cands.items():
                 setup()
                 fn()  # compile outside the timing

@@ -10,12 +10,10 @@ TAG=${TAG:-s5c}
 timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py -k "precompile or isolated or c_helpers or target" 2>&1 \
   | tee "$BENCH_OUT/gpu_tests_$TAG.txt" | tail -3
 cd benchmarks
-timeout 100 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -12
-mv "$BENCH_OUT/cost_vs_autotune.json" "$BENCH_OUT/cost_vs_autotune_$TAG.json"; mv "$BENCH_OUT/cost_vs_autotune.md" "$BENCH_OUT/cost_vs_autotune_$TAG.md"
+BENCH_NAME=cost_vs_autotune_$TAG timeout 100 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -12
 export PYTHONPYCACHEPREFIX=/tmp/pyc; unset PYTHONDONTWRITEBYTECODE
 timeout 60 python3 -c "import sys; sys.path.insert(0, '..'); import torch, triton, flytune_nb._preload, flytune_nb.sweep, flytune_nb.tasks, flytune_nb.trial" 2>&1 | tail -2
 echo "pyc files: $(find /tmp/pyc -name '*.pyc' | wc -l)"
-timeout 100 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -12
-mv "$BENCH_OUT/cost_vs_autotune.json" "$BENCH_OUT/cost_vs_autotune_${TAG}_pyc.json"; mv "$BENCH_OUT/cost_vs_autotune.md" "$BENCH_OUT/cost_vs_autotune_${TAG}_pyc.md"
+BENCH_NAME=cost_vs_autotune_${TAG}_pyc timeout 100 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -12
 export PYTHONDONTWRITEBYTECODE=1; unset PYTHONPYCACHEPREFIX
 SIZES=${SIZES:-50,100} timeout 170 python3 precompile_speedup.py 2>&1 | grep -v Warn | tail -5

@@ -21,12 +21,10 @@ print("dont_write_bytecode", sys.flags.dont_write_bytecode, "PYTHONDONTWRITEBYTE
 PY
 cd benchmarks
 timeout 200 python3 heuristic_ab.py 2>&1 | grep -v Warn | tail -12
-timeout 100 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -16
-mv "$BENCH_OUT/cost_vs_autotune.json" "$BENCH_OUT/cost_vs_autotune_$TAG.json"; mv "$BENCH_OUT/cost_vs_autotune.md" "$BENCH_OUT/cost_vs_autotune_$TAG.md"
+BENCH_NAME=cost_vs_autotune_$TAG timeout 100 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -16
 export PYTHONPYCACHEPREFIX=/tmp/pyc
 timeout 60 python3 -c "import sys; sys.path.insert(0, '..'); import torch, triton, flytune_nb._preload, flytune_nb.sweep" 2>&1 | tail -2
-timeout 100 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -9
-mv "$BENCH_OUT/cost_vs_autotune.json" "$BENCH_OUT/cost_vs_autotune_${TAG}_pyc.json"; mv "$BENCH_OUT/cost_vs_autotune.md" "$BENCH_OUT/cost_vs_autotune_${TAG}_pyc.md"
+BENCH_NAME=cost_vs_autotune_${TAG}_pyc timeout 100 python3 cost_vs_autotune.py 2>&1 | grep -v Warn | tail -9
 unset PYTHONPYCACHEPREFIX
 SIZES=${SIZES:-50,100} timeout 200 python3 precompile_speedup.py 2>&1 | grep -v Warn | tail -7
 SECTIONS=cprofile PROFILE_NAME=startup_profile_$TAG.json timeout 80 python3 startup_profile.py 2>&1 | grep -v Warn | cut -c1-600 | tail -4

@@ -11,8 +11,6 @@ source benchmarks/install_carried.sh || { echo INSTALL FAILED; exit 1; }
 # A store of its own: the regret script groups a store's trials by shape, and session 5's pointer-only matmul trials
 # (moe_gemm_sweeps.db) are of the older kernel source.
 results_db gemm_tma_sweeps.db
-surrogate_sweep matmul "M=sglang N=4096,14336 K=4096" ${GEMM_S:-240}
-python3 -m flytune_nb.cli export --db "$DB" --out exports --kernel matmul 2>&1 | tail -4
-(cd benchmarks && python3 heuristic_regret.py "$DB") 2>&1 | tail -8
+store_sweep matmul "M=sglang N=4096,14336 K=4096" ${GEMM_S:-240}
+export_and_regret matmul
 (cd benchmarks && timeout 60 python3 tuned_launch_overhead.py) 2>&1 | grep -v Warn | tail -12
-PACK_EXTRA=(exports)

@@ -7,8 +7,6 @@ set -uo pipefail
 source benchmarks/device_common.sh
 source benchmarks/install_carried.sh || { echo INSTALL FAILED; exit 1; }
 results_db moe_seeded_sweeps.db
-surrogate_sweep fused_moe "M=sglang E=8 N=14336 K=4096 topk=2" ${MOE_S:-130}
-surrogate_sweep fused_moe "M=sglang E=128 N=768 K=2048 topk=8" ${MOE_S:-130}
-python3 -m flytune_nb.cli export --db "$DB" --out exports --kernel fused_moe 2>&1 | tail -4
-(cd benchmarks && python3 heuristic_regret.py "$DB") 2>&1 | tail -6
-PACK_EXTRA=(exports)
+store_sweep fused_moe "M=sglang E=8 N=14336 K=4096 topk=2" ${MOE_S:-130}
+store_sweep fused_moe "M=sglang E=128 N=768 K=2048 topk=8" ${MOE_S:-130}
+export_and_regret fused_moe

@@ -4,12 +4,6 @@
 # limit exports what it measured, and the same script continues it.
 set -uo pipefail
 source benchmarks/device_common.sh
-DB=${OUT:-benchmarks/results}/softmax_sweeps.db
-start=$(date +%s)
-timeout ${SWEEP_S:-150} python3 -m flytune_nb.cli sweep softmax --grid "M=sglang N=4096,8192" --dtype bf16 \
-  --db "$DB" --baselines none --rep-ms 25 --quiet 2>&1 | tail -6
-echo "softmax: $(( $(date +%s) - start )) s"
-checkpoint_db "$DB"
-python3 -m flytune_nb.cli export --db "$DB" --out exports 2>&1 | tail -3
-(cd benchmarks && python3 heuristic_regret.py "$DB") 2>&1 | tail -5
-PACK_EXTRA=(exports)
+results_db softmax_sweeps.db  # continues the committed store, as the comment above says
+STRATEGY=exhaustive GPUS= store_sweep softmax "M=sglang N=4096,8192" ${SWEEP_S:-150}
+export_and_regret softmax
