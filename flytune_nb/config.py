@@ -72,7 +72,7 @@ class Config:
 
     def get(self, name: str, default: Any = None) -> Any:
         # Launchers read optional knobs (BLOCK_M, TMA) on every call, usually absent: one dict lookup, no KeyError
-        # raised and caught (0.03 against 0.32 us).
+        # raised and caught (0.11 against 0.31 us a call on the 2-core CPU box, timeit).
         value = self._index.get(name, _ABSENT)
         if value is not _ABSENT:
             return value
