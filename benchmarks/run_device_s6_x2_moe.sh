@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 6, device call 4 (nvidia-h200-x2, optuna's wheels carried): fused_moe's committed configs again, now that
+# Session 6, device call 5 (nvidia-h200-x2, optuna's wheels carried): fused_moe's committed configs again, now that
 # make_inputs draws each shape's routing from a seed (session 5's sweeps drew a new routing per timing, and a small-M
 # config measured up to 16% apart within one run). A fresh store, so no trial of the unseeded sweeps is replayed;
 # same shapes, batch sizes and budget as session 5 (run_device_x2_moe_gemm.sh). Then export and regret.
