@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m flytune_nb.cli demo
+	$(PY) -m flytune_nb demo
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -13,7 +13,7 @@ def environment() -> dict:
     import triton
 
     import flytune_nb
-    from flytune_nb.device import current_device
+    from flytune_nb.core.device import current_device
 
     d = current_device()
     return {"device": d.name, "arch": d.arch, "sm_count": d.sm_count, "l2_bytes": d.l2_bytes,

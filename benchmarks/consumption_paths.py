@@ -14,10 +14,10 @@ import time
 import torch
 
 from common import environment, write
-from flytune_nb.device import current_device
-from flytune_nb.lookup import LOOKUP
-from flytune_nb.registry import get_kernel
-from flytune_nb.tuner import TunedKernel
+from flytune_nb.core.device import current_device
+from flytune_nb.serve.lookup import LOOKUP
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.serve.tuned import TunedKernel
 
 SHAPE, DTYPE = {"M": 64, "N": 4096}, "bf16"
 

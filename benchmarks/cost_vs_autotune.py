@@ -12,9 +12,9 @@ import torch
 import triton
 
 from common import environment, write
-from flytune_nb.device import current_device
-from flytune_nb.registry import get_kernel
-from flytune_nb.sweep import Sweep
+from flytune_nb.core.device import current_device
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.sweep import Sweep
 
 SHAPE, DTYPE = {"M": 4096, "N": 4096}, "bf16"
 
@@ -24,17 +24,17 @@ def fresh_cache() -> None:
 
 
 def _preload_times() -> dict:
-    import flytune_nb._preload as p
+    import flytune_nb.engine._preload as p
 
     return p.TIMES
 
 
 def server_times(since: float) -> dict:
     """When flytune's forkserver (started by the first sweep) ran its preload, seconds after ``since`` (wall clock),
-    and how long its parts took (flytune_nb._preload.TIMES, asked of a process forked from it)."""
+    and how long its parts took (flytune_nb.engine._preload.TIMES, asked of a process forked from it)."""
     import concurrent.futures as cf
 
-    from flytune_nb.procs import context
+    from flytune_nb.engine.processes import context
 
     with cf.ProcessPoolExecutor(1, mp_context=context()) as ex:
         t = ex.submit(_preload_times).result(timeout=120)

@@ -14,10 +14,10 @@ import os
 import time
 
 from common import environment, write
-from flytune_nb.config import Config
-from flytune_nb.device import current_device
-from flytune_nb.lookup import artifact_hook
-from flytune_nb.registry import get_kernel
+from flytune_nb.core.config import Config
+from flytune_nb.core.device import current_device
+from flytune_nb.serve.lookup import artifact_hook
+from flytune_nb.core.registry import get_kernel
 
 SHAPES = [(16, 4096, 4096), (64, 14336, 4096), (256, 4096, 4096), (256, 14336, 4096), (1024, 4096, 4096),
           (1024, 14336, 4096), (4096, 4096, 4096), (4096, 14336, 4096)]
@@ -37,7 +37,7 @@ def shapes():
 def main():
     dev = current_device()
     spec = get_kernel("matmul")
-    from flytune_nb.bench import GpuTimer
+    from flytune_nb.measure.timer import GpuTimer
 
     timer = GpuTimer(dev, warmup_ms=5, rep_ms=20)
     rows, data = [], []

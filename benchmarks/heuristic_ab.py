@@ -15,15 +15,15 @@ from pathlib import Path
 import torch
 
 from common import environment, write
-from flytune_nb.analysis import regret
-from flytune_nb.bench import make_timer
-from flytune_nb.compiling import current_target
-from flytune_nb.config import Config
-from flytune_nb.device import current_device
-from flytune_nb.precompile import Precompiler
-from flytune_nb.registry import get_kernel
-from flytune_nb.store import Store
-from flytune_nb.trial import evaluate
+from flytune_nb.analysis.scores import regret
+from flytune_nb.measure.timer import make_timer
+from flytune_nb.backends.triton import current_target
+from flytune_nb.core.config import Config
+from flytune_nb.core.device import current_device
+from flytune_nb.engine.compile_pool import Precompiler
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.store import Store
+from flytune_nb.measure.trial import evaluate
 
 DB = Path(__file__).resolve().parent / "results" / "moe_gemm_sweeps.db"
 

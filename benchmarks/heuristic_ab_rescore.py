@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from common import write
-from flytune_nb.analysis import regret
-from flytune_nb.device import DESCRIBED
-from flytune_nb.registry import get_kernel
+from flytune_nb.analysis.scores import regret
+from flytune_nb.core.device import DESCRIBED
+from flytune_nb.core.registry import get_kernel
 
 AB = Path(__file__).resolve().parent / "results" / "heuristic_ab.json"
 

@@ -17,10 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from common import write
-from flytune_nb.analysis import regret
-from flytune_nb.device import DESCRIBED
-from flytune_nb.registry import get_kernel
-from flytune_nb.store import Store
+from flytune_nb.analysis.scores import regret
+from flytune_nb.core.device import DESCRIBED
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.store import Store
 
 DB = Path(__file__).resolve().parent / "results" / "h200_sweeps.db"
 

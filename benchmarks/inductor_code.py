@@ -8,8 +8,8 @@ import sys
 from torch._inductor.utils import run_and_get_code
 
 from common import out_dir, static_compiled
-from flytune_nb.device import current_device
-from flytune_nb.registry import get_kernel
+from flytune_nb.core.device import current_device
+from flytune_nb.core.registry import get_kernel
 
 
 def main():

@@ -17,12 +17,12 @@ import time
 import torch
 
 from common import compiled_p50, copy_bandwidth, environment, timed, write
-from flytune_nb.analysis import geomean
-from flytune_nb.bench import GpuTimer
-from flytune_nb.device import current_device
-from flytune_nb.lookup import artifact_hook
-from flytune_nb.registry import get_kernel
-from flytune_nb.sweep import Sweep
+from flytune_nb.analysis.scores import geomean
+from flytune_nb.measure.timer import GpuTimer
+from flytune_nb.core.device import current_device
+from flytune_nb.serve.lookup import artifact_hook
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.sweep import Sweep
 
 T0 = time.perf_counter()
 DEADLINE = float(os.environ.get("BENCH_DEADLINE_S", 330))

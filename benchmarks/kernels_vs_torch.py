@@ -3,10 +3,10 @@ All timed with the same GpuTimer in one run on one GPU."""
 from __future__ import annotations
 
 from common import copy_bandwidth, environment, static_compiled, write
-from flytune_nb.bench import GpuTimer
-from flytune_nb.device import current_device
-from flytune_nb.registry import get_kernel
-from flytune_nb.trial import search
+from flytune_nb.measure.timer import GpuTimer
+from flytune_nb.core.device import current_device
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.strategies.loop import search
 
 CASES = [("rmsnorm", m, n) for m in (1, 64, 4096) for n in (4096, 8192)] + \
         [("fused_add_rmsnorm", m, n) for m in (1, 64, 4096) for n in (4096, 8192)]

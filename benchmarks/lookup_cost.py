@@ -8,12 +8,12 @@ import timeit
 from pathlib import Path
 
 from common import write
-from flytune_nb.artifacts import file_name, render, triton_dir_name
-from flytune_nb.device import current_device
-from flytune_nb.grid import SGLANG_BATCH_SIZES
-from flytune_nb.lookup import LOOKUP
-from flytune_nb.registry import get_kernel
-from flytune_nb.tuner import TunedKernel
+from flytune_nb.artifacts.files import file_name, render, triton_dir_name
+from flytune_nb.core.device import current_device
+from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
+from flytune_nb.serve.lookup import LOOKUP
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.serve.tuned import TunedKernel
 
 N_CALLS = 200_000
 

@@ -11,11 +11,11 @@ import os
 
 from common import environment, write
 from moe_grouped import fused_moe_grouped
-from flytune_nb.bench import GpuTimer
-from flytune_nb.check import compare
-from flytune_nb.device import current_device
-from flytune_nb.lookup import lookup
-from flytune_nb.registry import get_kernel
+from flytune_nb.measure.timer import GpuTimer
+from flytune_nb.measure.correctness import compare
+from flytune_nb.core.device import current_device
+from flytune_nb.serve.lookup import lookup
+from flytune_nb.core.registry import get_kernel
 
 SHAPE = {"E": 8, "N": 14336, "K": 4096, "topk": 2}
 PACKAGES = ("vllm", "sglang", "sgl_kernel", "flashinfer", "aiter")

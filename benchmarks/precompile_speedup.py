@@ -22,10 +22,10 @@ TIMER = {"warmup_ms": 5.0, "rep_ms": 25.0}  # the same for both runs
 
 def one(precompile: bool, n: int) -> dict:
     """In this (fresh) process: the first sweep of n configs."""
-    from flytune_nb.device import current_device
-    from flytune_nb.events import TrialStarted
-    from flytune_nb.registry import get_kernel
-    from flytune_nb.sweep import Sweep
+    from flytune_nb.core.device import current_device
+    from flytune_nb.engine.events import TrialStarted
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.engine.sweep import Sweep
 
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")  # nothing compiled yet
     space = get_kernel(KERNEL).configs(SHAPE, DTYPE, current_device())

@@ -18,10 +18,10 @@ import triton
 import triton.language as tl
 
 from common import environment, static_compiled, write
-from flytune_nb.bench import GpuTimer
-from flytune_nb.config import Config
-from flytune_nb.device import current_device
-from flytune_nb.registry import get_kernel
+from flytune_nb.measure.timer import GpuTimer
+from flytune_nb.core.config import Config
+from flytune_nb.core.device import current_device
+from flytune_nb.core.registry import get_kernel
 
 SHAPES = [(256, 4096), (1, 1024), (4096, 1024), (32768, 4096)]
 

@@ -20,7 +20,7 @@ def _child(q, t_spawn, what):
     import torch  # noqa: F401
     marks["import_torch_s"] = time.perf_counter() - t0
     import triton  # noqa: F401
-    from flytune_nb.registry import get_kernel
+    from flytune_nb.core.registry import get_kernel
     get_kernel("rmsnorm")
     marks["import_all_s"] = time.perf_counter() - t0
     if what == "ctx":
@@ -31,8 +31,8 @@ def _child(q, t_spawn, what):
 
 
 def spawn_many(n, what, method="spawn"):
-    if method == "forkserver":  # flytune's own server (flytune_nb.procs), as workers and the pool get it
-        from flytune_nb.procs import context
+    if method == "forkserver":  # flytune's own server (flytune_nb.engine.processes), as workers and the pool get it
+        from flytune_nb.engine.processes import context
 
         ctx = context()
     else:
@@ -66,10 +66,10 @@ def context_probe():
     process whether compiling made it create a CUDA context."""
     from dataclasses import asdict
 
-    from flytune_nb.compiling import current_target
-    from flytune_nb.device import current_device
-    from flytune_nb.precompile import Precompiler
-    from flytune_nb.registry import get_kernel
+    from flytune_nb.backends.triton import current_target
+    from flytune_nb.core.device import current_device
+    from flytune_nb.engine.compile_pool import Precompiler
+    from flytune_nb.core.registry import get_kernel
 
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
     dev, shape = current_device(), {"M": 4096, "N": 4096, "K": 4096}
@@ -93,8 +93,8 @@ def compile_times(kernel, shape, dtype, n):
 
     import torch
 
-    from flytune_nb.device import current_device
-    from flytune_nb.registry import get_kernel
+    from flytune_nb.core.device import current_device
+    from flytune_nb.core.registry import get_kernel
 
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
     spec, dev = get_kernel(kernel), current_device()
@@ -117,11 +117,11 @@ def trial_costs(kernel, shape, dtype, timer_kw):
     """One trial's parts in this process: fresh inputs + reference, checked launch, the timer."""
     import torch
 
-    from flytune_nb import check
-    from flytune_nb.bench import make_timer
-    from flytune_nb.device import current_device
-    from flytune_nb.registry import get_kernel
-    from flytune_nb.trial import evaluate
+    from flytune_nb.measure import correctness as check
+    from flytune_nb.measure.timer import make_timer
+    from flytune_nb.core.device import current_device
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.measure.trial import evaluate
 
     spec, dev = get_kernel(kernel), current_device()
     cfg = spec.default(shape, dtype, dev)
@@ -148,11 +148,11 @@ def traced_sweep(kernel, grid, n_configs=None, **kw):
     import random
     from collections import defaultdict
 
-    from flytune_nb import precompile, worker
-    from flytune_nb.device import current_device
-    from flytune_nb.grid import parse_grid
-    from flytune_nb.registry import get_kernel
-    from flytune_nb.sweep import Sweep
+    from flytune_nb.engine import compile_pool as precompile, lanes as worker
+    from flytune_nb.core.device import current_device
+    from flytune_nb.core.shapes import parse_grid
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.engine.sweep import Sweep
 
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
     t00 = time.perf_counter()

@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 
 from common import environment, out_dir, write
-from flytune_nb.analysis import geomean
-from flytune_nb.config import Config
-from flytune_nb.store import Store
+from flytune_nb.analysis.scores import geomean
+from flytune_nb.core.config import Config
+from flytune_nb.engine.store import Store
 from flytune_nb.strategies import random_search, surrogate
-from flytune_nb.trial import Trial
+from flytune_nb.measure.trial import Trial
 
 SHAPES = os.environ.get("SHAPES", "M=256,1024,4096 N=4096 K=4096")  # 618, 932 and 1126 configs on the H200
 BUDGET_FRACTION, SEEDS = 0.10, int(os.environ.get("SEEDS", 5))
@@ -37,8 +37,8 @@ class Replay:
 def _space_size(kernel: str):
     """On a GPU, the size of each shape's space there, so a sweep cut short by its time limit is not mistaken for an
     exhaustive one; None elsewhere (a replay of a finished store)."""
-    from flytune_nb.device import current_device
-    from flytune_nb.registry import get_kernel
+    from flytune_nb.core.device import current_device
+    from flytune_nb.core.registry import get_kernel
 
     dev = current_device()
     if not dev.is_gpu:
@@ -107,7 +107,7 @@ def main():
     db = args.replay
     env = None
     if db is None:
-        from flytune_nb.sweep import Sweep
+        from flytune_nb.engine.sweep import Sweep
 
         db = str(out_dir() / "gemm_sweeps.db")
         # GPUS=0,1 spreads the shapes over two GPUs; torch.matmul (cuBLAS) is timed beside, with the same timer

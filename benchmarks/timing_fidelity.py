@@ -9,10 +9,10 @@ import time
 import triton.testing
 
 from common import environment, write
-from flytune_nb import bench
-from flytune_nb.bench import GpuTimer
-from flytune_nb.device import current_device
-from flytune_nb.registry import get_kernel
+from flytune_nb.measure import timer as bench
+from flytune_nb.measure.timer import GpuTimer
+from flytune_nb.core.device import current_device
+from flytune_nb.core.registry import get_kernel
 
 SHAPES = [{"M": 1, "N": 4096}, {"M": 64, "N": 4096}, {"M": 4096, "N": 4096}, {"M": 4096, "N": 8192}]
 REPEATS = 7

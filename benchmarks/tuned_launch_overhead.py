@@ -2,7 +2,7 @@
 host overhead shows). All paths launch the same config; times are host wall-clock per call over many calls with the
 GPU kept ahead (launch-bound). Target: tuned <= 1.05x raw.
 
-Paths: raw ``rmsnorm_kernel[grid](...)`` (Triton's dispatch); flytune_nb.launch's remembered kernel alone; the
+Paths: raw ``rmsnorm_kernel[grid](...)`` (Triton's dispatch); flytune_nb.kit.launcher's remembered kernel alone; the
 compiled kernel's launcher called by hand (the floor: no key, no lookup); the kernel's launcher ``spec.run`` (shape
 checks + remembered launch); the tuned call (config resolution + all of that).
 
@@ -16,11 +16,11 @@ import time
 import torch
 
 from common import environment, write
-from flytune_nb.device import current_device
-from flytune_nb import launch as L
+from flytune_nb.core.device import current_device
+from flytune_nb.kit import launcher as L
 
-from flytune_nb.registry import get_kernel
-from flytune_nb.tuner import TunedKernel, _fast_key
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.serve.tuned import TunedKernel, _fast_key
 
 CALLS = 20_000
 
@@ -110,7 +110,7 @@ def main():
                     "| path | host time per call |", "|---|---|", f"| raw Triton launch `kernel[grid](...)` | {raw:.2f} us |",
                     f"| compiled kernel's launcher `kernel.run(...)` called by hand | {floor:.2f} us |",
                     f"| its C launch called by hand (the floor) | {c_floor:.2f} us |",
-                    f"| flytune_nb.launch, remembered kernel | {remembered:.2f} us |",
+                    f"| flytune_nb.kit.launcher, remembered kernel | {remembered:.2f} us |",
                     f"| kernel launcher (spec.run) | {wrapper:.2f} us |", f"| tuned(...) call | {tuned:.2f} us |",
                     f"| tuned / raw | {tuned / raw:.3f} |", "",
                     f"Pieces of the tuned call (host only, no launch): the memory cache's key {fast_key_us:.2f} us, "

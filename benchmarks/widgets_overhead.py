@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 from common import environment, write
-from flytune_nb.device import current_device
-from flytune_nb.registry import get_kernel
-from flytune_nb.sweep import Sweep
-from flytune_nb.widgets import LivePlot
-from flytune_nb.widgets.controls import RunControl
+from flytune_nb.core.device import current_device
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.sweep import Sweep
+from flytune_nb.ui.notebook import LivePlot
+from flytune_nb.ui.notebook.controls import RunControl
 
 
 def main():

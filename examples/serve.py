@@ -7,7 +7,7 @@ the kernel's heuristic), plus what the launcher adds per call over launching the
     python examples/serve.py --kernel rmsnorm --shape N=4096 --dtype bf16            # the committed exports/
     python examples/serve.py --kernel rmsnorm --shape N=256 --dtype fp32 --config-dir runs/exports --calls 50
 
-An engine does the same with its own launcher: ``lookup(spec, shape, dtype)`` (flytune_nb.lookup) gives the config
+An engine does the same with its own launcher: ``lookup(spec, shape, dtype)`` (flytune_nb.serve.lookup) gives the config
 and its source; SGLang reads the same files directly (docs/guide.md, "Offline artifacts").
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     import torch
 
     from flytune_nb import current_device, get_kernel, tuned
-    from flytune_nb.grid import SGLANG_BATCH_SIZES
+    from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
 
     spec, dev = get_kernel(args.kernel), current_device()
     rest = {k: int(v) for k, v in (s.split("=", 1) for s in args.shape)}

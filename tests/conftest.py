@@ -1,15 +1,26 @@
 import os
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from flytune_nb.device import DESCRIBED, current_device, ensure_backend
+from flytune_nb.core.device import DESCRIBED, current_device, ensure_backend
 
 ensure_backend()  # TRITON_INTERPRET=1 on machines without a GPU, before any kernel module is imported
 
 HERE = os.path.dirname(__file__)
+REPO = os.path.dirname(os.path.abspath(HERE))  # the checkout: docs/, benchmarks/, examples/
 PLUGINS = os.path.join(HERE, "plugins")
+FIXTURES = Path(HERE) / "fixtures"  # H200 measurements the CPU tests replay
 # A described H200 (what current_device() reports there), for CPU tests of GPU-only decisions; nothing runs on it.
 H200 = DESCRIBED["NVIDIA_H200"]
+# torch.cuda.get_device_properties as an H200 and an MI300X report them (the HIP branch is tested with these).
+H200_PROPS = SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, L2_cache_size=62914560,
+                             total_memory=150_000_000_000, shared_memory_per_block=49152,
+                             shared_memory_per_block_optin=232448)
+MI300X_PROPS = SimpleNamespace(name="AMD Instinct MI300X", gcnArchName="gfx942:sramecc+:xnack-", major=9, minor=4,
+                               multi_processor_count=304, L2_cache_size=4194304, total_memory=205_000_000_000,
+                               shared_memory_per_block=65536)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -38,13 +49,13 @@ def dev():
 
 @pytest.fixture
 def cpu_timer():
-    from flytune_nb.bench import CpuTimer
+    from flytune_nb.measure.timer import CpuTimer
 
     return CpuTimer(reps=2, warmup=0)
 
 
 @pytest.fixture
 def timer(dev):
-    from flytune_nb.bench import make_timer
+    from flytune_nb.measure.timer import make_timer
 
     return make_timer(dev, reps=2, rep_ms=20, warmup_ms=5)

@@ -1,7 +1,7 @@
 import torch
 
-from flytune_nb.dtypes import to_torch
-from flytune_nb.spec import KernelSpec
+from flytune_nb.core.dtypes import to_torch
+from flytune_nb.core.spec import KernelSpec
 
 from .configs import configs
 from .heuristic import default

@@ -1,6 +1,6 @@
 import os
 
-from flytune_nb.config import Config
+from flytune_nb.core.config import Config
 
 
 def configs(shape, dtype, device):

@@ -1,4 +1,4 @@
-from flytune_nb.config import Config
+from flytune_nb.core.config import Config
 
 
 def configs(shape, dtype, device):

@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-from flytune_nb.device import current_device
+from flytune_nb.core.device import current_device
 
 
 @triton.jit

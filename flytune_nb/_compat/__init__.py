@@ -1,0 +1,1 @@
+"""Private Triton / torch / CPython internals, each behind a version check or a fallback (see each module)."""

@@ -1,0 +1,108 @@
+"""The heuristic editor's engine: compile an edited ``default(shape, dtype, device)`` and re-score it on the timings a
+sweep already stored (no re-run). Plain functions; the notebook's editor only displays them."""
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass, field
+
+from flytune_nb.analysis.scores import regret
+from flytune_nb.core.config import Config
+from flytune_nb.errors import UsageError
+
+
+class HeuristicError(UsageError):
+    """An edited heuristic that does not compile, raises, or returns something that is not a Config."""
+
+
+@dataclass(frozen=True)
+class ShapeScore:
+    shape: dict
+    dtype: str
+    best_ms: float
+    old: Config
+    old_ms: float  # inf: failed; nan: never measured
+    new: Config
+    new_ms: float
+
+    @property
+    def verdict(self) -> str:
+        """same | unmeasured | fails (the new pick failed its trial: always a loss) | wins | loses | ties (±2%)."""
+        if self.new == self.old:
+            return "same"
+        if math.isnan(self.new_ms):
+            return "unmeasured"
+        if math.isinf(self.new_ms):
+            return "fails"
+        if not math.isfinite(self.old_ms) or self.new_ms < self.old_ms * 0.98:
+            return "wins"
+        return "loses" if self.new_ms > self.old_ms * 1.02 else "ties"
+
+
+@dataclass
+class Rescore:
+    rows: list = field(default_factory=list)
+
+    @property
+    def unmeasured(self) -> list[tuple[dict, str, Config]]:
+        """(shape, dtype, config) the edited rule picks but the store has never timed: offer to measure these."""
+        return [(r.shape, r.dtype, r.new) for r in self.rows if r.verdict == "unmeasured"]
+
+    def summary(self) -> dict:
+        """Counts per verdict, and both regrets (geomean pick / best) over the *same* rows: those where both picks
+        were measured. A failing pick makes its rule's regret inf, so it can never look better by failing."""
+        counts = {v: sum(r.verdict == v for r in self.rows)
+                  for v in ("wins", "loses", "fails", "ties", "same", "unmeasured")}
+        both = [r for r in self.rows if not math.isnan(r.new_ms) and not math.isnan(r.old_ms)]
+        return {**counts, "compared": len(both),
+                "old_regret": regret(r.old_ms / r.best_ms for r in both),
+                "new_regret": regret(r.new_ms / r.best_ms for r in both)}
+
+
+def measured_ms(result, config: Config) -> float:
+    """p50 of ``config`` in this result: inf if it failed, nan if it was never measured at full fidelity."""
+    for t in result.trials:
+        if t.config == config and t.fidelity == "full":
+            return t.p50 if t.ok else math.inf
+    return math.nan
+
+
+def load_heuristic(source: str, name: str = "default", package: str | None = None):
+    """Compile edited heuristic source; return its ``default(shape, dtype, device)`` function. ``package`` is the
+    kernel folder's package, so that the heuristic's relative imports (``from .configs import ...``) resolve as they
+    do in the file."""
+    namespace: dict = {"__name__": f"{package}._edited_heuristic", "__package__": package} if package else {}
+    try:
+        code = compile(textwrap.dedent(source), "<edited heuristic>", "exec")
+        exec(code, namespace)  # noqa: S102 - the user's own code, in their own notebook kernel
+    except SyntaxError as e:
+        raise HeuristicError(f"syntax error on line {e.lineno}: {e.msg}") from None
+    except Exception as e:  # noqa: BLE001
+        raise HeuristicError(f"the code raised while loading: {type(e).__name__}: {e}") from None
+    fn = namespace.get(name)
+    if not callable(fn):
+        raise HeuristicError(f"the code must define a function {name}(shape, dtype, device)")
+    return fn
+
+
+def rescore(fn, results, device, canonical) -> Rescore:
+    """Score heuristic ``fn`` on every (shape, dtype) of ``results`` from their stored timings. ``canonical``: the
+    kernel's ``KernelSpec.canonical`` (an edited heuristic is a bare function, not the spec's wrapped one), so an
+    edit that writes an optional knob at its default (``TMA=0``) finds the timings of the config stored without it."""
+    out = Rescore()
+    for r in results:
+        best = r.best
+        if best is None:
+            continue
+        try:
+            new = fn(dict(r.shape), r.dtype, device)
+        except Exception as e:  # noqa: BLE001
+            raise HeuristicError(f"raised for {r.shape} {r.dtype}: {type(e).__name__}: {e}") from None
+        if not isinstance(new, Config):
+            raise HeuristicError(f"returned {type(new).__name__} for {r.shape} {r.dtype}, not a Config")
+        new = canonical(new)
+        out.rows.append(ShapeScore(dict(r.shape), r.dtype, best.p50, r.default, measured_ms(r, r.default), new,
+                                   measured_ms(r, new)))
+    return out
+
+

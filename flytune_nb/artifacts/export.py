@@ -1,0 +1,135 @@
+"""Export a results store's winners as SGLang-format files (merged into what is there) with provenance beside them.
+
+Writes are atomic (temp file + rename) under a per-directory file lock, and the output is sorted and formatted the
+same way every time, so exporting the same data twice gives byte-identical files.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from filelock import FileLock
+
+from flytune_nb.artifacts.files import (
+    BUILTIN_DIR, LOCK, PROVENANCE, ArtifactError, atomic_write, file_name, read_provenance, read_table, render,
+    triton_dir_name)
+from flytune_nb.core.device import INTERPRETER_NAME
+
+
+def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[dict]:
+    """What an export would write: per file {"path", "by_m": {M: config dict}, "prov": {M: provenance}}."""
+    from flytune_nb.core.registry import get_kernel
+
+    df = store.frame(kernel)
+    if df.empty:
+        return []
+    out_dir = Path(out_dir)
+    candidates, specs = [], {}
+    for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
+        ok = g[(g["status"] == "ok") & (g["fidelity"] == "full")]
+        if ok.empty:
+            continue
+        spec = specs.get(kname) or specs.setdefault(kname, get_kernel(kname, list(paths)))
+        shape = json.loads(shape_json)
+        best = ok.loc[ok["p50"].idxmin()]
+        dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
+        toolchain = json.loads(best["toolchain"] or "{}")
+        rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
+        path = out_dir / kname / triton_dir_name(toolchain.get("triton", "0")) / file_name(spec, rest, device, dtype)
+        d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
+        candidates.append({
+            "path": path, "m": int(shape[spec.batch_axis]), "last_id": int(g["id"].max()),
+            "version": (best["source"] or "", best["toolchain"] or ""), "config": json.loads(best["config"]),
+            "prov": _clean({
+                "device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
+                "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
+                "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
+                "rel_error": float(best["rel_error"]), "key": key, "shape": rest, "dtype": dtype,
+                "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None})})
+    groups: dict[Path, dict] = {}
+    for path in {c["path"] for c in candidates}:
+        mine = [c for c in candidates if c["path"] == path]
+        # One file = one kernel-source version and toolchain: the most recently measured. Rows of an older
+        # version (the kernel was edited since) are never mixed in, whatever their timestamps.
+        newest = max(mine, key=lambda c: c["last_id"])["version"]
+        entry = groups[path] = {"path": path, "by_m": {}, "prov": {}}
+        for c in sorted((c for c in mine if c["version"] == newest), key=lambda c: c["last_id"]):
+            # A file name may leave axes or the dtype out (SGLang's MoE names show E and N only): two shapes that
+            # differ only there would land in one file and the later would silently win.
+            seen = entry["prov"].get(c["m"])
+            if seen and (seen["shape"], seen["dtype"]) != (c["prov"]["shape"], c["prov"]["dtype"]):
+                raise ArtifactError(
+                    f"{path.name}: batch size {c['m']} was measured for {seen['shape']} {seen['dtype']} and for "
+                    f"{c['prov']['shape']} {c['prov']['dtype']}; the file name cannot tell them apart. Export them "
+                    f"to separate config dirs (flytune export --kernel, or one store per model).")
+            entry["by_m"][c["m"]], entry["prov"][c["m"]] = c["config"], c["prov"]
+    return [groups[p] for p in sorted(groups)]
+
+
+def _merge(entry: dict, table: dict, old_prov: dict) -> tuple[dict, dict]:
+    """The file's new table and provenance: entries for other batch sizes are kept, unless they came from another
+    kernel source or toolchain, in which case the file is replaced (never mixed)."""
+    version = {(p["source"], json.dumps(p["toolchain"], sort_keys=True)) for p in entry["prov"].values()}
+    if any((p.get("source"), json.dumps(p.get("toolchain"), sort_keys=True)) not in version
+           for p in old_prov.values()):
+        table, old_prov = {}, {}
+    per_m = {**old_prov, **{str(m): v for m, v in entry["prov"].items()}}
+    return {**table, **entry["by_m"]}, {k: per_m[k] for k in sorted(per_m, key=int)}
+
+
+def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[tuple[Path, str, str]]:
+    """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
+    ``export``."""
+    out = []
+    for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
+        path = entry["path"]
+        old = path.read_text() if path.exists() else ""
+        try:
+            table = read_table(path) if old else {}
+            prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
+        except ArtifactError:
+            table, prov = {}, {}
+        out.append((path, render(_merge(entry, table, prov)[0]), old))
+    return out
+
+
+def refuse_interpreter_timings(out_dir: str | Path, devices) -> None:
+    """ArtifactError when timings of the CPU interpreter (one of ``devices``) would go into the repository's
+    committed exports/: they say nothing about GPU speed."""
+    if INTERPRETER_NAME in devices and Path(out_dir).resolve() == BUILTIN_DIR:
+        raise ArtifactError(f"not written: these are {INTERPRETER_NAME} timings, and {out_dir} is the repository's "
+                            f"committed GPU configs; choose a scratch folder (flytune export --out DIR)")
+
+
+def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[Path]:
+    """Write the winners of every (kernel, non-batch shape, device, dtype) found in ``store``. Returns the files.
+    Entries already in a file for other batch sizes are kept (merged); the same batch size is replaced. Interpreter
+    timings are refused for the repository's committed exports/ (BUILTIN_DIR): they say nothing about GPU speed, and
+    `flytune export` writes there by default."""
+    plan = plan_export(store, out_dir, kernel=kernel, paths=paths)
+    refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})
+    written = []
+    for entry in plan:
+        path = entry["path"]
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ArtifactError(f"cannot create {path.parent}: {e.strerror or e}") from None
+        with FileLock(str(path.parent / LOCK)):
+            # Read and check both files before writing either: a bad sidecar must not leave a new artifact behind
+            # with no provenance.
+            prov_path = path.parent / PROVENANCE
+            prov = read_provenance(prov_path)
+            table = read_table(path) if path.exists() else {}
+            table, prov[path.name] = _merge(entry, table, prov.get(path.name, {}))
+            atomic_write(path, render(table))
+            atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
+        written.append(path)
+    return written
+
+
+def _clean(d: dict) -> dict:
+    """JSON has no NaN: unknown numbers become null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
+

@@ -1,0 +1,105 @@
+"""The SGLang-format config file: its name, its text, strict reading, atomic writes, and the provenance sidecar.
+
+A file ``<dir>/<kernel>/triton_<X_Y_Z>/<axis>=<v>,...,device_name=<Dev>,dtype=<d>.json`` holds exactly
+``{"<M>": {knob: int, ...}, ...}``: SGLang's loader applies ``int()`` to every key, so nothing else may go in. What we
+know about each entry (device, toolchain, source fingerprint, run, latencies) goes in ``provenance.json`` beside it.
+Writes are atomic (temp file + rename) under a per-directory file lock, and the output is sorted and formatted the
+same way every time, so exporting the same data twice gives byte-identical files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from flytune_nb.core.resources import EXPORTS
+from flytune_nb.errors import UsageError
+
+SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
+BUILTIN_DIR = EXPORTS  # the committed configs, shipped as package data
+PROVENANCE = "provenance.json"
+LOCK = ".flytune-export.lock"
+
+
+class ArtifactError(UsageError):
+    pass
+
+
+def triton_dir_name(version: str) -> str:
+    """``3.6.0`` -> ``triton_3_6_0`` (SGLang's rule; local suffixes such as ``+git…`` dropped)."""
+    core = re.match(r"^(\d+(?:\.\d+)*)", version)
+    if not core:
+        raise ArtifactError(f"cannot read a Triton version from {version!r}")
+    return "triton_" + core.group(1).replace(".", "_")
+
+
+def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
+    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json``: the kernel's file axes (by default every non-batch axis)
+    in its order, then the device, then the dtype tag unless the kernel maps it to none (SGLang's bf16 MoE files:
+    ``E=8,N=14336,device_name=NVIDIA_H200.json``)."""
+    if not SAFE.match(device_name):
+        raise ArtifactError(f"device name {device_name!r} may only hold letters, digits, '.', '_' and '-'")
+    parts = [f"{a}={int(shape[a])}" for a in spec.file_axes] + [f"device_name={device_name}"]
+    tag = spec.dtype_tag(dtype)
+    return ",".join(parts + ([f"dtype={tag}"] if tag else [])) + ".json"
+
+
+def render(table: dict[int, dict]) -> str:
+    """The file's text: batch keys in numeric order, knobs in name order, 4-space indent, trailing newline."""
+    body = {str(m): {k: int(v) for k, v in sorted(table[m].items())} for m in sorted(table)}
+    return json.dumps(body, indent=4) + "\n"
+
+
+# Read once, at import: os.umask can only be read by setting it, and setting it per write would race with other
+# threads creating files (a threaded sweep, a serving process).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a committed or shared config must be readable
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_table(path: Path) -> dict[int, dict]:
+    """Strict read of one artifact (export merges into it): raises ArtifactError on anything malformed."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(data, dict) or not data:
+        raise ArtifactError(f"{path}: expected a non-empty JSON object of batch size -> config")
+    table = {}
+    for k, v in data.items():
+        try:
+            m = int(k)
+        except ValueError:
+            raise ArtifactError(f"{path}: key {k!r} is not a batch size (SGLang applies int() to every key)") from None
+        if not isinstance(v, dict) or not v:
+            raise ArtifactError(f"{path}: entry {k!r} is not a config object")
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()):
+            raise ArtifactError(f"{path}: entry {k!r} holds a non-integer knob")
+        table[m] = v
+    return table
+
+
+def read_provenance(path: Path) -> dict:
+    """The sidecar as {file name: {M: record}}; {} when absent; ArtifactError (naming the file) when malformed."""
+    if not Path(path).exists():
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ArtifactError(f"{path}: expected {{file name: {{batch size: record}}}}")
+    return data

@@ -1,0 +1,56 @@
+"""Dtype names: users type ``bf16``; torch wants ``torch.bfloat16``; artifacts write ``bf16``."""
+from __future__ import annotations
+
+import torch
+
+from flytune_nb.errors import UsageError
+
+_ALIASES = {
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "fp32": "fp32", "float32": "fp32", "float": "fp32",
+}
+_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+_SHORT = {v: k for k, v in _TORCH.items()}
+
+# ||out - ref|| / ||ref|| against an fp64 reference. A few times the storage rounding error: bf16 keeps 8
+# significant bits (RMS rounding error ~1.6e-3; measured 1.7e-3 for rmsnorm on the H200, 3.3e-3 through the CPU
+# interpreter), fp16 11 bits (~2e-4), fp32 24 bits.
+DEFAULT_TOLERANCE = {"bf16": 8e-3, "fp16": 2e-3, "fp32": 1e-5}
+# Element-wise bound |out - ref| <= atol + rtol * |ref|, next to the norm: a norm averages a single wrong row of
+# 8192 down to ~1e-2 of error, which a norm-only bf16 check would pass. Two ulps of the storage type.
+ELEMENT_TOLERANCE = {"bf16": (1.6e-2, 1.6e-2), "fp16": (2e-3, 2e-3), "fp32": (1e-4, 1e-5)}
+
+
+class DtypeError(UsageError):
+    pass
+
+
+def canonical(name: str | torch.dtype) -> str:
+    """``"bfloat16"``, ``"bf16"`` or ``torch.bfloat16`` -> ``"bf16"``."""
+    if isinstance(name, torch.dtype):
+        if name in _SHORT:
+            return _SHORT[name]
+        raise DtypeError(f"unsupported dtype {name}; supported: {', '.join(_TORCH)}")
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key not in _ALIASES:
+        raise DtypeError(f"unknown dtype {name!r}; supported: {', '.join(_TORCH)} (aliases: {', '.join(sorted(_ALIASES))})")
+    return _ALIASES[key]
+
+
+def parse_list(dtypes) -> list[str]:
+    """``"bf16,fp16"``, ``"bf16 fp16"``, ``"bf16"`` or a sequence -> ["bf16", "fp16"] (names as written; canonical()
+    checks them). A plain string is one or more names, never a sequence of characters."""
+    if isinstance(dtypes, str):
+        dtypes = dtypes.replace(",", " ").split()
+    elif isinstance(dtypes, torch.dtype):
+        dtypes = [dtypes]
+    return [d.strip() if isinstance(d, str) else d for d in dtypes if not isinstance(d, str) or d.strip()]
+
+
+def to_torch(name: str | torch.dtype) -> torch.dtype:
+    return _TORCH[canonical(name)]
+
+
+def itemsize(name: str | torch.dtype) -> int:
+    return to_torch(name).itemsize

@@ -1,0 +1,177 @@
+"""The tuning key: everything that, if it changed, must force a re-tune.
+
+shape, dtype, stride class per dim of every tensor input, device name + arch, a fingerprint of the kernel folder's
+source, toolchain versions, and the env variables that change codegen. Strides collapse to {0, 1, other} as quack
+does: broadcast vs contiguous vs strided changes the best kernel, 4096 vs 8192 does not.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import json
+import os
+import tokenize
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from flytune_nb._compat.triton import cache_invalidating_env
+from flytune_nb.core.device import DeviceInfo
+
+# Variables that change what Triton generates (beyond those Triton itself reports as cache-invalidating).
+CODEGEN_ENV = (
+    "TRITON_INTERPRET",
+    "TRITON_DEFAULT_FP_FUSION",
+    "TRITON_F32_DEFAULT",
+    "TRITON_HIP_USE_BLOCK_PINGPONG",
+    "TRITON_HIP_USE_IN_THREAD_TRANSPOSE",
+    "AMDGCN_USE_BUFFER_OPS",
+    "TRITON_ENABLE_FAST_MATH",
+    "DISABLE_LLVM_OPT",
+    "MLIR_ENABLE_REMARK",
+    "NVPTX_ENABLE_DUMP",
+)
+
+
+def stride_class(stride: int) -> int:
+    """0 broadcast, 1 contiguous, 2 anything else."""
+    return stride if stride < 2 else 2
+
+
+def stride_classes(inputs: Mapping[str, Any]) -> tuple:
+    """Per tensor input: (name, dtype, stride class per dim). The dtype of every tensor is in, not only the main
+    one: ``weight`` in fp32 beside ``x`` in bf16 is another kernel specialisation."""
+    out = []
+    for name in sorted(inputs):
+        t = inputs[name]
+        if hasattr(t, "stride") and hasattr(t, "dim"):
+            out.append((name, str(t.dtype).removeprefix("torch."), tuple(stride_class(s) for s in t.stride())))
+    return tuple(out)
+
+
+def source_fingerprint(folder: Path | None) -> str:
+    """A hash of the code under the kernel folder: every .py file's relative path and its tokens, without comments,
+    docstrings, blank lines or spacing. Editing a line of code changes it (the kernel, its space, its heuristic:
+    any of them can change which config is best, or what a config does); rewording a comment does not, so the trials
+    and exports keyed by it stay valid."""
+    if folder is None:
+        return "none"
+    return _fingerprint(str(Path(folder).resolve()), _mtimes(Path(folder)))
+
+
+def _mtimes(folder: Path) -> tuple:
+    # The mtime signature lets the (cached) hash notice edits made while a notebook is open.
+    return tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*.py")))
+
+
+@lru_cache(maxsize=64)
+def _fingerprint(folder: str, _sig: tuple) -> str:
+    h = hashlib.sha256()
+    root = Path(folder)
+    for p in sorted(root.rglob("*.py")):
+        if "__pycache__" in p.parts:
+            continue
+        h.update(str(p.relative_to(root)).encode())
+        h.update(b"\0")
+        h.update(code_tokens(p.read_bytes()))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+_SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
+
+
+def code_tokens(source: bytes) -> bytes:
+    """The code of one Python file as a byte string of its tokens: comments, docstrings (a string that is a whole
+    statement at the start of a module, class or function body) and layout left out. A file that does not tokenize
+    (a syntax error) counts by its bytes: it is code a user is editing, and any change must count."""
+    try:
+        docstrings = _docstring_starts(ast.parse(source))
+        out, after_docstring = [], False
+        for tok in tokenize.tokenize(io.BytesIO(source).readline):
+            if tok.type == tokenize.STRING and tok.start in docstrings:
+                after_docstring = True  # its statement's NEWLINE goes too: adding or deleting a docstring is no edit
+                continue
+            if tok.type in _SKIP or (after_docstring and tok.type == tokenize.NEWLINE):
+                after_docstring = False
+                continue
+            after_docstring = False
+            out.append(f"{tok.type}:{tok.string}")
+        return "\x1f".join(out).encode()
+    except (SyntaxError, tokenize.TokenError, ValueError):
+        return source
+
+
+def _docstring_starts(tree) -> set:
+    starts = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+                    first.value.value, str):
+                starts.add((first.lineno, first.col_offset))
+    return starts
+
+
+def toolchain() -> dict[str, str]:
+    import torch
+    import triton
+
+    from flytune_nb import __version__
+
+    return {
+        "flytune_nb": __version__,
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda or ""),
+        "hip": str(getattr(torch.version, "hip", None) or ""),
+    }
+
+
+def codegen_env() -> dict[str, str]:
+    env = {k: os.environ[k] for k in CODEGEN_ENV if k in os.environ}
+    env.update(cache_invalidating_env())  # Triton's own list (TRITON_*, MLIR_*, LLVM_* that invalidate its cache)
+    return dict(sorted(env.items()))
+
+
+@dataclass(frozen=True)
+class TuningKey:
+    kernel: str
+    shape: tuple  # ((axis, value), ...) in axis order
+    dtype: str
+    strides: tuple  # ((input name, (class per dim, ...)), ...)
+    device: str
+    arch: str
+    source: str
+    toolchain: tuple
+    env: tuple
+
+    @property
+    def digest(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True, default=list)
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["shape"] = dict(self.shape)
+        d["strides"] = {name: {"dtype": dt, "classes": list(c)} for name, dt, c in self.strides}
+        d["toolchain"] = dict(self.toolchain)
+        d["env"] = dict(self.env)
+        return d
+
+
+def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, Any] | None,
+             device: DeviceInfo) -> TuningKey:
+    return TuningKey(
+        kernel=spec.name,
+        shape=tuple((a, int(shape[a])) for a in spec.axes),
+        dtype=dtype,
+        strides=stride_classes(inputs or {}),
+        device=device.name,
+        arch=device.arch,
+        source=spec.fingerprint or source_fingerprint(spec.source_dir),
+        toolchain=tuple(toolchain().items()),
+        env=tuple(codegen_env().items()),
+    )

@@ -1,0 +1,85 @@
+"""Shape grids: ``"M=1,64,4096 N=4096,8192"`` -> the cartesian product as shape dicts.
+
+Presets: ``M=sglang`` expands to SGLang's default tuning batch sizes. Any mistake gives one GridError line that says
+what was expected.
+"""
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+
+from flytune_nb.errors import UsageError
+
+SGLANG_BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
+PRESETS = {"sglang": SGLANG_BATCH_SIZES}
+
+
+class GridError(UsageError):
+    pass
+
+
+def parse_values(axis: str, text: str) -> list[int]:
+    text = text.strip()
+    if text.lower() in PRESETS:
+        return list(PRESETS[text.lower()])
+    values = []
+    parts = [p.strip() for p in text.split(",")]
+    if parts and not parts[-1]:
+        parts.pop()  # one trailing comma is harmless
+    for part in parts:
+        if not part:  # "1,,4": a value was lost, not written twice
+            raise GridError(f"axis {axis}: empty value in {text!r} (write e.g. {axis}=1,64,4096)")
+        if not re.fullmatch(r"[0-9]+", part):  # not \d: it takes other scripts' digits too
+            raise GridError(f"axis {axis}: {part!r} is not a positive integer (write e.g. {axis}=1,64,4096)")
+        v = int(part)
+        if v < 1:
+            raise GridError(f"axis {axis}: sizes must be >= 1, got {v}")
+        values.append(v)
+    if not values:
+        raise GridError(f"axis {axis} has no values (write e.g. {axis}=1,64,4096)")
+    return list(dict.fromkeys(values))
+
+
+def split_known(grid: str | dict, axes: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """Grid text (``"M=1,64 N=4096"``) or ``{axis: "1,64" | [1, 64]}`` -> ({axis: value text} for the well-formed
+    terms of the kernel's axes, [what is wrong with each other term]). The workbench keeps the first part and shows
+    the second; ``split_axes`` refuses any problem."""
+    per_axis: dict[str, str] = {}
+    problems: list[str] = []
+    if isinstance(grid, dict):
+        terms = [(str(a), ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v), None)
+                 for a, v in grid.items()]
+    else:
+        terms = [(*t.partition("=")[::2], t) for t in str(grid).replace(";", " ").split()]
+    for axis, values, token in terms:
+        if token is not None and ("=" not in token or not axis):
+            problems.append(f"grid term {token!r} is not AXIS=v1,v2,... (e.g. \"M=1,64 N=4096\")")
+        elif axis in per_axis:
+            problems.append(f"axis {axis} given twice in the grid")
+        elif axis not in axes:
+            close = difflib.get_close_matches(axis, axes, n=1) or [a for a in axes if a.lower() == axis.lower()]
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            problems.append(f"grid may only set the kernel's axes {list(axes)}; unknown ['{axis}']{hint}")
+        else:
+            per_axis[axis] = values
+    return per_axis, problems
+
+
+def split_axes(grid: str | dict, axes: tuple[str, ...]) -> dict[str, str]:
+    """``split_known`` with every problem refused: a malformed term, an axis given twice or an axis the kernel does
+    not have is a GridError, never dropped silently (a typo'd ``n=1024`` must not run N=4096)."""
+    per_axis, problems = split_known(grid, axes)
+    if problems:
+        raise GridError(problems[0])
+    return per_axis
+
+
+def parse_grid(text: str | dict, axes: tuple[str, ...]) -> list[dict[str, int]]:
+    """Grid text or ``{axis: [values]}`` -> list of shapes, every axis present exactly once."""
+    per_axis = {a: parse_values(a, v) for a, v in split_axes(text, axes).items()}
+    missing = [a for a in axes if a not in per_axis]
+    if missing:
+        raise GridError(f"grid must set each of the kernel's axes {list(axes)}; missing {missing}")
+    combos = itertools.product(*(per_axis[a] for a in axes))
+    return [dict(zip(axes, c)) for c in combos]

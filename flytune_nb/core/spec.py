@@ -1,0 +1,180 @@
+"""KernelSpec: the plugin contract. A kernel is a folder exposing one ``SPEC``; adding one never edits the core.
+
+Nothing here assumes Triton: ``run`` is any callable that launches something built from a config.
+See docs/kernel-plugins.md for the contract explained with a worked example.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from flytune_nb.errors import UsageError
+from flytune_nb.core import dtypes
+from flytune_nb.core.config import Config
+from flytune_nb.core.device import DeviceInfo
+
+Shape = Mapping[str, int]
+Inputs = dict  # name -> torch.Tensor (or scalar)
+
+
+class SpecError(UsageError):
+    """A KernelSpec that breaks the contract (e.g. its batch axis is not one of its axes)."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    axes: tuple[str, ...]  # shape axes, e.g. ("M", "N")
+    batch_axis: str  # the axis that is the inner key of an exported file (SGLang's M)
+    dtypes: tuple[str, ...]  # canonical short names: "bf16", "fp16", "fp32"
+    make_inputs: Callable[[Shape, str, DeviceInfo], Inputs]  # fresh random inputs (never zeros) + output buffers
+    run: Callable[[Inputs, Config], Any]  # launch; returns output tensor or tuple of tensors
+    reference: Callable[[Inputs], Any]  # torch result in fp32 or better, same structure as run's
+    configs: Callable[[Shape, str, DeviceInfo], Sequence[Config]]  # the pruned search space
+    default: Callable[[Shape, str, DeviceInfo], Config]  # the heuristic: zero-search config
+    shape_of: Callable[[Inputs], dict]  # recover the shape from real call inputs
+    outputs: tuple[str, ...] = ()  # input names that are pure outputs: poisoned with NaN before a checked launch
+    mutates: tuple[str, ...] = ()  # written in place: snapshotted and restored before every rep (restore_value)
+    zeroes: tuple[str, ...] = ()  # accumulated into: zeroed before every rep and before the real call (reset_to_zero)
+    bytes: Callable[[Shape, str], float] | None = None  # minimum bytes moved, for roofline %
+    flops: Callable[[Shape, str], float] | None = None
+    tolerance: Callable[[str], float] | None = None  # rel-error bound per dtype, when the default table is not right
+    # Outputs that go through several storage roundings (e.g. a GEMM whose intermediate is stored in bf16) scale both
+    # default bounds, norm and element-wise, rather than replacing them with a norm-only one.
+    tolerance_scale: float = 1.0
+    baseline: Callable[[Inputs], Any] | None = None  # eager torch as a user would write it: timed eager + compiled
+    source_dir: Path | None = None  # folder fingerprinted into the tuning key
+    dtype_from: str = ""  # the input whose dtype is "the" dtype of a real call (default: first floating tensor)
+    fingerprint: str = ""  # hash of source_dir as it was when this spec was imported (set by the registry)
+    description: str = ""
+    extra: dict = field(default_factory=dict)
+    # Artifact file names. SGLang's MoE files name only E and N (not K or top-k) and carry no dtype part for bf16/fp16,
+    # so a kernel can narrow the axes its file names show and map dtypes to name tags (None: no dtype part).
+    artifact_axes: tuple[str, ...] = ()  # default: every non-batch axis, in axis order
+    # A representative shape (axes left out default to 4096): what `flytune kernels` sizes the space at and what the
+    # workbench pre-fills. 4096 everywhere is right for a norm, absurd for MoE (4096 experts, top-4096).
+    example_shape: dict = field(default_factory=dict)
+    artifact_dtype: Callable[[str], str | None] | None = None  # default: the short name, e.g. "bf16"
+    # Knobs a config may leave out, with the value their absence means (rmsnorm's BLOCK_M: 1 row per program). A knob
+    # added to a kernel this way keeps the names of its older configs, so stored trials and exported files stay valid.
+    optional_knobs: dict = field(default_factory=dict)
+
+    def canonical(self, config):
+        """``config`` without the optional knobs that are at their default (``TMA=0`` -> no TMA), the name the
+        kernel's space gives that config."""
+        drop = {k for k, v in self.optional_knobs.items() if config.get(k) == v}
+        if not drop:
+            return config
+        return Config.from_dict({k: v for k, v in config.to_dict().items() if k not in drop})
+
+    def knob_mismatch(self, have, want) -> tuple[set, set]:
+        """(missing, extra): the knobs a config naming ``have`` lacks or adds against one naming ``want`` (the
+        heuristic default's); optional knobs may be absent on either side."""
+        optional = set(self.optional_knobs)
+        return set(want) - set(have) - optional, set(have) - set(want) - optional
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise SpecError(f"kernel name must be letters, digits and '_', got {self.name!r}")
+        if self.batch_axis not in self.axes:
+            raise SpecError(f"{self.name}: batch axis {self.batch_axis!r} is not one of its axes {self.axes}")
+        object.__setattr__(self, "axes", tuple(self.axes))
+        object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in self.dtypes))
+        object.__setattr__(self, "artifact_axes", tuple(self.artifact_axes))
+        if set(self.example_shape) - set(self.axes):
+            raise SpecError(f"{self.name}: example_shape names {sorted(set(self.example_shape) - set(self.axes))}, "
+                            f"not axes of {self.axes}")
+        bad = [a for a in self.artifact_axes if a not in self.axes or a == self.batch_axis]
+        if bad:
+            raise SpecError(f"{self.name}: artifact axes {bad} must be non-batch axes of {self.axes}")
+        overlap = set(self.outputs) & set(self.mutates)
+        if overlap:
+            raise SpecError(f"{self.name}: {sorted(overlap)} cannot be both a pure output and mutated in place")
+        if self.optional_knobs:  # the heuristic and the space name configs as canonical() does, whoever wrote them
+            object.__setattr__(self, "default", _canonical_result(self.default, self.canonical))
+            object.__setattr__(self, "configs", _canonical_result(self.configs, self.canonical))
+
+    # -- helpers the core uses -----------------------------------------------------------------------------------
+    def example(self) -> dict[str, int]:
+        return {a: int(self.example_shape.get(a, 4096)) for a in self.axes}
+
+    @property
+    def file_axes(self) -> tuple[str, ...]:
+        """The axes an artifact's file name shows (the rest of the shape lives in its provenance)."""
+        return self.artifact_axes or tuple(a for a in self.axes if a != self.batch_axis)
+
+    def dtype_tag(self, dtype: str) -> str | None:
+        """The ``dtype=`` part of an artifact name, or None for none."""
+        d = dtypes.canonical(dtype)
+        return self.artifact_dtype(d) if self.artifact_dtype is not None else d
+
+    def check_shape(self, shape: Shape) -> dict[str, int]:
+        """Validate a shape dict against the axes; returns it in axis order with int values."""
+        if not isinstance(shape, Mapping):
+            raise SpecError(f"{self.name}: a shape is a mapping of {self.axes}, got {shape!r}")
+        missing = [a for a in self.axes if a not in shape]
+        extra = [a for a in shape if a not in self.axes]
+        if missing or extra:
+            raise SpecError(f"{self.name}: shape needs axes {list(self.axes)}; missing {missing}, unknown {extra}")
+        out = {}
+        for a in self.axes:
+            v = shape[a]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"{self.name}: axis {a} must be a positive integer, got {v!r}")
+            out[a] = v
+        return out
+
+    def check_dtype(self, dtype: Any) -> str:
+        d = dtypes.canonical(dtype)
+        if d not in self.dtypes:
+            raise dtypes.DtypeError(f"{self.name} supports {', '.join(self.dtypes)}; got {d}")
+        return d
+
+    def tol(self, dtype: str) -> float:
+        if self.tolerance is not None:
+            return float(self.tolerance(dtype))
+        return self.tolerance_scale * dtypes.DEFAULT_TOLERANCE[dtypes.canonical(dtype)]
+
+    def element_tol(self, dtype: str) -> tuple[float, float] | None:
+        """(rtol, atol) per element; None when the kernel sets its own norm ``tolerance`` (it knows better)."""
+        if self.tolerance is not None:
+            return None
+        rtol, atol = dtypes.ELEMENT_TOLERANCE[dtypes.canonical(dtype)]
+        return self.tolerance_scale * rtol, self.tolerance_scale * atol
+
+    def reset(self, inputs: Inputs, snapshot: Mapping[str, Any] | None) -> None:
+        """Put in-place state back: restore ``mutates`` from ``snapshot`` and zero ``zeroes``."""
+        if snapshot:
+            for name, saved in snapshot.items():
+                inputs[name].copy_(saved)
+        for name in self.zeroes:
+            inputs[name].zero_()
+
+    def snapshot(self, inputs: Inputs) -> dict[str, Any]:
+        return {name: inputs[name].clone() for name in self.mutates}
+
+    def rep_setup(self, inputs: Inputs, snapshot: Mapping[str, Any] | None):
+        """What a timer runs before every timed rep: in-place state put back (``mutates`` from ``snapshot``,
+        ``zeroes`` zeroed); None for a kernel without in-place state, so its reps carry no setup at all."""
+        if not (self.mutates or self.zeroes):
+            return None
+        return lambda: self.reset(inputs, snapshot)
+
+
+def _canonical_result(fn, canonical):
+    """``fn`` (a heuristic or a space) with its Config, or each Config of its list, put through ``canonical``.
+    functools.wraps keeps the function's module and name, and inspect.unwrap finds its source (the workbench's
+    heuristic editor reads it); a function wrapped once is not wrapped again (dataclasses.replace re-runs
+    __post_init__)."""
+    if getattr(fn, "_flytune_canonical", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return canonical(out) if isinstance(out, Config) else [canonical(c) for c in out]
+
+    wrapped._flytune_canonical = True
+    return wrapped

@@ -1,0 +1,230 @@
+"""Lanes: where tasks run. One lane per GPU.
+
+- InProcessLane: in this process (fast; a crash here is a crash of the caller).
+- ProcessLane: a worker process (aiter's choice: a fresh process after any fault), forked from flytune's forkserver
+  (flytune_nb.engine.processes), never from the caller. A config that
+  aborts, segfaults or corrupts the device kills only the worker; one that hangs past the timeout is killed. Both are
+  reported as WorkerCrashed / WorkerTimeout, and the next call starts a fresh worker.
+- RayLane (flytune_nb.engine.ray_lanes): a Ray actor per GPU, for several machines.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import traceback
+
+from flytune_nb.errors import RunError, UsageError
+from flytune_nb.engine.processes import child_env, child_init, context
+
+
+class WorkerCrashed(RunError):
+    pass
+
+
+class WorkerTimeout(RunError):
+    pass
+
+
+class WorkerStartError(RunError):
+    """The worker process could not start at all: the machine's problem, not a config's."""
+
+
+class WorkerError(RunError):
+    """A task raised in the worker outside a config's own launch (a plugin or flytune bug): not per-config data."""
+
+
+STARTUP_TIMEOUT_S = 300.0  # importing torch + triton on a loaded 2-core machine can take ~10 s; a GPU context more
+
+
+def _worker_main(conn, env: dict) -> None:
+    child_init(env)
+    dump = _profiler()
+    from flytune_nb.core.device import ensure_backend
+
+    ensure_backend()
+    from flytune_nb.engine.tasks import HANDLERS
+
+    conn.send(("ready", os.getpid()))
+    calls = 0
+    while True:
+        try:
+            op, kwargs = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        try:
+            answer = ("ok", HANDLERS[op](**kwargs))
+        except Exception as e:  # noqa: BLE001 - shipped to the parent, which decides
+            answer = ("error", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}")
+        calls += 1
+        if dump is not None:  # before answering: the parent may read the snapshot (or kill us) once answered
+            dump(calls)
+        try:
+            conn.send(answer)
+        except (EOFError, OSError):
+            return
+        except Exception as e:  # noqa: BLE001 - an answer that cannot be pickled is the task's error, not a crash
+            conn.send(("error", f"{type(e).__name__}: the answer to {op} cannot be sent back: {e}"))
+
+
+def _profiler():
+    """With FLYTUNE_PROFILE_DIR set, profile this worker (cProfile) and return ``dump(calls)``, which writes the
+    profile so far after each of its first 4 calls and every 16th: cumulative snapshots, so that the start, the
+    first trial and the steady state can be told apart (benchmarks/startup_profile.py reads them). A worker is
+    killed rather than left to exit, so nothing is written at exit."""
+    folder = os.environ.get("FLYTUNE_PROFILE_DIR")
+    if not folder:
+        return None
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    broken = []
+
+    def dump(calls: int) -> None:
+        if broken or not (calls <= 4 or calls % 16 == 0):
+            return
+        path = os.path.join(folder, f"worker-{os.getpid()}-{calls:04d}.prof")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            prof.dump_stats(path + ".part")  # stops the profiler
+            os.replace(path + ".part", path)
+        except OSError as e:  # a profile that cannot be written must not fail the trial it follows
+            broken.append(e)
+            import sys
+
+            print(f"flytune worker: FLYTUNE_PROFILE_DIR: cannot write {path}: {e}; profiling stops", file=sys.stderr)
+            return
+        prof.enable()
+
+    return dump
+
+
+def _main_hint(code: int | None) -> str:
+    """The usual cause of a worker exiting with 1 at start-up: Python's multiprocessing re-imports the main script
+    in every new process, so a script that starts a sweep at import time starts it again there, which
+    multiprocessing refuses."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if code == 1 and getattr(main, "__file__", None) and not getattr(main, "__spec__", None):
+        return (f" (if {os.path.basename(main.__file__)} starts the sweep at import time, put that under "
+                f"`if __name__ == \"__main__\":`: worker processes import the main script, as Python's "
+                f"multiprocessing does)")
+    return ""
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "worker stopped answering"
+    if code < 0:
+        try:
+            return f"worker killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"
+
+
+class InProcessLane:
+    name = "in-process"
+
+    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        from flytune_nb.engine.tasks import HANDLERS
+
+        try:
+            return HANDLERS[op](**kwargs)
+        except Exception as e:  # noqa: BLE001 - same contract as the process lane
+            raise WorkerError(f"{type(e).__name__}: {e}") from e
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessLane:
+    def __init__(self, env: dict | None = None, name: str = "worker") -> None:
+        self.env = dict(env or {})
+        self.name = name
+        self.proc = None
+        self.conn = None
+
+    def _start(self) -> None:
+        ctx = context()
+        parent, child = ctx.Pipe()
+        # The caller's environment as it is now (the interpreter decision, TRITON_CACHE_DIR, ...) plus this lane's
+        # GPU pin: a forked worker would otherwise see the forkserver's, frozen when it started.
+        proc = ctx.Process(target=_worker_main, args=(child, child_env(self.env)), daemon=True,
+                           name=f"flytune-{self.name}")
+        proc.start()
+        child.close()
+        if not parent.poll(STARTUP_TIMEOUT_S):
+            _stop(proc, parent)
+            raise WorkerStartError(f"{self.name}: worker did not start within {STARTUP_TIMEOUT_S:.0f} s")
+        try:
+            parent.recv()
+        except EOFError:
+            _stop(proc, parent, grace=5)
+            raise WorkerStartError(f"{self.name}: {_describe_exit(proc.exitcode)} during start-up"
+                                   f"{_main_hint(proc.exitcode)}") from None
+        self.proc, self.conn = proc, parent
+
+    def _detach(self) -> tuple:
+        proc, conn, self.proc, self.conn = self.proc, self.conn, None, None
+        return proc, conn
+
+    def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        if self.proc is None or not self.proc.is_alive():
+            _stop(*self._detach())  # a dead worker's pipe is closed before the fresh one starts
+            self._start()
+        try:
+            self.conn.send((op, kwargs))
+            answered = self.conn.poll(timeout)
+            if answered:
+                status, value = self.conn.recv()
+        except (EOFError, OSError):  # it died before or while answering (a broken pipe on send included)
+            proc, conn = self._detach()
+            _stop(proc, conn, grace=10)
+            raise WorkerCrashed(_describe_exit(proc.exitcode)) from None
+        if not answered:
+            _stop(*self._detach())
+            raise WorkerTimeout(f"no answer within {timeout:g} s (worker killed)")
+        if status == "error":
+            raise WorkerError(value)
+        return value
+
+    def close(self) -> None:
+        """Tell the worker to exit and return at once: a worker that imported torch takes ~0.7 s to exit (measured
+        on the H200 host), which a background thread waits out (and kills it after 5 s)."""
+        proc, conn = self._detach()
+        if conn is not None:
+            conn.close()  # the worker sees EOF and returns
+        if proc is not None and proc.is_alive():
+            threading.Thread(target=_stop, args=(proc, None, 5), daemon=True, name=f"flytune-reap-{self.name}").start()
+
+
+def _stop(proc, conn=None, grace: float = 0.0) -> None:
+    """Close the pipe, give the process ``grace`` seconds to exit on its own, then kill it."""
+    if conn is not None:
+        conn.close()
+    if proc is None:
+        return
+    if grace:
+        proc.join(grace)
+    if proc.is_alive():
+        proc.kill()
+    proc.join(10)
+
+
+def local_lanes(gpus: list[int] | None, isolate: bool) -> list:
+    """One lane per GPU index (``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` pin each worker to its GPU)."""
+    if not isolate:
+        if gpus and len(gpus) > 1:
+            raise UsageError("several GPUs need isolated workers (one process per GPU); drop --no-isolate")
+        return [InProcessLane()]
+    if not gpus:
+        return [ProcessLane()]
+    import torch
+
+    # One variable only: ROCm applies HIP_VISIBLE_DEVICES and then CUDA_VISIBLE_DEVICES on top of it, so setting both
+    # to "1" would leave no device at all.
+    var = "HIP_VISIBLE_DEVICES" if getattr(torch.version, "hip", None) else "CUDA_VISIBLE_DEVICES"
+    return [ProcessLane({var: str(g)}, name=f"gpu{g}") for g in gpus]

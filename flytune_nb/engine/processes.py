@@ -1,0 +1,98 @@
+"""How flytune starts its processes (timing workers and the precompile pool): forked from one forkserver that has
+imported torch and Triton once, instead of each spawned process importing them again.
+
+Measured on the H200 host (16 cores, 2026-11-30, benchmarks/results/startup_profile.json): a spawned process spends
+3.3 s importing torch alone; 16 of them starting at once (the pool) took 5.4 s each and slowed the timing worker's own
+start beside them to 8.7 s. Through the forkserver torch is imported once (3.6 s) and each process then forks in
+milliseconds.
+
+Two rules keep this safe:
+- The server must never initialise CUDA/HIP (a process forked after that cannot use the GPU). It only imports torch
+  and Triton and computes Triton's version key (flytune_nb.engine._preload), none of which touches the driver; the GPU
+  tests' isolated sweeps would fail if it did.
+- A forked child starts with the *server's* environment, frozen when the server started, not the caller's at the
+  time of the call. So every child is handed the caller's environment as it is now and adopts it first thing
+  (``adopt_env``): a TRITON_CACHE_DIR or CUDA_VISIBLE_DEVICES set after the first sweep still reaches the next one.
+
+One thing a forked child cannot adopt: torch's compile configs (torch._dynamo, torch._inductor, torch._functorch)
+read their TORCHDYNAMO_* / TORCHINDUCTOR_* / ... variables once, at import, and the server imports them (its meta
+warm-up does). So a call made after one of those variables changed gets spawned processes instead: slower (each
+imports torch again) but with the caller's settings, e.g. for the torch.compile baseline.
+
+Where forkserver does not exist (Windows) the processes are spawned as before.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+PRELOAD = ["flytune_nb.engine._preload"]
+# Variables read once, at import, by the torch modules the server preloads (see above).
+IMPORT_TIME_VARS = ("TORCHDYNAMO_", "TORCHINDUCTOR_", "TORCHFUNCTORCH_", "TORCH_COMPILE_")
+# Read at each use, not at import, and set by torch itself the first time Inductor runs in the caller: not a change.
+READ_AT_USE = {"TORCHINDUCTOR_CACHE_DIR"}
+_SERVER_ENV: list = []  # those variables as the server started with them (the first call's)
+
+
+def _import_time_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k.startswith(IMPORT_TIME_VARS) and k not in READ_AT_USE}
+
+
+def context():
+    """The multiprocessing context for flytune's processes: the forkserver, or spawn where there is none or where
+    a variable the server's torch read at import has changed since it started."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    if not _SERVER_ENV:
+        _SERVER_ENV.append(_import_time_env())
+    elif _import_time_env() != _SERVER_ENV[0]:
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    # Only takes effect before the server's first start; a server another library started keeps its own preload.
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def child_env(overrides: dict | None = None) -> dict:
+    """The caller's environment now, plus ``overrides`` (which GPU a worker is pinned to). (The working directory
+    needs nothing: multiprocessing starts every child in the caller's.)"""
+    return {**os.environ, **(overrides or {})}
+
+
+def child_init(env: dict) -> None:
+    """First thing in every worker and pool process. Interrupts are the parent's: Ctrl-C in a terminal reaches the
+    whole process group, and a child dying of SIGINT mid-trial would be recorded as that config crashing; the parent
+    stops after the trial in flight instead. Then the caller's environment (adopt_env)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    adopt_env(env)
+
+
+def adopt_env(env: dict) -> None:
+    """First thing in a child: become the caller's environment (keys the caller removed are removed too)."""
+    if env is None:
+        return
+    for k in [k for k in os.environ if k not in env]:
+        del os.environ[k]
+    os.environ.update(env)
+
+
+def prestart() -> None:
+    """Start the forkserver now, in the background, so that its torch import (3.3 s on the H200 host) overlaps
+    whatever the caller does before its first sweep: the CLI's own imports and argument checks, a notebook user
+    choosing a grid. Returns at once; the first worker then waits only for what is left of the server's start.
+
+    The interpreter decision comes first: the server imports Triton, whose own @jit helpers (tl.sum, ...) are built
+    for one mode at import, so a server started before TRITON_INTERPRET is set would hand every child a Triton in
+    which no interpreted kernel can run."""
+    from flytune_nb.core.device import ensure_backend
+
+    ensure_backend()
+    ctx = context()
+    if ctx.get_start_method() != "forkserver":
+        return
+    import threading
+    from multiprocessing import forkserver
+
+    threading.Thread(target=forkserver.ensure_running, daemon=True, name="flytune-forkserver").start()

@@ -1,0 +1,186 @@
+"""The results store: one embedded SQLite database (stdlib sqlite3, WAL), one row per trial, committed per row.
+
+Resume identity is (tuning-key digest, config JSON, fidelity): the key already folds in kernel, shape, dtype, stride
+classes, device, arch, kernel-source fingerprint, toolchain and codegen env, so a stored trial is reused exactly when
+re-measuring it would measure the same thing. ``kill -9`` loses at most the trial in flight: every finished trial is
+its own committed transaction.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from flytune_nb.errors import UsageError
+from flytune_nb.core.config import Config
+from flytune_nb.measure.trial import Trial
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY, kernel TEXT, grid TEXT, dtypes TEXT, strategy TEXT, budget INTEGER,
+  device TEXT, started TEXT, finished TEXT);
+CREATE TABLE IF NOT EXISTS trials (
+  id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, dtype TEXT, config TEXT, fidelity TEXT,
+  status TEXT, reason TEXT, p20 REAL, p50 REAL, p80 REAL, rel_error REAL, compile_s REAL, reps INTEGER,
+  method TEXT, device TEXT, arch TEXT, toolchain TEXT, key TEXT, created TEXT, is_default INTEGER DEFAULT 0,
+  source TEXT, UNIQUE(key, config, fidelity));
+CREATE INDEX IF NOT EXISTS trials_kernel ON trials(kernel, dtype);
+CREATE TABLE IF NOT EXISTS baselines (
+  id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, dtype TEXT, name TEXT, status TEXT, reason TEXT,
+  p20 REAL, p50 REAL, p80 REAL, device TEXT, key TEXT, created TEXT, UNIQUE(key, name));
+"""
+
+
+class StoreError(UsageError):
+    pass
+
+
+def _shape_json(shape: dict) -> str:
+    return json.dumps(shape, separators=(",", ":"))  # axis order kept: it is the kernel's order
+
+
+def _num(v):
+    """NaN and inf (a failed trial's latency) are stored as NULL: "no measurement", NaN in the DataFrame."""
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+
+
+class Store:
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self._db = None
+        try:
+            if readonly:
+                if not self.path.exists():
+                    raise StoreError(f"no results store at {self.path}")
+                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False,
+                                           isolation_level=None, timeout=30)
+            else:
+                if str(path) != ":memory:":
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables and "trials" not in tables:  # someone else's database: touch nothing
+                raise StoreError(f"{self.path} is an SQLite database but not a flytune results store "
+                                 f"(tables: {', '.join(sorted(tables))})")
+            if readonly:
+                if "trials" not in tables:
+                    raise StoreError(f"{self.path} holds no flytune results")
+            else:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a committed row survives a kill
+                self._db.executescript(SCHEMA)
+                self._migrate()
+        except (StoreError, sqlite3.DatabaseError, OSError) as e:
+            if self._db is not None:  # refused: do not keep someone else's database open
+                self._db.close()
+            if isinstance(e, StoreError):
+                raise
+            if isinstance(e, sqlite3.DatabaseError):
+                raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
+            raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
+        self._lock = threading.Lock()  # one connection shared by the sweep's per-GPU threads
+
+    def _migrate(self) -> None:
+        """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(trials)")}
+        for column, decl in (("is_default", "INTEGER DEFAULT 0"), ("source", "TEXT")):
+            if column not in have:
+                self._db.execute(f"ALTER TABLE trials ADD COLUMN {column} {decl}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- runs ----------------------------------------------------------------------------------------------------
+    def start_run(self, kernel: str, grid, dtypes, strategy: str, budget, device: str) -> str:
+        run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        with self._lock:
+            self._db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,NULL)",
+                             (run_id, kernel, json.dumps(grid), json.dumps(list(dtypes)), strategy, budget, device,
+                              _now()))
+        return run_id
+
+    def finish_run(self, run_id: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE runs SET finished=? WHERE run_id=?", (_now(), run_id))
+
+    # -- trials --------------------------------------------------------------------------------------------------
+    def add(self, trial: Trial, *, key: str, run_id: str, arch: str = "", toolchain: dict | None = None,
+            is_default: bool = False, source: str = "") -> None:
+        """``is_default``: this config is the kernel's heuristic for the shape (exports report speed-up over it);
+        ``source``: the kernel-source fingerprint (provenance)."""
+        row = (run_id, trial.kernel, _shape_json(trial.shape), trial.dtype, trial.config.to_json(), trial.fidelity,
+               trial.status, trial.reason, _num(trial.p20), _num(trial.p50), _num(trial.p80), _num(trial.rel_error),
+               _num(trial.compile_s), trial.reps, trial.method, trial.device, arch, json.dumps(toolchain or {}), key,
+               _now(), int(is_default), source)
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO trials (run_id, kernel, shape, dtype, config, fidelity, status, reason, p20, "
+                "p50, p80, rel_error, compile_s, reps, method, device, arch, toolchain, key, created, is_default, "
+                "source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+
+    def trials_for(self, key: str) -> dict[tuple[Config, str], Trial]:
+        """Stored trials of one tuning key, by (config, fidelity)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT kernel, shape, dtype, config, fidelity, status, reason, p20, p50, p80, rel_error, compile_s, "
+                "reps, method, device FROM trials WHERE key=?", (key,)).fetchall()
+        out = {}
+        for (kernel, shape, dtype, config, fidelity, status, reason, p20, p50, p80, rel, comp, reps, method,
+             device) in rows:
+            t = Trial(kernel, json.loads(shape), dtype, Config.from_json(config), status, reason or "",
+                      _inf(p20), _inf(p50), _inf(p80), _nan(rel), _nan(comp), reps or 0, method or "", device or "",
+                      fidelity)
+            out[(t.config, fidelity)] = t
+        return out
+
+    # -- baselines -----------------------------------------------------------------------------------------------
+    def add_baseline(self, *, key: str, run_id: str, kernel: str, shape: dict, dtype: str, name: str, status: str,
+                     reason: str, p20: float, p50: float, p80: float, device: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO baselines (run_id, kernel, shape, dtype, name, status, reason, p20, p50, "
+                "p80, device, key, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, kernel, _shape_json(shape), dtype, name, status, reason, _num(p20), _num(p50), _num(p80),
+                 device, key, _now()))
+
+    def baselines_for(self, key: str) -> dict[str, dict]:
+        with self._lock:
+            rows = self._db.execute("SELECT name, status, reason, p20, p50, p80 FROM baselines WHERE key=?",
+                                    (key,)).fetchall()
+        return {n: {"status": s, "reason": r, "p20": _inf(a), "p50": _inf(b), "p80": _inf(c)}
+                for n, s, r, a, b, c in rows}
+
+    # -- reading -------------------------------------------------------------------------------------------------
+    def frame(self, kernel: str | None = None, table: str = "trials"):
+        """The table as a pandas DataFrame, shape axes expanded into columns (M, N, ...)."""
+        import pandas as pd
+
+        if table not in ("trials", "baselines", "runs"):
+            raise ValueError(f"unknown table {table!r}")
+        query = f"SELECT * FROM {table}" + (" WHERE kernel=?" if kernel else "")
+        with self._lock:
+            df = pd.read_sql_query(query, self._db, params=(kernel,) if kernel else ())
+        if "shape" in df.columns and len(df):
+            axes = pd.DataFrame([json.loads(s) for s in df["shape"]], index=df.index)
+            df = pd.concat([df, axes], axis=1)
+        return df
+
+    def count(self, table: str = "trials") -> int:
+        with self._lock:
+            return self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+
+
+def _inf(v):
+    return math.inf if v is None else v
+
+
+def _nan(v):
+    return math.nan if v is None else v

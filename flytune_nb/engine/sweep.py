@@ -1,0 +1,340 @@
+"""The sweep engine: shape grid x dtypes x a search strategy, measured in workers, stored row by row.
+
+Headless; it speaks only through events. The caller (a notebook kernel, the CLI, papermill) never runs a kernel
+itself: every task goes to a lane (a worker process per GPU, or a Ray actor), so a config that crashes or hangs the
+device costs one worker, which is restarted. Every finished trial is committed to the results store before the next
+starts; re-running the same sweep against the same store replays what is stored and measures only the rest.
+"""
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterable
+
+from flytune_nb.errors import RunError, UsageError
+from flytune_nb.core.config import Config
+from flytune_nb.core.dtypes import parse_list
+from flytune_nb.core.device import DeviceInfo
+from flytune_nb.measure.memory import ShapeTooLarge
+from flytune_nb.engine.events import Emitter, ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.core.shapes import parse_grid
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.store import Store
+from flytune_nb.strategies import SEEDED, get_strategy
+from flytune_nb.engine.tasks import trial_from_dict
+from flytune_nb.strategies.loop import SearchResult, explore, planned
+from flytune_nb.measure.trial import Trial
+from flytune_nb.errors import first_line
+from flytune_nb.engine.lanes import WorkerCrashed, WorkerError, WorkerStartError, WorkerTimeout, local_lanes
+
+
+class SweepError(RunError):
+    """A failure that is not one config's: the kernel's make_inputs/reference raised, a worker cannot start, ..."""
+
+
+class _Stopped(Exception):
+    pass
+
+
+class Sweep:
+    """``Sweep("rmsnorm", "M=1,64 N=4096", ["bf16"], db="runs.db").run()``.
+
+    isolate: run trials in worker processes (default) or in this process (fast, for tests and tiny sweeps).
+    precompile: compile each shape's candidates in a process pool, ahead of the timing (default: on GPUs only).
+    baselines: names among ``torch_eager``, ``torch_compile`` (default: both on GPUs, eager on the interpreter).
+    gpus: GPU indices for one worker each; ray: a Ray address ("auto", "local" or host:port) for one actor per GPU.
+    """
+
+    def __init__(self, kernel, grid, dtypes: Iterable[str] = ("bf16",), *, db: str | Path | Store | None = None,
+                 paths: Iterable[str] = (), strategy: str = "exhaustive", budget: int | None = None,
+                 timeout: float = 120.0, isolate: bool = True, precompile: bool | None = None,
+                 baselines: Iterable[str] | None = None, gpus: Iterable[int] | None = None, ray: str | None = None,
+                 timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0,
+                 retry_failed: bool = False, configs: Iterable[Config] | None = None) -> None:
+        self.paths = tuple(str(p) for p in paths)
+        self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
+        if not isinstance(kernel, str):
+            if self.spec.source_dir is not None:
+                self.paths = tuple(dict.fromkeys(self.paths + (str(self.spec.source_dir.parent),)))
+            if isolate or ray is not None:
+                # Workers load kernels by name from their folder; a spec object built or edited in this process
+                # (dataclasses.replace, a notebook edit) exists only here.
+                try:
+                    same = get_kernel(self.spec.name, list(self.paths)) is self.spec
+                except LookupError:
+                    same = False
+                if not same:
+                    raise UsageError(f"{self.spec.name}: a spec object that is not its folder's SPEC can only run "
+                                     f"in this process (isolate=False); workers load kernels by name")
+        self._override = not isinstance(kernel, str) and not isolate and ray is None
+        # What tasks are asked to load: the kernel's name, or for a spec object run in this process a name of this
+        # sweep's own under which it registers that object, so two such sweeps of one kernel (a notebook running an
+        # edited heuristic beside the original) never swap specs.
+        self._task_kernel = f"{self.spec.name}@sweep-{id(self):x}" if self._override else self.spec.name
+        self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
+        self.shapes = [self.spec.check_shape(s) for s in self.shapes]
+        if not self.shapes:
+            raise UsageError("the grid is empty")
+        # "bf16,fp16" or "bf16" (papermill and the CLI pass text) as well as a list; never a string's characters
+        self.dtypes = [self.spec.check_dtype(d) for d in parse_list(dtypes or ())]
+        if not self.dtypes:
+            raise UsageError("no dtype given")
+        self.strategy_name = strategy
+        self.strategy = get_strategy(strategy)
+        if budget is not None and budget < 1:
+            raise UsageError(f"budget must be >= 1, got {budget}")
+        timeout = float(timeout)
+        if not 0 < timeout < float("inf"):
+            raise UsageError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        self.budget, self.timeout, self.isolate, self.seed = budget, timeout, isolate, seed
+        self.retry_failed = retry_failed  # re-measure stored crashed/timeout trials (e.g. with a longer timeout)
+        # An explicit candidate list instead of the kernel's space (the workbench measures an edited heuristic's
+        # picks this way); each must name exactly the knobs the kernel's configs have.
+        # an optional knob written at its default (TMA=0) is the config without it: one name, timed once
+        self.configs = None if configs is None else list(dict.fromkeys(map(self.spec.canonical, configs)))
+        self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
+        self.gpus = list(gpus) if gpus is not None else None
+        self.timer = dict(timer or {})
+        self.emit = Emitter(listeners)
+        self._db = db
+        self.store: Store | None = db if isinstance(db, Store) else None
+        self._stop = threading.Event()
+        self.results: list[SearchResult] = []
+        self.run_id: str | None = None
+
+    # -- control -------------------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Ask the sweep to stop after the trial in flight (everything measured stays in the store)."""
+        self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # -- the run -------------------------------------------------------------------------------------------------
+    def run(self) -> list[SearchResult]:
+        from flytune_nb.engine import tasks
+
+        lanes, precompiler, completed = [], None, False
+        try:
+            if self._override:
+                tasks._OVERRIDES[self._task_kernel] = self.spec
+            lanes = self._lanes()
+            precompiler = self._precompiler()  # its processes start while the timing worker plans
+            plans = self._plan(lanes[0])  # user errors (too large, broken plugin) surface here, before any write
+            self._check_configs(plans[0])
+            if self.store is None:
+                self.store = Store(self._db if self._db is not None else ":memory:")
+            device = plans[0]["device"]
+            self.run_id = self.store.start_run(self.spec.name, [dict(s) for s in self.shapes], self.dtypes,
+                                               self.strategy_name, self.budget, device["name"])
+            jobs: queue.Queue = queue.Queue()
+            for p in plans:
+                jobs.put(p)
+            results: dict[int, SearchResult] = {}
+            errors: list[BaseException] = []
+
+            def drain(lane, finished: threading.Event):
+                try:
+                    while not self._stop.is_set() and not errors:
+                        try:
+                            plan = jobs.get_nowait()
+                        except queue.Empty:
+                            return
+                        try:
+                            results[plan["index"]] = self._run_shape(lane, plan, precompiler)
+                        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread below
+                            errors.append(e)
+                finally:
+                    finished.set()
+
+            finished = [threading.Event() for _ in lanes]
+            for lane, done in zip(lanes, finished):
+                threading.Thread(target=drain, args=(lane, done), daemon=True).start()
+            try:
+                _wait_all(finished)
+            except BaseException:  # Ctrl-C / a notebook interrupt: stop after the trial in flight, then unwind
+                self._stop.set()
+                _wait_all(finished)  # the lanes are closed below only once no thread uses them
+                raise
+            if errors:
+                raise errors[0]
+            self.results = [results[i] for i in sorted(results)]
+            self.store.finish_run(self.run_id)
+            self.emit(SweepDone(self.spec.name, self.results))
+            completed = True
+            return self.results
+        finally:
+            if precompiler is not None:  # after a failure, an interrupt or a stop, compiles still running are killed
+                precompiler.close(kill=not completed or self._stop.is_set())
+            for lane in lanes:
+                lane.close()
+            tasks._OVERRIDES.pop(self._task_kernel, None)
+
+    def _check_configs(self, plan: dict) -> None:
+        """An explicit config list must carry exactly this kernel's knobs: checked once, before anything is written."""
+        if self.configs is None:
+            return
+        knobs = set(Config.from_dict(plan["default"]).to_dict())
+        bad = [c for c in self.configs if any(self.spec.knob_mismatch(c.to_dict(), knobs))]
+        if bad:
+            raise SweepError(f"{self.spec.name}: {bad[0]} does not have this kernel's knobs ({', '.join(sorted(knobs))})")
+
+    def _lanes(self) -> list:
+        if self.ray is not None:
+            from flytune_nb.engine.ray_lanes import ray_lanes
+
+            return ray_lanes(self.ray, self.gpus)
+        return local_lanes(self.gpus, self.isolate)
+
+    def _plan(self, lane) -> list[dict]:
+        plans = []
+        for dtype in self.dtypes:
+            for shape in self.shapes:
+                try:
+                    d = lane.call("describe", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype),
+                                  timeout=max(self.timeout, 300.0))
+                except (WorkerError, WorkerCrashed, WorkerTimeout, WorkerStartError) as e:
+                    raise SweepError(f"{self.spec.name} {shape} {dtype}: cannot prepare the shape: "
+                                     f"{first_line(e)}") from e
+                if d.get("too_large"):
+                    raise ShapeTooLarge(d["too_large"])
+                plans.append({**d, "shape": shape, "dtype": dtype, "index": len(plans)})
+        return plans
+
+    def _precompiler(self):
+        """A started precompile pool, or None. Decided before planning (so the pool's start overlaps it): on by
+        default where Triton compiles for a GPU, never through the interpreter or on Ray."""
+        if self.precompile is False or self.ray is not None:
+            return None
+        from flytune_nb.core.device import interpreting
+
+        import torch
+
+        hip = bool(getattr(torch.version, "hip", None))
+        if self.precompile is None and (interpreting() or not torch.cuda.is_available()):
+            return None
+        from flytune_nb.engine.compile_pool import Precompiler
+
+        env = {}
+        if self.gpus:  # compile for the first GPU of the sweep; the binaries are the same for identical GPUs
+            env = {"HIP_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES": str(self.gpus[0])}
+        pc = Precompiler(env=env, reserve=len(self.gpus) if self.gpus else 1)  # a core per timing worker
+        pc.warm(self.spec.name, self.paths)
+        return pc
+
+    def _timer(self, fidelity: str) -> tuple:
+        t = dict(self.timer)
+        if fidelity == "quick":  # successive halving's cheap round: an eighth of the timing budget
+            t.update(rep_ms=t.get("rep_ms", 100.0) / 8, warmup_ms=5.0, min_reps=5, reps=1)
+        return tuple(sorted(t.items()))
+
+    def _run_shape(self, lane, plan: dict, precompiler) -> SearchResult:
+        spec, shape, dtype, key = self.spec, plan["shape"], plan["dtype"], plan["key"]
+        device = DeviceInfo(**plan["device"])
+        default = Config.from_dict(plan["default"])
+        space = [Config.from_dict(c) for c in plan["space"]]
+        if self.configs is not None:
+            space = self.configs
+        stored = self.store.trials_for(key)
+        if self.retry_failed:
+            stored = {k: t for k, t in stored.items() if t.status not in ("crashed", "timeout")}
+        result = SearchResult(spec.name, shape, dtype, device, default)
+        total = planned(space, default, self.budget)
+        toolchain = plan["key_fields"]["toolchain"]
+
+        # The pool compiles the space in exhaustive order, one config per process at a time; each trial waits only
+        # for its own config, which jumps the queue if it has not started (a budgeted search's picks), and what is
+        # left of the queue is dropped when the shape is done (precompile.Batch).
+        batch = None
+        if precompiler is not None:
+            todo = [c.to_dict() for c in dict.fromkeys([default] + space) if (c, "full") not in stored]
+            if todo:
+                batch = precompiler.submit(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
+                                           device=plan["device"], target=plan.get("target"))
+
+        def evaluate(config: Config, fidelity: str = "full") -> Trial:
+            if self._stop.is_set():
+                raise _Stopped
+            i = len(result.trials)
+            trial = stored.get((config, fidelity))
+            if trial is None:
+                if batch is not None and batch.wait(config.to_dict(), self._stop) == "stopped":
+                    raise _Stopped
+                self.emit(TrialStarted(spec.name, shape, dtype, config, i, total))
+                trial = self._measure(lane, shape, dtype, config, fidelity, device)
+                if self._stop.is_set() and trial.status in ("crashed", "timeout"):
+                    raise _Stopped  # the interrupt took the worker down: not this config's fault, measure it next run
+                self.store.add(trial, key=key, run_id=self.run_id, arch=device.arch, toolchain=toolchain,
+                               is_default=config == default, source=plan["key_fields"]["source"])
+                stored[(config, fidelity)] = trial
+            result.trials.append(trial)
+            self.emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))
+            return trial
+
+        strategy = self.strategy
+        if self.strategy_name in SEEDED:  # same key -> same draws, so a resumed sweep re-draws what it stored
+            seed = self.seed ^ int(key[:8], 16)
+            strategy = lambda s, e, b: self.strategy(s, e, b, seed=seed)  # noqa: E731
+        try:
+            explore(default, space, evaluate, strategy, self.budget)
+        except _Stopped:
+            result.stopped = True
+        finally:
+            if batch is not None:
+                batch.close()
+        if not result.stopped:
+            result.baselines = self._baselines(lane, plan, device)
+        self.emit(ShapeDone(spec.name, result))
+        return result
+
+    def _measure(self, lane, shape, dtype, config: Config, fidelity: str, device: DeviceInfo) -> Trial:
+        base = dict(kernel=self.spec.name, shape=dict(shape), dtype=dtype, config=config, device=device.name,
+                    fidelity=fidelity)
+        try:
+            d = lane.call("trial", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype,
+                                        config=config.to_dict(), timer=self._timer(fidelity)),
+                          timeout=self.timeout)
+        except WorkerTimeout as e:
+            return Trial(**base, status="timeout", reason=str(e))
+        except WorkerCrashed as e:
+            return Trial(**base, status="crashed", reason=str(e))
+        except (WorkerError, WorkerStartError) as e:
+            raise SweepError(f"{self.spec.name} {shape} {dtype}: {first_line(e)}") from e
+        return replace(trial_from_dict(d), fidelity=fidelity)
+
+    def _baselines(self, lane, plan: dict, device: DeviceInfo) -> dict:
+        if not plan["has_baseline"]:
+            return {}
+        names = self.baseline_names
+        if names is None:
+            names = ("torch_eager", "torch_compile") if device.is_gpu else ("torch_eager",)
+        names = tuple(names)
+        have = self.store.baselines_for(plan["key"])
+        missing = tuple(n for n in names if n not in have)
+        if missing:
+            try:
+                rows = lane.call("baselines", dict(kernel=self._task_kernel, paths=self.paths, shape=plan["shape"],
+                                                   dtype=plan["dtype"], names=missing,
+                                                   timer=self._timer("full")),
+                                 timeout=max(self.timeout, 600.0))  # torch.compile's first call takes a while
+            except (WorkerTimeout, WorkerCrashed) as e:
+                rows = [{"name": n, "status": "error", "reason": str(e), "p20": math.inf, "p50": math.inf,
+                         "p80": math.inf} for n in missing]
+            for r in rows:
+                self.store.add_baseline(key=plan["key"], run_id=self.run_id, kernel=self.spec.name,
+                                        shape=plan["shape"], dtype=plan["dtype"], device=device.name, **r)
+            have = self.store.baselines_for(plan["key"])
+        return {n: have[n] for n in names if n in have}
+
+
+def _wait_all(events: list) -> None:
+    """Wait for every event. Event.wait with a timeout stays interruptible, unlike Thread.join, which an interrupt can
+    leave reporting a still-running thread as finished (bpo-45274)."""
+    for e in events:
+        while not e.wait(0.2):
+            pass
+

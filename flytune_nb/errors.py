@@ -1,0 +1,38 @@
+"""One root for every error flytune_nb raises on purpose, so the CLI, the workbench and a user's script catch one class.
+
+- ``UsageError``: bad input (an unknown kernel, a grid typo, a shape too large, a malformed file). Nothing was written;
+  the CLI prints one line and exits 2.
+- ``RunError``: something went wrong while running (a worker could not start, a shape could not be prepared, no
+  config passed). The CLI prints one line and exits 1.
+
+A failing *config* is not an error at all: it is data (a trial with a status and a reason). Anything else that
+escapes (a ``TypeError`` in our own code) is a bug and keeps its traceback.
+
+Each subclass also keeps the builtin base it had before the hierarchy existed (``ValueError``, ``LookupError``,
+``RuntimeError``), so ``except ValueError`` in a user's code still catches a grid typo.
+"""
+from __future__ import annotations
+
+
+class FlytuneError(Exception):
+    """Root of every error flytune_nb raises on purpose."""
+
+
+class UsageError(FlytuneError, ValueError):
+    """Bad input: nothing was measured or written."""
+
+
+class RunError(FlytuneError, RuntimeError):
+    """A run could not go on (the machine's or a plugin's problem, not one config's)."""
+
+
+class KernelUnavailable(UsageError):
+    """Raised by a kernel folder's ``__init__`` when it cannot load on this machine for a reason that is not a bug: an
+    optional dependency is missing (``needs sglang: pip install 'flytune_nb[sglang]'``). The registry lists the kernel
+    as unavailable with this one line instead of as broken."""
+
+
+def first_line(e: BaseException) -> str:
+    """One line for a message to the user: an exception's first non-blank line, or its type."""
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return lines[0] if lines else type(e).__name__

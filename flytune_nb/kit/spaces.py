@@ -1,0 +1,176 @@
+"""Small helpers kernels use to write their spaces and heuristics (powers of two, lanes per warp, HIP knobs)."""
+from __future__ import annotations
+
+import functools
+import math
+from itertools import product
+from typing import Iterable
+
+from flytune_nb.errors import UsageError
+from flytune_nb.core.config import Config, ConfigError
+from flytune_nb.core.device import DeviceInfo
+from flytune_nb.core.dtypes import itemsize
+
+# Tiled (GEMM-like) kernels: pruning rules shared by matmul and fused_moe.
+UNKNOWN_SMEM = 96 * 1024  # interpreter: a floor every current datacenter GPU meets
+HIP_LDS = 64 * 1024  # vLLM's ROCm rule: one copy of the A and B tiles must fit 64 KiB of LDS
+ACC_PER_THREAD = (4, 128)  # fp32 accumulators per thread: above 128 they spill, below 4 most warps only wait
+# What moving a tile knob away from a heuristic's wish costs in nearest() (per doubling): stages are the cheapest to
+# give up, then a thinner K tile, then narrower N / M tiles.
+TILE_WEIGHTS = {"num_stages": 0.25, "BLOCK_SIZE_K": 0.5, "GROUP_SIZE_M": 0.25, "BLOCK_SIZE_N": 1.0,
+                "BLOCK_SIZE_M": 1.5, "num_warps": 1.0}
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def pow2_between(lo: int, hi: int) -> list[int]:
+    """Powers of two p with lo <= p <= hi."""
+    out, p = [], next_pow2(lo)
+    while p <= hi:
+        out.append(p)
+        p *= 2
+    return out
+
+
+def lanes(device: DeviceInfo) -> int:
+    """Threads per warp: 64 on AMD CDNA (wave64), 32 on NVIDIA."""
+    return 64 if device.backend == "hip" else 32
+
+
+def max_warps(device: DeviceInfo) -> int:
+    # 1024 threads per block on both vendors: 32 warps of 32 on NVIDIA, 16 waves of 64 on AMD.
+    return 1024 // lanes(device)
+
+
+def with_hip_knobs(configs: Iterable[Config], device: DeviceInfo,
+                   waves_per_eu: Iterable[int | None] = (None, 2)) -> list[Config]:
+    """On HIP, cross every config with ``waves_per_eu``; elsewhere unchanged, so the AMD-only knob never reaches a
+    CUDA launch. ``None`` leaves the option unset, which is Triton's default (0: the compiler picks occupancy); it is
+    not also listed as 0, which would time the same binary twice, and it keeps the heuristic default in the space."""
+    configs = list(configs)
+    if device.backend != "hip":
+        return configs
+    return [c.replace(waves_per_eu=w) for c, w in product(configs, waves_per_eu)]
+
+
+def tile_smem(bm: int, bn: int, bk: int, stages: int, dtype: str, backend: str) -> int:
+    """Shared memory a tiled MMA loop keeps: num_stages copies of the A (bm x bk) and B (bk x bn) tiles on CUDA; on
+    HIP the stream pipeliner keeps one copy in LDS."""
+    tile = (bm * bk + bk * bn) * itemsize(dtype)
+    return tile if backend == "hip" else stages * tile
+
+
+def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, device: DeviceInfo, *,
+              store_tile: bool = False) -> bool:
+    """``store_tile``: the epilogue also stages the (bm x bn) output tile in shared memory, as a TMA store does
+    (128x256x64 on 4 stages: 192 KiB of operands + 64 KiB of output, over the H200's 227 KiB; Triton refuses it)."""
+    limit = device.smem_bytes or UNKNOWN_SMEM
+    if device.backend == "hip":
+        limit = min(limit, HIP_LDS)
+    acc = bm * bn / (lanes(device) * warps)
+    smem = tile_smem(bm, bn, bk, stages, dtype, device.backend) + (bm * bn * itemsize(dtype) if store_tile else 0)
+    return smem <= limit and ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
+
+
+@functools.lru_cache(maxsize=None)  # a launcher asks on every TMA call; DeviceInfo is frozen, so it can key this
+def has_tma(device: DeviceInfo) -> bool:
+    """Hopper's tensor memory accelerator (CUDA sm_90 and newer), with a Triton that has host-side tensor
+    descriptors and flattened loops (3.4 and newer; pyproject allows older ones)."""
+    digits = "".join(ch for ch in device.arch if ch.isdigit())
+    return device.backend == "cuda" and int(digits or 0) >= 90 and _triton_has_tma()
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_has_tma() -> bool:
+    try:
+        import inspect
+
+        import triton.language as tl
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    return "flatten" in inspect.signature(tl.range.__init__).parameters
+
+
+def block_k_options(K: int, device: DeviceInfo, choices=(16, 32, 64, 128, 256)) -> list[int]:
+    """BLOCK_SIZE_K values worth timing: <= next_pow2(K); 16/32 only where K itself is that small or on HIP (whose
+    64 KiB LDS needs thin K tiles for big M/N tiles); when K is a multiple of 64, only divisors of K, so the
+    unmasked EVEN_K loop is the one timed."""
+    cap = max(16, next_pow2(K))
+    out = [b for b in choices if b <= cap and (b >= 64 or cap <= 64 or device.backend == "hip")]
+    if K % 64 == 0:
+        out = [b for b in out if K % b == 0]
+    return out
+
+
+def group_options(tiles_m: int, groups=(1, 8, 16, 32)) -> list[int]:
+    """GROUP_SIZE_M values that give distinct tile orders: only 1 with a single row of tiles; otherwise 1, those
+    below the number of row tiles, and the smallest at or above it (every such value gives the same column-major
+    order)."""
+    if tiles_m <= 1:
+        return [1]
+    big = [g for g in groups if g > 1]
+    return [1] + [g for g in big if g < tiles_m] + [g for g in big if g >= tiles_m][:1]
+
+
+def nearest(space: Iterable[Config], target: Config, weights: dict[str, float] | None = None) -> Config:
+    """The config of ``space`` closest to ``target``: sum over knobs of weight * |log2 ratio| (a missing or unset
+    knob counts as 1). Heuristics state what they want and let this land it inside the pruned space, so the default
+    is always a config the sweep also times. Ties go to the earlier config of the space."""
+    weights = weights or {}
+    want = target.to_dict()
+
+    def dist(c: Config) -> float:
+        have = c.to_dict()
+        return sum(weights.get(k, 1.0) * abs(math.log2(max(have.get(k) or 1, 1)) - math.log2(max(want.get(k) or 1, 1)))
+                   for k in set(want) | set(have))
+
+    space = list(space)
+    if not space:
+        raise UsageError("empty search space")
+    return min(space, key=dist)
+
+
+MULTI_ROW_BYTES = 16 * 1024  # a BLOCK_M-row program holds at most this much of each row tensor
+
+
+def row_space(shape: dict, dtype: str, device: DeviceInfo, *, max_single_bytes: int, max_elems_per_thread: int,
+              min_block: int = 256, max_block: int = 8192, looped_stages=(1, 2)) -> list[Config]:
+    """The space of a row kernel with a ``BLOCK_N`` knob (single pass when BLOCK_N >= N, else looped): the whole row
+    while it fits ``max_single_bytes``; looped blocks from ``min_block`` up to half the row (capped at
+    ``max_block``), with ``looped_stages`` (pipelining only matters when looped); warps such that each thread holds
+    between 1 and ``max_elems_per_thread`` elements (tiny rows: one warp, some lanes idle). A single pass may also
+    take BLOCK_M > 1 rows per program, while BLOCK_M rows fit MULTI_ROW_BYTES and BLOCK_M <= next_pow2(M): N=1024
+    bf16 adds 2, 4 and 8 rows, N=4096 adds 2, N >= 8192 none. BLOCK_M=1 is left out of the config, so the configs of
+    one-row kernels (stored trials, exported files) keep their names. HIP adds waves_per_eu."""
+    N, M, es = shape["N"], shape["M"], itemsize(dtype)
+    full = next_pow2(N)
+    out = []
+    if full * es <= max_single_bytes:
+        for rows in pow2_between(1, max(1, min(next_pow2(M), MULTI_ROW_BYTES // (full * es)))):
+            out += _warps(full * rows, (1,), {"BLOCK_N": full, "BLOCK_M": rows} if rows > 1 else {"BLOCK_N": full},
+                          device, max_elems_per_thread)
+    for block in pow2_between(min_block, min(full // 2, max_block)):
+        out += _warps(block, looped_stages, {"BLOCK_N": block}, device, max_elems_per_thread)
+    return with_hip_knobs(out, device)
+
+
+def row_blocks(config: Config, N: int) -> tuple[int, int]:
+    """(BLOCK_N, BLOCK_M) of a row kernel's config for rows of N. BLOCK_M > 1 exists only in the single pass: with
+    BLOCK_N < N the kernels would normalise the first BLOCK_N columns and leave the rest of the output unwritten, so
+    such a config (hand-written, edited into a heuristic or a file) is refused here, before anything launches."""
+    block, rows = config["BLOCK_N"], config.get("BLOCK_M", 1)
+    if rows > 1 and block < N:
+        raise ConfigError(f"BLOCK_M={rows} needs a single pass (BLOCK_N >= N={N}), got BLOCK_N={block}")
+    return block, rows
+
+
+def _warps(elems: int, stages, params: dict, device: DeviceInfo, max_elems_per_thread: int) -> list[Config]:
+    out = []
+    for warps in pow2_between(1, max_warps(device)):
+        ept = elems / (warps * lanes(device))
+        if (ept >= 1 or warps == 1) and ept <= max_elems_per_thread:
+            out += [Config(params, num_warps=warps, num_stages=s) for s in stages]
+    return out

@@ -1,0 +1,156 @@
+"""Runtime lookup of exported configs: the serving path, with zero search.
+
+``lookup(spec, shape, dtype)`` -> (config, source) where source is ``artifact`` or ``default``. Nearest batch size by
+absolute distance (ties: the smaller). No directory for the running Triton -> the newest ``triton_*`` present, with a
+warning. A missing, malformed or foreign file -> the heuristic default with one warning (per file), never an
+exception. Device names are restricted to ``[A-Za-z0-9._-]`` and the resolved path must stay under the config dir.
+
+Parsed tables are cached per (kernel, non-batch shape, dtype, device, dir), so a hit is a dict lookup plus a bisect.
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from flytune_nb.artifacts.files import (
+    BUILTIN_DIR,
+    PROVENANCE,
+    SAFE,
+    ArtifactError,
+    file_name,
+    read_table,
+    triton_dir_name,
+)
+from flytune_nb.core.config import Config, ConfigError, HIP_OPTIONS
+
+
+
+class ArtifactWarning(UserWarning):
+    pass
+
+
+@dataclass(frozen=True)
+class Table:
+    ms: tuple  # sorted batch sizes
+    configs: tuple  # Config per batch size, same order
+    path: str
+
+
+def config_dir(explicit: str | os.PathLike | None = None) -> Path:
+    return Path(explicit or os.environ.get("FLYTUNE_CONFIG_DIR") or BUILTIN_DIR)
+
+
+def version_key(name: str) -> tuple:
+    return tuple(int(p) for p in re.findall(r"\d+", name))
+
+
+def triton_dir(kdir: Path) -> tuple[Path | None, str]:
+    """(folder to read, the running Triton's folder name): ``triton_<running version>`` under a kernel's config
+    folder if present, else the newest ``triton_*`` there, else None. Lookup warns when it is not the running one."""
+    import triton
+
+    running = triton_dir_name(triton.__version__)
+    if (kdir / running).is_dir():
+        return kdir / running, running
+    present = sorted((d for d in kdir.glob("triton_*") if d.is_dir()), key=lambda d: version_key(d.name))
+    return (present[-1] if present else None), running
+
+
+def validated_table(spec, path: Path, rest: dict, dtype: str, device) -> dict[int, Config]:
+    """{M: Config} from one artifact, or ArtifactError: every entry must hold exactly the knobs the kernel's launcher
+    consumes (those its heuristic names, plus the kernel's optional knobs; AMD ones may be added on HIP) — no missing
+    knob silently defaulted."""
+    raw = read_table(path)
+    expected = set(spec.default({**rest, spec.batch_axis: min(raw)}, dtype, device).to_dict())
+    optional = set(HIP_OPTIONS) if device.backend == "hip" else set()
+    out = {}
+    for m in sorted(raw):
+        knobs = raw[m]
+        missing, extra = (k - optional for k in spec.knob_mismatch(knobs, expected))
+        if missing or extra:
+            raise ArtifactError(f"{Path(path).name}: entry {m}: " + "; ".join(
+                p for p in (f"missing knob {sorted(missing)}" if missing else "",
+                            f"unknown knob {sorted(extra)}" if extra else "") if p))
+        out[m] = spec.canonical(Config.from_dict(knobs))
+    return out
+
+
+class Lookup:
+    def __init__(self) -> None:
+        self._tables: dict[tuple, Table | None] = {}
+
+    def clear(self) -> None:
+        self._tables.clear()
+
+    def __call__(self, spec, shape: dict, dtype: str, device, directory=None) -> Config | None:
+        where = str(directory or os.environ.get("FLYTUNE_CONFIG_DIR") or "")
+        rest = tuple((a, shape[a]) for a in spec.axes if a != spec.batch_axis)
+        key = (spec.name, spec.fingerprint, rest, dtype, device.name, device.backend, where)
+        table = self._tables.get(key, False)
+        if table is False:
+            table = self._load(spec, dict(rest), dtype, device, config_dir(where or None))
+            self._tables[key] = table
+        if table is None:
+            return None
+        m = shape[spec.batch_axis]
+        i = bisect.bisect_left(table.ms, m)
+        if i == len(table.ms) or (i > 0 and m - table.ms[i - 1] <= table.ms[i] - m):
+            i -= 1  # nearest by absolute distance; a tie goes to the smaller batch size
+        return table.configs[i]
+
+    def _load(self, spec, rest: dict, dtype: str, device, root: Path) -> Table | None:
+        try:
+            path = self._resolve(spec, rest, dtype, device.name, root)
+            if path is None:
+                return None
+            table = validated_table(spec, path, rest, dtype, device)
+            return Table(tuple(table), tuple(table.values()), str(path))
+        except (ArtifactError, ConfigError) as e:
+            warnings.warn(f"{e}; using the heuristic default", ArtifactWarning, stacklevel=3)
+            return None
+
+    def _resolve(self, spec, rest: dict, dtype: str, device_name: str, root: Path) -> Path | None:
+        if not SAFE.match(device_name):
+            raise ArtifactError(f"device name {device_name!r} is not a safe file-name part")
+        kdir = root / spec.name
+        want, running = triton_dir(kdir)
+        if want is None:
+            warnings.warn(f"no exported configs for {spec.name} under {root}; using the heuristic default",
+                          ArtifactWarning, stacklevel=4)
+            return None
+        if want.name != running:
+            warnings.warn(f"{spec.name}: no {running} in {kdir}; using the newest present, {want.name}",
+                          ArtifactWarning, stacklevel=4)
+        path = (want / file_name(spec, rest, device_name, dtype)).resolve()
+        if not path.is_relative_to(root.resolve()):
+            raise ArtifactError(f"{path} resolves outside the config dir {root}")
+        if not path.exists():
+            others = sorted(p.name for p in want.glob("*.json") if p.name != PROVENANCE)
+            hint = f" (files there: {', '.join(others[:3])}{'...' if len(others) > 3 else ''})" if others else ""
+            warnings.warn(f"no config file {path.name} for {device_name} in {want}{hint}; using the heuristic "
+                          f"default", ArtifactWarning, stacklevel=4)
+            return None
+        return path
+
+
+LOOKUP = Lookup()
+
+
+def lookup(spec, shape: dict, dtype: str, *, device=None, directory=None) -> tuple[Config, str]:
+    """(config, "artifact" | "default") for one call. ``device``: a DeviceInfo (default: the current one)."""
+    from flytune_nb.core.device import current_device
+
+    device = device or current_device()
+    found = LOOKUP(spec, shape, dtype, device, directory)
+    if found is not None:
+        return found, "artifact"
+    return spec.default(shape, dtype, device), "default"
+
+
+def artifact_hook(spec, shape: dict, dtype: str, device) -> Config | None:
+    """The tuner's step 3 (offline artifact): a Config or None."""
+    return LOOKUP(spec, shape, dtype, device)

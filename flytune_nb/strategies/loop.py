@@ -1,0 +1,99 @@
+"""The search loop for one shape: the heuristic default first, then a strategy over the rest of the space, and the
+result (every trial, the best, the default's standing)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from flytune_nb.core.config import Config
+from flytune_nb.core.device import DeviceInfo
+from flytune_nb.engine.events import Emitter, ShapeDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.errors import RunError
+from flytune_nb.measure.trial import Trial, evaluate
+
+
+class NoValidConfig(RunError):
+    """Every candidate failed; the message lists why, and points at the untuned path."""
+
+
+@dataclass
+class SearchResult:
+    kernel: str
+    shape: dict
+    dtype: str
+    device: DeviceInfo
+    default: Config
+    trials: list = field(default_factory=list)
+
+    baselines: dict = field(default_factory=dict)  # name -> {"status", "p50", ...}: torch_eager, torch_compile
+    stopped: bool = False
+
+    @property
+    def best(self) -> Trial | None:
+        """Fastest correct trial; full-fidelity timings win over quick ones (successive halving's first round)."""
+        ok = [t for t in self.trials if t.ok and t.fidelity == "full"] or [t for t in self.trials if t.ok]
+        return min(ok, key=lambda t: t.p50) if ok else None
+
+    @property
+    def default_trial(self) -> Trial | None:
+        return next((t for t in self.trials if t.config == self.default and t.fidelity == "full"), None)
+
+    @property
+    def speedup(self) -> float:
+        """default p50 / best p50 (>= 1 when the search found something better than the heuristic)."""
+        b, d = self.best, self.default_trial
+        if b is None or d is None or not d.ok:
+            return math.nan
+        return d.p50 / b.p50
+
+    def require_best(self) -> Trial:
+        if self.best is None:
+            reasons = sorted({f"{t.status}: {t.reason}" for t in self.trials})[:5]
+            raise NoValidConfig(
+                f"{self.kernel} {self.shape} {self.dtype}: none of {len(self.trials)} configs passed "
+                f"({'; '.join(reasons)}). Try the untuned path: spec.run(inputs, spec.default(shape, dtype, device)).")
+        return self.best
+
+
+def search(spec, shape: dict, dtype: str, device: DeviceInfo, timer, *, configs: Sequence[Config] | None = None,
+           strategy: Callable | None = None, budget: int | None = None, inputs: dict | None = None,
+           restore: bool = True, listener: Callable | None = None) -> SearchResult:
+    """Search ``spec``'s space for one shape. The heuristic default is always measured too (first), so every result
+    can say how far the heuristic is from the best."""
+    from flytune_nb.strategies.exhaustive import exhaustive
+
+    shape = spec.check_shape(shape)
+    dtype = spec.check_dtype(dtype)
+    default = spec.default(shape, dtype, device)
+    space = configs if configs is not None else spec.configs(shape, dtype, device)
+    emit = listener if isinstance(listener, Emitter) else Emitter([listener] if listener else [])
+    result = SearchResult(spec.name, shape, dtype, device, default)
+    total = planned(space, default, budget)
+
+    def run_one(config: Config, fidelity: str = "full") -> Trial:
+        i = len(result.trials)
+        emit(TrialStarted(spec.name, shape, dtype, config, i, total))
+        trial = evaluate(spec, shape, dtype, config, device, timer, inputs=inputs, restore=restore)
+        result.trials.append(trial)
+        emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))
+        return trial
+
+    explore(default, space, run_one, strategy or exhaustive, budget)
+    emit(ShapeDone(spec.name, result))
+    return result
+
+
+def planned(space: Sequence[Config], default: Config, budget: int | None) -> int:
+    n = len(set(space) | {default})
+    return n if budget is None else min(n, max(1, budget))
+
+
+def explore(default: Config, space: Sequence[Config], evaluate: Callable, strategy: Callable,
+            budget: int | None) -> None:
+    """The heuristic default is always measured first (so every result can say how far it is from the best); the
+    strategy then searches the rest of the space with what is left of the budget."""
+    evaluate(default)
+    rest = [c for c in dict.fromkeys(space) if c != default]
+    strategy(rest, evaluate, None if budget is None else max(0, budget - 1))
+

@@ -1,0 +1,59 @@
+"""One headless batch: sweep -> store -> results CSV/JSON -> SGLang exports -> a printed summary.
+What notebooks/batch_sweep.ipynb calls (under papermill or by hand); no Jupyter import here."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from flytune_nb.errors import UsageError
+from flytune_nb.analysis.scores import speedup_rows
+from flytune_nb.artifacts.export import export, refuse_interpreter_timings
+from flytune_nb.ui.progress import TqdmListener
+from flytune_nb.ui.report import summary_table, trials_table
+from flytune_nb.engine.sweep import Sweep
+
+
+def _check_outputs(export_dir, *files) -> None:
+    for f in files:
+        if f and not Path(f).resolve().parent.is_dir():
+            raise UsageError(f"cannot write {f}: folder {Path(f).resolve().parent} does not exist")
+    if export_dir and Path(export_dir).exists() and not Path(export_dir).is_dir():
+        raise UsageError(f"export_dir {export_dir} exists and is not a folder")
+    if export_dir:
+        from flytune_nb.core.device import current_device
+
+        refuse_interpreter_timings(export_dir, {current_device().name})
+
+
+def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustive", budget: int | None = None,
+              db: str = "batch.db", export_dir: str | None = "exports", results_csv: str | None = "results.csv",
+              results_json: str | None = "results.json", isolate: bool = True, paths=(), progress: bool = True):
+    """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults."""
+    if isinstance(budget, str):  # papermill -r passes text
+        try:
+            budget = int(budget) if budget.strip() else None
+        except ValueError:
+            raise UsageError(f"budget must be a whole number of configs, got {budget!r}") from None
+    _check_outputs(export_dir, results_csv, results_json)  # before the sweep, not after an hour of it
+    sweep = Sweep(kernel, grid, dtypes, db=db, strategy=strategy, budget=budget, isolate=isolate, paths=paths,
+                  listeners=[TqdmListener(disable=not progress)])
+    results = sweep.run()
+    rows = speedup_rows(results)
+    if results_csv:
+        import pandas as pd
+
+        pd.DataFrame(rows).to_csv(results_csv, index=False)
+    if results_json:
+        clean = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                 for r in rows]
+        Path(results_json).write_text(json.dumps(clean, indent=1) + "\n")
+    written = export(sweep.store, export_dir, kernel=sweep.spec.name, paths=paths) if export_dir else []
+    if results:
+        print(trials_table(results[0], sweep.spec))  # every config of the first shape: latency, pass/fail, marks
+        print()
+    print(summary_table(results))
+    print(f"\n{sum(len(r.trials) for r in results)} trials in {db}"
+          + (f"; results: {', '.join(p for p in (results_csv, results_json) if p)}" if rows else "")
+          + (f"; exported {len(written)} file(s) under {export_dir}" if written else ""))
+    return results

@@ -1,0 +1,339 @@
+"""``flytune`` command line. User mistakes (unknown kernel, bad grid, bad dtype, shape too large) print one line
+and exit 2; nothing is written."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from flytune_nb.errors import RunError, UsageError
+
+EXIT_USAGE = 2
+DEFAULT_DB = "flytune_results.db"
+
+# The embedded default for `make demo` / `flytune demo`: a small rmsnorm sweep. On a GPU, decode (M=1) to prefill
+# (M=4096) batch sizes at N=4096: 47 configs x 3 shapes, about a minute on the H200, most of it compiling (one
+# N, so each config compiles once). On the interpreter, tiny shapes that finish in ~10 s on 2 cores.
+DEMO_GPU = ("rmsnorm", "M=1,64,4096 N=4096", "bf16")
+DEMO_CPU = ("rmsnorm", "M=4,16 N=1024", "bf16")
+DEMO_DB = "flytune_demo.db"
+
+
+def _finite_positive(unit: str):
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = float("nan")
+        if not v > 0 or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be a number of {unit} > 0, got {text!r}")
+        return v
+    return parse
+
+
+_seconds, _millis = _finite_positive("seconds"), _finite_positive("milliseconds")
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return v
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="flytune", description="Tune GPU kernels; export configs; check regressions.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    k = sub.add_parser("kernels", help="list kernels: name, axes, dtypes, space size")
+    k.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    s = sub.add_parser("sweep", help="sweep a kernel over a shape grid (resumable; results in --db)")
+    s.add_argument("kernel")
+    s.add_argument("--grid", required=True, help='e.g. "M=1,64,4096 N=4096,8192" (M=sglang for SGLang sizes)')
+    s.add_argument("--dtype", action="append", default=None, help="bf16 | fp16 | fp32 (repeatable)")
+    s.add_argument("--strategy", default="exhaustive", help="exhaustive | random | halving | surrogate")
+    s.add_argument("--budget", type=_positive, default=None, help="at most this many configs per shape (>= 1)")
+    s.add_argument("--db", default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
+    s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one trial may take before it is killed")
+    s.add_argument("--rep-ms", type=_millis, default=None,
+                   help="GPU timing budget per config in ms (default 100, whose spread on the H200 measured 0.6%%; less is faster)")
+    s.add_argument("--retry-failed", action="store_true", help="measure stored crashed/timeout trials again")
+    s.add_argument("--gpus", default=None, help="GPU indices, one worker each, e.g. 0,1,2,3")
+    s.add_argument("--ray", default=None, metavar="ADDRESS", help="use Ray actors (auto | local | host:port)")
+    s.add_argument("--no-isolate", action="store_true", help="run trials in this process (no crash isolation)")
+    s.add_argument("--no-precompile", action="store_true", help="do not compile candidates in a pool first")
+    s.add_argument("--baselines", default=None, help="torch_eager,torch_compile (default: both on GPU) or none")
+    s.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    s.add_argument("--all-trials", action="store_true", help="print every config of every shape")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    e = sub.add_parser("export", help="write SGLang-format config files from a results store")
+    e.add_argument("--db", required=True, help="results store written by `flytune sweep`")
+    e.add_argument("--out", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/, "
+                                               "where lookup and check read)")
+    e.add_argument("--kernel", default=None, help="only this kernel")
+    e.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    lk = sub.add_parser("lookup", help="the config a serving run would use, and where it comes from")
+    lk.add_argument("kernel")
+    lk.add_argument("shape", nargs="+", help="axis values, e.g. M=37 N=4096")
+    lk.add_argument("--dtype", default="bf16")
+    lk.add_argument("--device", default=None, help="device name as in file names (default: this machine's)")
+    lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/)")
+    lk.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    c = sub.add_parser("check", help="re-time committed configs on this device; non-zero exit on regression")
+    c.add_argument("dir", nargs="?", default=None, help="config dir (default: the repo's exports/)")
+    c.add_argument("--json", default=None, help="also write the rows as JSON here")
+    c.add_argument("--md", default=None, help="also write a markdown table here")
+    c.add_argument("--min-delta-us", type=float, default=None,
+                   help="slowdowns smaller than this many microseconds are noise (default 1.0; 0 disables)")
+    c.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    ca = sub.add_parser("cache", help="where tuned winners are cached on disk; --clear forgets them")
+    ca.add_argument("--clear", action="store_true", help="delete the cached winners (all, or --kernel's)")
+    ca.add_argument("--kernel", default=None, help="only this kernel")
+    d = sub.add_parser("demo", help="the embedded default sweep (GPU if present, else the Triton interpreter)")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.cmd == "demo" or (args.cmd == "sweep" and not args.no_isolate and args.ray is None):
+        from flytune_nb.engine.processes import prestart
+
+        prestart()  # its torch import overlaps this process's own (the imports below): ~1 s on 2 CPU cores
+    try:
+        if args.cmd == "kernels":
+            return cmd_kernels(args)
+        if args.cmd == "sweep":
+            return cmd_sweep(args)
+        if args.cmd == "export":
+            return cmd_export(args)
+        if args.cmd == "lookup":
+            return cmd_lookup(args)
+        if args.cmd == "check":
+            return cmd_check(args)
+        if args.cmd == "cache":
+            return cmd_cache(args)
+        if args.cmd == "demo":
+            return cmd_demo(quiet=args.quiet)
+    except UsageError as e:
+        print(f"flytune: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except (RunError, OSError) as e:
+        print(f"flytune: failed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("flytune: interrupted; everything measured so far is in the results store (re-run to resume)",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+def cmd_kernels(args) -> int:
+    from flytune_nb.core.device import current_device
+    from flytune_nb.core.registry import get_kernel, list_kernels
+
+    dev = current_device()
+    rows = []
+    from flytune_nb.core.registry import RegistryError
+    from flytune_nb.errors import KernelUnavailable
+
+    broken = 0
+    for name in list_kernels(args.path):
+        try:
+            spec = get_kernel(name, args.path)
+        except KernelUnavailable as e:  # an optional dependency is missing here: listed, not an error
+            rows.append([name, "-", "-", "-", f"unavailable: {str(e).split(': ', 1)[-1]}"])
+            continue
+        except RegistryError as e:  # one broken plugin does not hide the others
+            rows.append([name, "-", "-", "-", f"ERROR: {e}"])
+            broken += 1
+            continue
+        example = spec.example()
+        n = len(spec.configs(example, spec.dtypes[0], dev))
+        rows.append([name, ",".join(spec.axes), spec.batch_axis, ",".join(spec.dtypes),
+                     f"{n} @ " + " ".join(f"{a}={v}" for a, v in example.items())])
+    from flytune_nb.ui.report import table
+
+    print(table(rows, ["kernel", "axes", "batch", "dtypes", f"space ({dev.name})"]))
+    return 1 if broken else 0
+
+
+def _ints(text: str | None, what: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
+
+
+def cmd_sweep(args) -> int:
+    from flytune_nb.ui.progress import TqdmListener
+    from flytune_nb.ui.report import summary_table, trials_table
+    from flytune_nb.engine.sweep import Sweep
+
+    baselines = None
+    if args.baselines is not None:
+        baselines = () if args.baselines.strip().lower() == "none" else tuple(
+            b.strip() for b in args.baselines.split(",") if b.strip())
+        bad = [b for b in baselines if b not in ("torch_eager", "torch_compile")]
+        if bad:
+            raise UsageError(f"unknown baseline {bad[0]!r}; use torch_eager, torch_compile or none")
+    sw = Sweep(args.kernel, args.grid, args.dtype or ["bf16"], db=args.db, paths=args.path, strategy=args.strategy,
+               budget=args.budget, timeout=args.timeout, isolate=not args.no_isolate,
+               precompile=False if args.no_precompile else None, baselines=baselines,
+               gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()],
+               retry_failed=args.retry_failed,
+               timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms})
+    n = len(sw.shapes) * len(sw.dtypes)
+    print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
+          f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
+          flush=True)
+    results = sw.run()
+    for r in (results if args.all_trials else results[:1]):
+        print()
+        print(trials_table(r, sw.spec))
+    print()
+    print(summary_table(results))
+    if results and results[0].device.backend == "interpreter":
+        print("\n(timings are Triton-interpreter wall-clock times on the CPU: they exercise the machinery, "
+              "they say nothing about GPU speed)")
+    return 0 if all(r.best is not None for r in results) else 1
+
+
+def cmd_export(args) -> int:
+    from flytune_nb.artifacts.export import export
+    from flytune_nb.serve.lookup import config_dir
+    from flytune_nb.engine.store import Store
+
+    store = Store(args.db, readonly=True)  # StoreError "no results store at ..." when it is missing
+    try:
+        written = export(store, args.out or config_dir(), kernel=args.kernel, paths=args.path)
+    finally:
+        store.close()
+    if not written:
+        print(f"flytune: nothing to export from {args.db} (no passing trials"
+              f"{' for ' + args.kernel if args.kernel else ''})")
+        return 1
+    for p in written:
+        print(p)
+    return 0
+
+
+def cmd_lookup(args) -> int:
+    import dataclasses
+    import warnings
+
+    from flytune_nb.core.device import current_device
+    from flytune_nb.core.shapes import parse_grid
+    from flytune_nb.serve.lookup import lookup
+    from flytune_nb.core.registry import get_kernel
+
+    spec = get_kernel(args.kernel, args.path)
+    shapes = parse_grid(" ".join(args.shape), spec.axes)
+    if len(shapes) != 1:
+        raise UsageError("lookup takes one value per axis, e.g. M=37 N=4096")
+    dtype = spec.check_dtype(args.dtype)
+    device = current_device()
+    if args.device:
+        device = dataclasses.replace(device, name=args.device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config, source = lookup(spec, shapes[0], dtype, device=device, directory=args.dir)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    print(f"{config}  (source: {source}, device: {device.name})")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from pathlib import Path
+
+    from flytune_nb.core.device import current_device
+    from flytune_nb.serve.lookup import config_dir
+    from flytune_nb.artifacts.gate import HEADER, check, row_cells, to_json, to_markdown
+    from flytune_nb.ui.report import table
+
+    directory = Path(args.dir) if args.dir else config_dir()
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a folder")
+    dev = current_device()
+    from flytune_nb.artifacts.gate import MIN_DELTA_US
+
+    floor = MIN_DELTA_US if args.min_delta_us is None else args.min_delta_us
+    if not floor >= 0 or floor == float("inf"):
+        raise UsageError(f"--min-delta-us must be a number >= 0, got {args.min_delta_us}")
+    rows = check(directory, device=dev, paths=args.path, min_delta_us=floor)
+    # The reports are written in every case, so a CI job that uploads them finds them even when there was nothing
+    # to check on this device.
+    if args.json:
+        Path(args.json).write_text(to_json(rows))
+    if args.md:
+        Path(args.md).write_text(to_markdown(rows, dev.name) if rows else
+                                 f"# flytune check on {dev.name}\n\nNo committed configs for {dev.name} under "
+                                 f"{directory}; nothing to check.\n")
+    if not rows:
+        print(f"flytune check: no committed configs for {dev.name} under {directory}; nothing to check")
+        return 0
+    print(table([row_cells(r) for r in rows], HEADER))
+    n_fail = sum(r.status == "FAIL" for r in rows)
+    n_warn = sum(r.status == "WARN" for r in rows)
+    print(f"\n{len(rows)} configs checked on {dev.name}: {n_fail} FAIL, {n_warn} WARN")
+    return 1 if n_fail else 0
+
+
+def cmd_cache(args) -> int:
+    """The on-disk tuning cache ($FLYTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flytune_nb, else ~/.cache/flytune_nb):
+    one JSON file per tuning-key digest, written by searches (FLYTUNE_AUTOTUNE=1, tuned(...).tune, the notebook)."""
+    import shutil
+
+    from flytune_nb.serve.disk_cache import default_dir
+
+    root = default_dir()
+    kdirs = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
+    if args.kernel is not None:
+        kdirs = [d for d in kdirs if d.name == args.kernel]
+    counts = {d.name: len(list(d.glob("*.json"))) for d in kdirs}
+    if args.clear:
+        for d in kdirs:
+            shutil.rmtree(d)
+        print(f"flytune: cleared {sum(counts.values())} cached winners under {root}"
+              f"{'' if args.kernel is None else f' for {args.kernel}'}")
+        return 0
+    print(f"tuning cache: {root}")
+    if not counts:
+        print("  (empty)")
+    for name, n in counts.items():
+        print(f"  {name}: {n} cached winner{'s' if n != 1 else ''}")
+    return 0
+
+
+def cmd_demo(quiet: bool = False) -> int:
+    """The embedded default: notebooks/batch_sweep.ipynb executed headless into demo_out/ (the plain CLI sweep when
+    the notebook extras are not installed)."""
+    print("flytune demo: running notebooks/batch_sweep.ipynb headless (papermill)...", flush=True)
+    from pathlib import Path
+
+    from flytune_nb.core.device import current_device
+
+    kernel, grid, dtype = DEMO_GPU if current_device().is_gpu else DEMO_CPU
+    try:
+        from flytune_nb.ui.papermill import printed_output, run_notebook
+    except ImportError:
+        argv = ["sweep", kernel, "--grid", grid, "--dtype", dtype, "--db", DEMO_DB] + (["--quiet"] if quiet else [])
+        return main(argv)
+    out = Path("demo_out")
+    nb = run_notebook("batch_sweep.ipynb", out / "batch_sweep.ipynb",
+                      {"kernel": kernel, "grid": grid, "dtypes": dtype, "db": "demo.db", "export_dir": "exports",
+                       "results_csv": "results.csv", "results_json": "results.json"}, cwd=out)
+    size = nb.stat().st_size
+    print(printed_output(nb))
+    print(f"flytune demo: executed notebook {nb} ({size / 1024:.0f} KiB), results {out}/results.csv and "
+          f"results.json, store {out}/demo.db, exports under {out}/exports/. Open the notebook in JupyterLab to see "
+          f"its plots.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""A tqdm listener: "i of N, current config, its median, best so far" (what users of SGLang's tuner asked for).
+One bar per (shape, dtype) in flight, so the per-GPU threads of a multi-GPU sweep do not mix their counts."""
+from __future__ import annotations
+
+import sys
+
+from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
+
+
+def _key(shape: dict, dtype: str) -> tuple:
+    return tuple(shape.items()), dtype
+
+
+class TqdmListener:
+    def __init__(self, file=None, disable: bool | None = None) -> None:
+        self.file = file or sys.stderr
+        self.disable = disable
+        self.bars: dict[tuple, object] = {}
+
+    def __call__(self, event) -> None:
+        from tqdm.auto import tqdm
+
+        if isinstance(event, TrialStarted):
+            key = _key(event.shape, event.dtype)
+            if key not in self.bars:
+                shape = " ".join(f"{k}={v}" for k, v in event.shape.items())
+                self.bars[key] = tqdm(total=event.total, desc=f"{event.kernel} {shape} {event.dtype}",
+                                      file=self.file, leave=True, disable=self.disable, dynamic_ncols=True)
+            self.bars[key].set_postfix_str(str(event.config), refresh=False)
+        elif isinstance(event, (TrialDone, TrialFailed)):
+            t = event.trial
+            bar = self.bars.get(_key(t.shape, t.dtype))
+            if bar is None:  # replayed from the store: nothing measured, no bar
+                return
+            now = f"{t.p50 * 1e3:.1f}us" if t.ok else t.status
+            best = f"{event.best.p50 * 1e3:.1f}us" if event.best is not None else "-"
+            bar.set_postfix_str(f"{t.config} {now} | best {best}", refresh=False)
+            bar.update(1)
+        elif isinstance(event, ShapeDone):
+            bar = self.bars.pop(_key(event.result.shape, event.result.dtype), None)
+            if bar is not None:
+                bar.close()

@@ -1,0 +1,94 @@
+"""SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
+import json
+from collections import Counter
+
+import pytest
+import triton
+
+from flytune_nb.artifacts import files as artifacts
+from flytune_nb.artifacts.files import triton_dir_name
+from flytune_nb.core.config import Config
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.store import Store
+from flytune_nb.engine.sweep import Sweep
+from flytune_nb.serve.lookup import LOOKUP, lookup
+from flytune_nb.ui.cli import main
+
+TDIR = triton_dir_name(triton.__version__)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_lookup_cache():
+    LOOKUP.clear()
+    yield
+    LOOKUP.clear()
+
+
+@pytest.fixture
+def swept(tmp_path):
+    db = tmp_path / "s.db"
+    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    return Store(db)
+
+
+MALFORMED = {
+    "invalid json": "{ nope",
+    "empty file": "",
+    "empty object": "{}",
+    "non-numeric key": '{"triton_version": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
+    "non-dict value": '{"4": 256}',
+    "missing knob": '{"4": {"BLOCK_N": 256, "num_warps": 1}}',
+    "unknown knob": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1, "GROUP_SIZE_M": 8}}',
+    "bool knob": '{"4": {"BLOCK_N": true, "num_warps": 1, "num_stages": 1}}',
+    "list top level": '[{"BLOCK_N": 256}]',
+}
+
+
+def test_export_refuses_interpreter_timings_for_the_committed_exports(swept, capsys):
+    """`flytune export` writes into the repository's exports/ by default: CPU-interpreter timings are refused there
+    (one message, nothing written), whatever calls export (CLI, workbench, batch)."""
+    from flytune_nb.artifacts.files import BUILTIN_DIR
+    from flytune_nb.core.device import current_device
+
+    if current_device().is_gpu:
+        pytest.skip("the store holds GPU timings here, which the committed folder takes")
+    before = sorted(BUILTIN_DIR.rglob("*"))
+    assert main(["export", "--db", str(swept.path)]) == 2
+    assert "not written: these are CPU_interpreter timings" in capsys.readouterr().err
+    assert sorted(BUILTIN_DIR.rglob("*")) == before
+
+
+def test_committed_h200_exports_are_valid_and_in_the_h200_space():
+    """The configs committed under exports/ come from real H200 sweeps; on a described H200 they must be found by
+    lookup (not fall back), be in the kernel's pruned space, be named as the kernel names its files (SGLang's bf16
+    MoE files carry no dtype), and carry provenance for every entry."""
+    from flytune_nb.artifacts.files import BUILTIN_DIR
+    from tests.conftest import H200
+
+    files = sorted(BUILTIN_DIR.glob("*/triton_3_6_0/*device_name=NVIDIA_H200*.json"))
+    kernels = Counter(f.parent.parent.name for f in files)
+    # rmsnorm and fused_add_rmsnorm x N in {2048, 4096, 5120, 8192} x {bf16, fp16}; GEMM N,K = 4096,4096 and
+    # 14336,4096; MoE E=8 N=14336 and E=128 N=768 (H200 surrogate sweeps); softmax
+    # N=4096, 8192 bf16 (exhaustive H200 sweeps)
+    assert kernels == {"rmsnorm": 8, "fused_add_rmsnorm": 8, "matmul": 2, "fused_moe": 2, "softmax": 2}
+    dtypes_seen = set()
+    for f in files:
+        spec = get_kernel(f.parent.parent.name)
+        table = artifacts.read_table(f)
+        prov = json.loads((f.parent / "provenance.json").read_text())[f.name]
+        assert sorted(table) == sorted(int(m) for m in prov)
+        if spec.name in ("matmul", "fused_moe", "softmax"):
+            assert len(table) == 18  # SGLang's batch sizes, 1 ... 4096
+        for m, knobs in table.items():
+            p = prov[str(m)]
+            shape, dtype = {**p["shape"], spec.batch_axis: m}, p["dtype"]
+            dtypes_seen.add(dtype)
+            assert artifacts.file_name(spec, shape, "NVIDIA_H200", dtype) == f.name
+            assert Config.from_dict(knobs) in spec.configs(shape, dtype, H200)
+            assert p["device"] == "NVIDIA_H200" and p["best_p50_ms"] > 0
+            if triton.__version__.startswith("3.6.0"):
+                assert lookup(spec, shape, dtype, device=H200, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
+                                                                                          "artifact")
+    assert dtypes_seen == {"bf16", "fp16"}
+
+

@@ -1,0 +1,200 @@
+"""SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import triton
+
+from flytune_nb.artifacts import files as artifacts
+from flytune_nb.artifacts.export import export
+from flytune_nb.artifacts.files import file_name, triton_dir_name
+from flytune_nb.core.config import Config
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.store import Store
+from flytune_nb.engine.sweep import Sweep
+from flytune_nb.serve.lookup import LOOKUP, ArtifactWarning, lookup
+from flytune_nb.serve.tuned import TunedKernel
+from flytune_nb.ui.cli import main
+from tests.conftest import PLUGINS
+
+TDIR = triton_dir_name(triton.__version__)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_lookup_cache():
+    LOOKUP.clear()
+    yield
+    LOOKUP.clear()
+
+
+@pytest.fixture
+def swept(tmp_path):
+    db = tmp_path / "s.db"
+    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    return Store(db)
+
+
+MALFORMED = {
+    "invalid json": "{ nope",
+    "empty file": "",
+    "empty object": "{}",
+    "non-numeric key": '{"triton_version": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
+    "non-dict value": '{"4": 256}',
+    "missing knob": '{"4": {"BLOCK_N": 256, "num_warps": 1}}',
+    "unknown knob": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1, "GROUP_SIZE_M": 8}}',
+    "bool knob": '{"4": {"BLOCK_N": true, "num_warps": 1, "num_stages": 1}}',
+    "list top level": '[{"BLOCK_N": 256}]',
+}
+
+
+def test_names_follow_sglang():
+    spec = get_kernel("rmsnorm")
+    assert file_name(spec, {"M": 7, "N": 4096}, "NVIDIA_H200", "bf16") == "N=4096,device_name=NVIDIA_H200,dtype=bf16.json"
+    assert triton_dir_name("3.6.0") == "triton_3_6_0" and triton_dir_name("3.4.0+git1234") == "triton_3_4_0"
+    with pytest.raises(artifacts.ArtifactError):
+        file_name(spec, {"M": 1, "N": 8}, "../etc", "bf16")
+
+
+def test_export_writes_only_knobs_is_byte_stable_and_keeps_provenance_beside(swept, tmp_path, dev):
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    assert path == out / "rmsnorm" / TDIR / f"N=256,device_name={dev.name},dtype=fp32.json"
+    data = json.loads(path.read_text())
+    assert list(data) == ["1", "4", "16"]  # numeric order, batch sizes only: SGLang int()s every key
+    # BLOCK_M (rows per program) appears only where the best took more than one row
+    assert all({"BLOCK_N", "num_stages", "num_warps"} <= set(v) <= {"BLOCK_M", "BLOCK_N", "num_stages", "num_warps"}
+               and all(type(x) is int for x in v.values()) for v in data.values())
+    first = path.read_bytes()
+    export(swept, out)
+    assert path.read_bytes() == first
+    prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
+    assert set(prov) == {"1", "4", "16"}
+    p = prov["4"]
+    assert p["device"] == dev.name and p["toolchain"]["triton"] == triton.__version__ and p["run_id"]
+    assert p["best_p50_ms"] > 0 and p["default_p50_ms"] >= p["best_p50_ms"] and p["speedup"] >= 1.0
+    assert p["source"] == get_kernel("rmsnorm").fingerprint and p["rel_error"] < 1e-5
+
+
+def test_only_configs_that_passed_are_exported(tmp_path, dev):
+    db = tmp_path / "t.db"
+    Sweep("toy", "N=64,128", ["fp32"], db=db, paths=[PLUGINS], isolate=False, baselines=()).run()
+    [path] = export(Store(db), tmp_path / "ex", paths=[PLUGINS])
+    assert {v["MODE"] for v in json.loads(path.read_text()).values()} == {0}
+
+
+def test_export_lookup_tuned_launch_round_trip(swept, tmp_path, dev):
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    table = {int(k): Config.from_dict(v) for k, v in json.loads(path.read_text()).items()}
+    spec = get_kernel("rmsnorm")
+    for m, want in [(1, 1), (3, 4), (7, 4), (10, 4), (11, 16), (1000, 16)]:  # nearest; tie (10) -> smaller
+        cfg, source = lookup(spec, {"M": m, "N": 256}, "fp32", directory=out)
+        assert (cfg, source) == (table[want], "artifact"), m
+    os.environ["FLYTUNE_CONFIG_DIR"] = str(out)
+    try:
+        op = TunedKernel(spec, device=dev, cache_dir=tmp_path / "cache")
+        inputs = spec.make_inputs({"M": 5, "N": 256}, "fp32", dev)
+        y = op(**inputs)
+    finally:
+        del os.environ["FLYTUNE_CONFIG_DIR"]
+    assert op.last_source == "artifact" and op.config_for(inputs) == table[4]
+    ref = spec.reference(inputs)
+    assert ((y.double() - ref).norm() / ref.norm()).item() < 1e-5
+
+
+def test_missing_triton_dir_falls_back_to_the_newest_with_a_warning(swept, tmp_path, dev):
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    (out / "rmsnorm" / "triton_2_9_0").mkdir()
+    newest = out / "rmsnorm" / "triton_99_1_0"
+    path.parent.rename(newest)
+    with pytest.warns(ArtifactWarning, match="using the newest present, triton_99_1_0"):
+        cfg, source = lookup(get_kernel("rmsnorm"), {"M": 4, "N": 256}, "fp32", directory=out)
+    assert source == "artifact"
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_artifacts_warn_and_fall_back_to_the_default(case, tmp_path, dev):
+    spec = get_kernel("rmsnorm")
+    folder = tmp_path / "ex" / "rmsnorm" / TDIR
+    folder.mkdir(parents=True)
+    (folder / file_name(spec, {"M": 4, "N": 256}, dev.name, "fp32")).write_text(MALFORMED[case])
+    with pytest.warns(ArtifactWarning, match="using the heuristic default"):
+        cfg, source = lookup(spec, {"M": 4, "N": 256}, "fp32", directory=tmp_path / "ex")
+    assert (cfg, source) == (spec.default({"M": 4, "N": 256}, "fp32", dev), "default")
+
+
+def test_foreign_device_traversal_and_missing_dir_never_raise(tmp_path, dev):
+    spec = get_kernel("rmsnorm")
+    folder = tmp_path / "ex" / "rmsnorm" / TDIR
+    folder.mkdir(parents=True)
+    (folder / "N=256,device_name=AMD_Instinct_MI300X,dtype=fp32.json").write_text(
+        '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}')
+    with pytest.warns(ArtifactWarning, match="AMD_Instinct_MI300X"):
+        assert lookup(spec, {"M": 4, "N": 256}, "fp32", directory=tmp_path / "ex")[1] == "default"
+    evil = dataclasses.replace(dev, name="../../x")
+    with pytest.warns(ArtifactWarning, match="not a safe file-name part"):
+        assert lookup(spec, {"M": 4, "N": 256}, "fp32", device=evil, directory=tmp_path / "ex")[1] == "default"
+    with pytest.warns(ArtifactWarning, match="no exported configs"):
+        assert lookup(spec, {"M": 4, "N": 256}, "fp32", directory=tmp_path / "nowhere")[1] == "default"
+
+
+def test_one_warning_per_file_not_per_call(tmp_path):
+    spec = get_kernel("rmsnorm")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for m in range(1, 20):
+            lookup(spec, {"M": m, "N": 256}, "fp32", directory=tmp_path / "nowhere")
+    assert len(caught) == 1
+
+
+def test_two_processes_exporting_at_once_leave_valid_merged_files(tmp_path):
+    dbs = []
+    for i, grid in enumerate(["M=1,2 N=256", "M=3,5 N=256"]):
+        db = tmp_path / f"{i}.db"
+        Sweep("rmsnorm", grid, ["fp32"], db=db, isolate=False, baselines=()).run()
+        dbs.append(db)
+    out = tmp_path / "ex"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [subprocess.Popen([sys.executable, "-m", "flytune_nb.ui.cli", "export", "--db", str(db), "--out", str(out)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for db in dbs * 2]
+    assert all(p.wait(120) == 0 for p in procs), [p.stderr.read() for p in procs]
+    [f] = list((out / "rmsnorm").rglob("N=256,*.json"))
+    assert sorted(json.loads(f.read_text()), key=int) == ["1", "2", "3", "5"]
+    assert set(json.loads((f.parent / "provenance.json").read_text())[f.name]) == {"1", "2", "3", "5"}
+    assert not list(f.parent.glob("*.tmp"))
+
+
+def test_export_never_mixes_kernel_source_versions(tmp_path):
+    """Sweep M=1,4; edit the kernel (new fingerprint); re-sweep M=4 only. The file holds only the new version."""
+    db = tmp_path / "v.db"
+    Sweep("rmsnorm", "M=1,4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    out = tmp_path / "ex"
+    [path] = export(Store(db), out)
+    assert sorted(json.loads(path.read_text()), key=int) == ["1", "4"]
+    edited = dataclasses.replace(get_kernel("rmsnorm"), fingerprint="edited-source")
+    Sweep(edited, "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    export(Store(db), out)
+    assert list(json.loads(path.read_text())) == ["4"]
+    prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
+    assert list(prov) == ["4"] and prov["4"]["source"] == "edited-source"
+
+
+def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["export", "--db", str(swept.path), "--out", str(blocker)]) == 2
+    assert "cannot create" in capsys.readouterr().err
+    out = tmp_path / "ex"
+    [path] = export(swept, out)
+    before = path.read_text()
+    (path.parent / "provenance.json").write_text("[]")
+    with pytest.raises(artifacts.ArtifactError, match="provenance.json: expected"):
+        export(swept, out)
+    assert path.read_text() == before  # nothing written when the sidecar is bad
+
+

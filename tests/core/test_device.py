@@ -1,0 +1,47 @@
+"""Device identification, with the HIP branch driven by simulated properties (we have no AMD GPU)."""
+from flytune_nb.core.config import Config
+from flytune_nb.core.device import from_properties, interpreter_device, normalise_name
+from flytune_nb.core.registry import get_kernel
+from tests.conftest import H200_PROPS as H200
+from tests.conftest import MI300X_PROPS as MI300X
+
+
+def test_cuda_properties():
+    d = from_properties(H200, hip=False)
+    assert (d.backend, d.name, d.arch, d.sm_count, d.l2_bytes) == ("cuda", "NVIDIA_H200", "sm_90", 132, 62914560)
+    assert d.is_gpu and d.torch_device == "cuda:0"
+    assert d.smem_bytes == 232448  # the opt-in maximum Triton can use, not the 48 KiB static default
+
+
+def test_hip_properties():
+    d = from_properties(MI300X, hip=True)
+    assert (d.backend, d.name, d.arch, d.sm_count, d.l2_bytes) == ("hip", "AMD_Instinct_MI300X", "gfx942", 304,
+                                                                   4194304)
+    assert d.smem_bytes == 65536  # LDS
+
+
+def test_interpreter_label():
+    d = interpreter_device()
+    assert (d.backend, d.name, d.is_gpu) == ("interpreter", "CPU_interpreter", False)
+
+
+def test_names_are_safe_file_name_parts():
+    assert normalise_name("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB_HBM3"
+    assert normalise_name("../evil/name") == ".._evil_name"
+
+
+def test_hip_space_has_amd_knobs_and_cuda_space_has_none():
+    spec = get_kernel("rmsnorm")
+    shape = {"M": 64, "N": 4096}
+    hip, cuda = from_properties(MI300X, hip=True), from_properties(H200, hip=False)
+    hip_space, cuda_space = spec.configs(shape, "bf16", hip), spec.configs(shape, "bf16", cuda)
+    assert {c.waves_per_eu for c in hip_space} == {None, 2}
+    assert all(c.waves_per_eu is None and not c.hip_only for c in cuda_space)
+    # wave64: a 4096-wide row in bf16 on 16 waves is 4 elements per lane; CUDA's 32 warps x 32 lanes also allowed.
+    assert max(c.num_warps for c in hip_space) == 16 and max(c.num_warps for c in cuda_space) == 32
+    assert sum(c.launch_options("hip").get("waves_per_eu") == 2 for c in hip_space) == len(hip_space) // 2
+    d_hip, d_cuda = spec.default(shape, "bf16", hip), spec.default(shape, "bf16", cuda)
+    assert d_hip in hip_space
+    assert d_cuda in cuda_space and d_cuda == Config({"BLOCK_N": 4096}, num_warps=8, num_stages=1)
+    # 64 lanes per wave: the same 32 bytes per thread needs half as many waves.
+    assert d_hip.num_warps == 4

@@ -1,0 +1,95 @@
+"""Changing any one axis of the tuning key must miss the cache; irrelevant changes must not."""
+import shutil
+
+import pytest
+import torch
+
+import flytune_nb.core.key as keymod
+from flytune_nb.core.device import from_properties, interpreter_device
+from flytune_nb.core.key import make_key, stride_class
+from flytune_nb.core.registry import get_kernel, load_folder
+from tests.conftest import H200_PROPS as H200
+from tests.conftest import MI300X_PROPS as MI300X
+
+
+@pytest.fixture
+def spec():
+    return get_kernel("rmsnorm")
+
+
+def _inputs(M=8, N=64, dtype=torch.bfloat16):
+    return {"x": torch.randn(M, N, dtype=dtype), "weight": torch.randn(N, dtype=dtype),
+            "out": torch.empty(M, N, dtype=dtype)}
+
+
+def _key(spec, shape=None, dtype="bf16", inputs=None, device=None):
+    return make_key(spec, shape or {"M": 8, "N": 64}, dtype, inputs if inputs is not None else _inputs(),
+                    device or interpreter_device()).digest
+
+
+def test_same_inputs_same_key(spec):
+    assert _key(spec) == _key(spec)
+
+
+def test_shape_axis(spec):
+    assert _key(spec, {"M": 8, "N": 128}) != _key(spec)
+    assert _key(spec, {"M": 16, "N": 64}) != _key(spec)
+
+
+def test_dtype_axis(spec):
+    assert _key(spec, dtype="fp16") != _key(spec)
+
+
+def test_stride_class_axis(spec):
+    base = _inputs()
+    strided = dict(base, x=torch.randn(8, 128, dtype=torch.bfloat16)[:, ::2])  # inner stride 2: class "other"
+    broadcast = dict(base, weight=torch.randn(1, dtype=torch.bfloat16).expand(64))  # stride 0
+    assert _key(spec, inputs=strided) != _key(spec, inputs=base)
+    assert _key(spec, inputs=broadcast) != _key(spec, inputs=base)
+    # Row strides 128 vs 64 are both "other": same class, same key (quack's rule).
+    padded = dict(base, x=torch.randn(8, 128, dtype=torch.bfloat16)[:, :64])
+    assert _key(spec, inputs=padded) == _key(spec, inputs=base)
+    assert [stride_class(s) for s in (0, 1, 2, 4096)] == [0, 1, 2, 2]
+
+
+def test_device_name_and_arch_axes(spec):
+    h200 = from_properties(H200, hip=False)
+    other_name = from_properties(type(H200)(**{**vars(H200), "name": "NVIDIA H100"}), hip=False)
+    other_arch = from_properties(type(H200)(**{**vars(H200), "minor": 9}), hip=False)
+    mi300 = from_properties(MI300X, hip=True)
+    keys = {_key(spec, device=d) for d in (h200, other_name, other_arch, mi300, interpreter_device())}
+    assert len(keys) == 5
+
+
+def test_source_fingerprint_axis(tmp_path):
+    src = get_kernel("rmsnorm").source_dir
+    copy = tmp_path / "rmsnorm"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    spec_copy = load_folder(copy)
+    before = _key(spec_copy)
+    heuristic = copy / "heuristic.py"
+    heuristic.write_text(heuristic.read_text().replace("num_stages=1)", "num_stages=1)  # edited"))
+    # The spec already imported keeps the key of the code it runs; loading the folder again imports the edit.
+    assert _key(spec_copy) == before
+    edited = load_folder(copy)
+    assert edited is not spec_copy and _key(edited) != before
+    assert "# edited" in (copy / "heuristic.py").read_text()
+
+
+def test_toolchain_axis(spec, monkeypatch):
+    before = _key(spec)
+    real = keymod.toolchain
+    monkeypatch.setattr(keymod, "toolchain", lambda: {**real(), "triton": "9.9.9"})
+    assert _key(spec) != before
+    monkeypatch.setattr(keymod, "toolchain", lambda: {**real(), "torch": "0.0.1"})
+    assert _key(spec) != before
+
+
+def test_codegen_env_axis(spec, monkeypatch):
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+    before = _key(spec)
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    assert _key(spec) != before
+    monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")
+    monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
+    assert _key(spec) == before

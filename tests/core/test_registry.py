@@ -1,0 +1,74 @@
+import shutil
+
+import pytest
+
+from flytune_nb.core.registry import (
+    PARTS,
+    KernelNotFound,
+    RegistryError,
+    get_kernel,
+    list_kernels,
+)
+from tests.conftest import PLUGINS
+
+
+def test_builtin_kernels_are_found_and_have_every_part():
+    names = list_kernels()
+    assert {"rmsnorm", "fused_add_rmsnorm"} <= set(names)
+    for name in names:
+        spec = get_kernel(name)
+        assert spec.name == name
+        assert all((spec.source_dir / p).exists() for p in PARTS)
+
+
+def test_user_folders_by_env_and_by_argument(monkeypatch):
+    assert "toy" not in list_kernels()
+    assert "toy" in list_kernels([PLUGINS])
+    monkeypatch.setenv("FLYTUNE_KERNEL_PATH", PLUGINS)
+    assert get_kernel("toy").axes == ("N",)
+
+
+def test_unknown_kernel_suggests_the_closest():
+    with pytest.raises(KernelNotFound, match="unknown kernel 'rms_norm'.*Did you mean 'rmsnorm'"):
+        get_kernel("rms_norm")
+
+
+def test_missing_parts_and_bad_paths_are_explained(tmp_path):
+    broken = tmp_path / "half"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("")
+    (broken / "kernel.py").write_text("")
+    with pytest.raises(RegistryError, match="lacks configs.py, heuristic.py, reference.py"):
+        get_kernel("half", [tmp_path])
+    with pytest.raises(RegistryError, match="not a folder"):
+        list_kernels([tmp_path / "nope"])
+
+
+def test_a_name_defined_twice_is_an_error(tmp_path):
+    shutil.copytree(f"{PLUGINS}/toy", tmp_path / "toy")
+    with pytest.raises(RegistryError, match="defined twice"):
+        list_kernels([PLUGINS, tmp_path])
+
+
+def test_spec_name_must_match_folder(tmp_path):
+    shutil.copytree(f"{PLUGINS}/toy", tmp_path / "toy2")
+    with pytest.raises(RegistryError, match="SPEC.name is 'toy' but the folder is 'toy2'"):
+        get_kernel("toy2", [tmp_path])
+
+
+def test_a_kernel_missing_an_optional_dependency_is_listed_as_unavailable_not_broken(tmp_path, capsys):
+    import shutil
+
+    from flytune_nb.errors import KernelUnavailable
+    from flytune_nb.ui.cli import main
+    from tests.conftest import PLUGINS
+
+    shutil.copytree(f"{PLUGINS}/toy", tmp_path / "needs_lib")
+    init = tmp_path / "needs_lib" / "__init__.py"
+    init.write_text("from flytune_nb.kit import KernelUnavailable\n"
+                    "raise KernelUnavailable(\"needs somelib: pip install 'flytune_nb[somelib]'\")\n")
+    with pytest.raises(KernelUnavailable, match=r"needs_lib: needs somelib"):
+        get_kernel("needs_lib", [str(tmp_path)])
+    assert main(["kernels", "--path", str(tmp_path)]) == 0  # unavailable is not broken
+    out = capsys.readouterr().out
+    assert "needs_lib" in out and "unavailable: needs somelib: pip install 'flytune_nb[somelib]'" in out

@@ -1,0 +1,36 @@
+import pytest
+
+from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid
+
+
+def test_grid_is_the_cartesian_product_in_axis_order():
+    assert parse_grid("N=4096,8192 M=1,64", ("M", "N")) == [
+        {"M": 1, "N": 4096}, {"M": 1, "N": 8192}, {"M": 64, "N": 4096}, {"M": 64, "N": 8192}]
+    assert parse_grid({"M": [1, 2], "N": 8}, ("M", "N")) == [{"M": 1, "N": 8}, {"M": 2, "N": 8}]
+    assert [s["M"] for s in parse_grid("M=sglang N=4096", ("M", "N"))] == list(SGLANG_BATCH_SIZES)
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("M=1,x N=4", "'x' is not a positive integer"),
+    ("M=0 N=4", "'0'|>= 1"),
+    ("M=1", "missing \\['N'\\]"),
+    ("M=1 N=2 K=3", "unknown \\['K'\\]"),
+    ("M1 N=2", "is not AXIS=v1,v2"),
+    ("M= N=2", "no values"),
+    ("M=1 M=2 N=2", "given twice"),
+    ("M=-4 N=2", "not a positive integer"),
+])
+def test_bad_grids_say_what_is_wrong(text, msg):
+    with pytest.raises(GridError, match=msg):
+        parse_grid(text, ("M", "N"))
+
+
+def test_grid_refuses_an_empty_value_and_other_scripts_digits():
+    from flytune_nb.core.shapes import GridError, parse_values
+
+    assert parse_values("M", "1,64,") == [1, 64]  # one trailing comma is harmless
+    for bad in ("1,,4", "١,2"):  # a lost value; an Arabic-Indic digit
+        with pytest.raises(GridError, match="axis M"):
+            parse_values("M", bad)
+
+

@@ -1,0 +1,337 @@
+"""The sweep engine: results store, resume, kill -9, fault isolation, scale-out lanes."""
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from flytune_nb.core.device import current_device
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.events import TrialStarted
+from flytune_nb.engine.store import Store, StoreError
+from flytune_nb.engine.sweep import Sweep, SweepError
+from tests.conftest import PLUGINS
+
+
+def _count(db, table="trials"):
+    with sqlite3.connect(db) as c:
+        return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def _triton_key_cached() -> int:
+    from triton.runtime.cache import triton_key
+
+    return triton_key.cache_info().currsize
+
+
+def _meta_machinery_loaded() -> list:
+    import sys
+
+    return [m for m in ("torch._refs", "torch.fx.experimental.symbolic_shapes", "sympy") if m not in sys.modules]
+
+
+def test_in_process_sweep_fills_the_store_and_reads_as_a_dataframe(tmp_path):
+    db = tmp_path / "r.db"
+    results = Sweep("toy", "N=64,100", ["fp32"], db=db, paths=[PLUGINS], isolate=False).run()
+    assert [r.shape for r in results] == [{"N": 64}, {"N": 100}]
+    df = Store(db).frame("toy")
+    assert len(df) == 16 == sum(len(r.trials) for r in results)
+    assert set(df["status"]) == {"ok", "wrong", "launch_error"}
+    assert sorted(df["N"].unique()) == [64, 100]  # shape axes expanded into columns
+    ok = df[df.status == "ok"]
+    assert (ok["p50"] > 0).all() and (ok["rel_error"] < 1e-6).all() and ok["key"].nunique() == 2
+    failed = df[df.status == "launch_error"]
+    assert failed["p50"].isna().all() and failed["reason"].str.contains("simulated out of memory").all()
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # the baseline (torch eager) is stored beside the trials
+    base = Store(db).frame("toy", table="baselines")
+    assert list(base["name"]) == ["torch_eager"] * 2 and (base["p50"] > 0).all()
+    assert results[0].baselines["torch_eager"]["status"] == "ok"
+
+
+def test_rerun_resumes_without_measuring_again(tmp_path):
+    db = tmp_path / "r.db"
+    Sweep("toy", "N=64", ["fp32"], db=db, paths=[PLUGINS], isolate=False).run()
+    events = []
+    r = Sweep("toy", "N=64", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[events.append]).run()
+    assert not [e for e in events if isinstance(e, TrialStarted)]  # nothing measured
+    assert len(r[0].trials) == 8 and r[0].best.config["MODE"] == 0
+    assert _count(db) == 8
+    # A larger grid measures only the new shape.
+    events.clear()
+    Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[events.append]).run()
+    assert len([e for e in events if isinstance(e, TrialStarted)]) == 8 and _count(db) == 16
+
+
+def test_kill_9_loses_nothing_measured(tmp_path):
+    db = tmp_path / "k.db"
+    env = {**os.environ, "FLYTUNE_EVIL_MODES": "0", "FLYTUNE_EVIL_SLEEPS": ",".join(str(i) for i in range(30, 42)),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    cmd = [sys.executable, "-m", "flytune_nb.ui.cli", "sweep", "evil", "--path", PLUGINS, "--grid", "N=32",
+           "--dtype", "fp32", "--db", str(db), "--quiet", "--no-isolate"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if db.exists() and _count(db) >= 4:
+                break
+        except sqlite3.OperationalError:  # the file exists before its schema does
+            pass
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    at_kill = _count(db)
+    assert 4 <= at_kill < 13, at_kill
+    events = []
+    os.environ.update(FLYTUNE_EVIL_MODES="0", FLYTUNE_EVIL_SLEEPS=env["FLYTUNE_EVIL_SLEEPS"])
+    try:
+        r = Sweep("evil", "N=32", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[events.append]).run()
+    finally:
+        os.environ.pop("FLYTUNE_EVIL_MODES")
+        os.environ.pop("FLYTUNE_EVIL_SLEEPS")
+    measured = len([e for e in events if isinstance(e, TrialStarted)])
+    assert _count(db) == 13 == len(r[0].trials)  # default + 12 sleeps, each exactly once
+    assert measured == 13 - at_kill  # only what was not committed (the trial in flight at most) is redone
+
+
+def test_crashes_hangs_and_raises_are_recorded_and_the_sweep_goes_on(tmp_path):
+    db = tmp_path / "e.db"
+    results = Sweep("evil", "N=16", ["fp32"], db=db, paths=[PLUGINS], timeout=4.0, baselines=()).run()
+    by_mode = {}
+    for t in results[0].trials:
+        by_mode.setdefault(t.config["MODE"], []).append(t)
+    assert [t.status for t in by_mode[0]] == ["ok", "ok"]
+    assert by_mode[1][0].status == "launch_error" and "simulated launch failure" in by_mode[1][0].reason
+    assert by_mode[2][0].status == "crashed" and "SIGABRT" in by_mode[2][0].reason
+    assert by_mode[3][0].status == "timeout" and "4 s" in by_mode[3][0].reason
+    assert by_mode[4][0].status == "crashed" and "SIGSEGV" in by_mode[4][0].reason
+    assert results[0].best.config["MODE"] == 0
+    assert _count(db) == 6  # every trial stored, the fatal ones included
+    df = Store(db).frame()
+    assert set(df["status"]) == {"ok", "launch_error", "crashed", "timeout"}
+
+
+def test_two_worker_lanes_share_the_shapes(tmp_path):
+    db = tmp_path / "g.db"
+    os.environ["FLYTUNE_EVIL_MODES"] = "0"
+    try:
+        sw = Sweep("evil", "N=8,16,24,32", ["fp32"], db=db, paths=[PLUGINS], gpus=[0, 1], baselines=())
+        results = sw.run()
+    finally:
+        os.environ.pop("FLYTUNE_EVIL_MODES")
+    assert [r.shape["N"] for r in results] == [8, 16, 24, 32]
+    assert all(r.best is not None for r in results) and _count(db) == 8  # 2 configs x 4 shapes
+
+
+def test_stop_keeps_what_was_measured_and_run_again_resumes(tmp_path):
+    db = tmp_path / "s.db"
+    holder = {}
+
+    def stop_after_three(event):
+        if isinstance(event, TrialStarted) and event.index == 3:
+            holder["sweep"].stop()
+
+    sw = Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[stop_after_three])
+    holder["sweep"] = sw
+    results = sw.run()
+    assert results[0].stopped and len(results) == 1 and _count(db) == 4
+    r = Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False).run()
+    assert len(r) == 2 and _count(db) == 16
+
+
+def test_plugin_bugs_and_bad_stores_are_one_clear_error(tmp_path):
+    import dataclasses
+
+    from flytune_nb.core.registry import get_kernel
+
+    toy = get_kernel("toy", [PLUGINS])
+    broken = dataclasses.replace(toy, make_inputs=lambda *a: 1 / 0)
+    with pytest.raises(SweepError, match="cannot prepare the shape: ZeroDivisionError"):
+        Sweep(broken, "N=8", ["fp32"], isolate=False).run()
+    bad = tmp_path / "bad.db"
+    bad.write_text("this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a flytune results database"):
+        Store(bad)
+
+
+def test_store_round_trips_inf_and_nan(tmp_path):
+    from flytune_nb.core.config import Config
+    from flytune_nb.measure.trial import Trial
+
+    s = Store(tmp_path / "x.db")
+    t = Trial("toy", {"N": 4}, "fp32", Config({"BLOCK": 64}), "crashed", "boom")
+    s.add(t, key="k1", run_id="r")
+    back = s.trials_for("k1")[(t.config, "full")]
+    assert back.status == "crashed" and back.p50 == math.inf and math.isnan(back.rel_error)
+
+
+def test_halving_and_surrogate_through_the_engine_store_and_resume(tmp_path):
+    db = tmp_path / "h.db"
+    r = Sweep("rmsnorm", "M=2 N=1000", ["fp32"], db=db, strategy="halving", isolate=False, baselines=()).run()[0]
+    fid = [t.fidelity for t in r.trials]
+    space = get_kernel("rmsnorm").configs({"M": 2, "N": 1000}, "fp32", current_device())
+    assert len(space) == 30  # 23 one-row configs + 7 with BLOCK_M=2
+    assert fid[0] == "full" and fid.count("quick") == len(space) - 1  # the default, then every other config quickly
+    assert fid.count("full") == 1 + math.ceil(fid.count("quick") / 4)  # the default, then the top quarter
+    assert r.best.fidelity == "full"
+    df = Store(db).frame()
+    assert set(df["fidelity"]) == {"quick", "full"} and len(df) == len(r.trials)
+    events = []
+    again = Sweep("rmsnorm", "M=2 N=1000", ["fp32"], db=db, strategy="halving", isolate=False, baselines=(),
+                  listeners=[events.append]).run()[0]
+    assert not [e for e in events if isinstance(e, TrialStarted)] and again.best.config == r.best.config
+    s = Sweep("rmsnorm", "M=2 N=1000", ["fp32"], db=db, strategy="surrogate", budget=6, isolate=False,
+              baselines=()).run()[0]
+    assert len(s.trials) == 6 and s.best is not None  # default + 5 proposals, replayed from the store where stored
+
+
+def test_timeouts_are_validated_and_failed_trials_can_be_retried(tmp_path, monkeypatch, capsys):
+    from flytune_nb.ui.cli import main
+
+    with pytest.raises(ValueError, match="timeout must be"):
+        Sweep("toy", "N=64", ["fp32"], paths=[PLUGINS], timeout=0)
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--timeout", "nan"])
+    assert e.value.code == 2 and "seconds > 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--rep-ms", "-5"])
+    assert e.value.code == 2 and "milliseconds > 0" in capsys.readouterr().err
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0,3")  # one config that hangs
+    db = tmp_path / "r.db"
+    r = Sweep("evil", "N=8", ["fp32"], db=db, paths=[PLUGINS], timeout=3, baselines=()).run()[0]
+    assert [t.status for t in r.trials if t.config["MODE"] == 3] == ["timeout"]
+    events = []
+    Sweep("evil", "N=8", ["fp32"], db=db, paths=[PLUGINS], timeout=3, baselines=(),
+          listeners=[events.append]).run()
+    assert not [e for e in events if isinstance(e, TrialStarted)]  # resume keeps the stored timeout...
+    Sweep("evil", "N=8", ["fp32"], db=db, paths=[PLUGINS], timeout=3, baselines=(), retry_failed=True,
+          listeners=[events.append]).run()
+    retried = [e.config["MODE"] for e in events if isinstance(e, TrialStarted)]
+    assert retried == [3]  # ...unless asked to retry: only the failed one runs again
+
+
+def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path):
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as c:
+        c.execute("CREATE TABLE users (name TEXT)")
+    before = other.read_bytes()
+    with pytest.raises(StoreError, match="not a flytune results store"):
+        Store(other)
+    assert other.read_bytes() == before
+    with pytest.raises(StoreError, match="no results store"):
+        Store(tmp_path / "missing.db", readonly=True)
+    with pytest.raises(StoreError, match="cannot open"):
+        Store(other / "nested.db")
+
+
+def test_compile_baseline_starts_from_a_fresh_dynamo_per_shape(monkeypatch, dev):
+    """Without a reset, one worker's 9th shape would hit dynamo's recompile limit and time eager code as
+    'torch_compile'. Each baseline compile must follow a reset."""
+    import torch
+
+    from flytune_nb.engine import tasks
+
+    calls = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: calls.append("reset"))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: (calls.append("compile"), fn)[1])
+    for N in (64, 128):
+        rows = tasks.baselines("rmsnorm", (), {"M": 2, "N": N}, "fp32", ("torch_compile",), (("reps", 1),))
+        assert rows[0]["status"] == "ok"
+    assert calls == ["reset", "compile", "reset", "compile"]
+
+
+def test_ctrl_c_in_a_terminal_stops_cleanly_and_blames_no_config(tmp_path):
+    """SIGINT to the whole process group (what Ctrl-C does) reaches the worker too: the sweep must exit 130 with its
+    one-line message, and the trial in flight must not be stored as a crash of its config."""
+    db = tmp_path / "i.db"
+    # 41 configs of ~1.5 s each: a minute of work, so a loaded CI machine cannot finish it before the interrupt.
+    env = {**os.environ, "FLYTUNE_EVIL_MODES": "0", "FLYTUNE_EVIL_SLEEPS": ",".join(str(i) for i in range(300, 340)),
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    cmd = [sys.executable, "-m", "flytune_nb.ui.cli", "sweep", "evil", "--path", PLUGINS, "--grid", "N=32",
+           "--dtype", "fp32", "--db", str(db), "--quiet"]
+    # As from an interactive shell: SIGINT at its default, whatever this test process inherited.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            if db.exists() and _count(db) >= 3:
+                break
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.05)
+    at_interrupt = _count(db)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert at_interrupt < 41, "the sweep finished before the interrupt: nothing was tested"
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    statuses = [r[0] for r in sqlite3.connect(db).execute("SELECT status FROM trials")]
+    assert len(statuses) >= 3 and set(statuses) == {"ok"}, statuses
+
+
+def test_an_in_process_sweep_runs_the_kernel_as_its_folder_is_now(tmp_path):
+    """A heuristic edited on disk (an editor, a git checkout) between two sweeps in one process is what the second
+    sweep runs: no per-process cache of the old module."""
+    import shutil
+
+    folder = tmp_path / "kern" / "toy"
+    shutil.copytree(os.path.join(PLUGINS, "toy"), folder)
+    first = Sweep("toy", "N=64", ["fp32"], paths=[folder.parent], isolate=False, baselines=(), strategy="random",
+                  budget=1).run()[0]
+    assert first.default["BLOCK"] == 128
+    heuristic = folder / "heuristic.py"
+    heuristic.write_text(heuristic.read_text().replace('"BLOCK": 128', '"BLOCK": 64'))
+    second = Sweep("toy", "N=64", ["fp32"], paths=[folder.parent], isolate=False, baselines=(), strategy="random",
+                   budget=1).run()[0]
+    assert second.default["BLOCK"] == 64
+
+
+def test_two_in_process_sweeps_of_one_kernel_keep_their_own_spec_objects(tmp_path):
+    """A notebook can run an edited spec beside the original. Sweep B runs to completion inside sweep A (from A's
+    first TrialDone), which is the worst overlap: every trial must still run the spec object its own sweep was
+    given, before B, during B and after B has cleaned up."""
+    from dataclasses import replace
+
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.engine.events import TrialDone
+
+    base = get_kernel("toy", [PLUGINS])
+    ran = {"A": set(), "B": set()}  # (N, config) each spec object was run with
+
+    def counting(tag):
+        def run(inputs, config):
+            ran[tag].add((inputs["x"].numel(), config))
+            return base.run(inputs, config)
+        return run
+
+    spec_a, spec_b = replace(base, run=counting("A")), replace(base, run=counting("B"))
+    b_results = []
+
+    def start_b(event):
+        if isinstance(event, TrialDone) and not b_results:
+            b_results.extend(Sweep(spec_b, "N=64", ["fp32"], db=tmp_path / "b.db", isolate=False,
+                                   baselines=()).run())
+
+    a_results = Sweep(spec_a, "N=64,100", ["fp32"], db=tmp_path / "a.db", isolate=False, baselines=(),
+                      listeners=[start_b]).run()
+    assert b_results, "sweep B never ran"
+    trials = lambda results: {(r.shape["N"], t.config) for r in results for t in r.trials}  # noqa: E731
+    assert len(trials(a_results)) > len(trials(b_results)) > 0
+    assert ran["A"] == trials(a_results) and ran["B"] == trials(b_results)
+
+
+def test_a_dtype_string_is_names_not_characters():
+    """papermill and the CLI hand dtypes over as text; `Sweep(..., "bf16")` once looped over "b", "f", "1", "6"."""
+    assert Sweep("rmsnorm", "M=2 N=64", "bf16").dtypes == ["bf16"]
+    assert Sweep("rmsnorm", "M=2 N=64", "bf16, fp16").dtypes == ["bf16", "fp16"]
+    with pytest.raises(ValueError, match="no dtype"):
+        Sweep("rmsnorm", "M=2 N=64", "")
+
+

@@ -1,0 +1,141 @@
+"""The row kernels (rmsnorm, fused_add_rmsnorm, softmax): every config of the pruned space is correct (interpreter on CPU, small shapes),
+both the single-pass and the looped form, and the heuristic default is always in the space."""
+import pytest
+import torch
+
+from flytune_nb.core.config import Config
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.measure.correctness import compare
+from flytune_nb.measure.trial import evaluate
+
+KERNELS = ("rmsnorm", "fused_add_rmsnorm", "softmax")
+
+
+def _distinct_blocks(space):
+    """One config per (BLOCK_N, BLOCK_M) (the interpreter ignores warps/stages, so that is what changes the
+    computation). At M=3, BLOCK_M=4 leaves the last program a row past M: masked, and never read as data."""
+    return list({(c["BLOCK_N"], c.get("BLOCK_M", 1)): c for c in space}.values())
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("N", [1, 100, 1000])
+def test_every_block_form_is_correct(kernel, dtype, N, dev, cpu_timer):
+    spec = get_kernel(kernel)
+    shape = {"M": 3, "N": N}
+    space = spec.configs(shape, dtype, dev)
+    assert space, "empty space"
+    if N <= 1000:
+        assert {c.get("BLOCK_M", 1) for c in space} == {1, 2, 4}  # multi-row single passes are in the space
+    for cfg in _distinct_blocks(space):
+        t = evaluate(spec, shape, dtype, cfg, dev, cpu_timer)
+        assert t.ok, (cfg, t.status, t.reason)
+        assert t.rel_error <= spec.tol(dtype)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("N", [1, 7, 100, 1000, 4096, 5120, 8192, 32768, 65536, 262144])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_default_is_in_the_space_and_space_is_pruned(kernel, N, dtype, dev):
+    spec = get_kernel(kernel)
+    shape = {"M": 64, "N": N}
+    space = spec.configs(shape, dtype, dev)
+    assert spec.default(shape, dtype, dev) in space
+    assert len(space) == len(set(space)) <= 100
+    for c in space:
+        threads = c.num_warps * 32
+        assert c.get("BLOCK_M", 1) * c["BLOCK_N"] / threads <= 64  # pruned: no config that must spill
+        assert c.get("BLOCK_M", 1) == 1 or c["BLOCK_N"] >= N  # several rows per program only in a single pass
+
+
+def test_wrong_eps_or_missing_weight_is_caught_by_the_check(dev):
+    """The reference is sharp enough to catch the mistakes kernels actually make."""
+    spec = get_kernel("rmsnorm")
+    inputs = spec.make_inputs({"M": 4, "N": 256}, "fp32", dev)
+    ref = spec.reference(inputs)
+    no_weight = spec.reference(dict(inputs, weight=torch.ones_like(inputs["weight"])))
+    assert not compare(no_weight, ref, spec.tol("fp32")).ok
+    big_eps = spec.reference(dict(inputs, eps=1e-1))
+    assert not compare(big_eps, ref, spec.tol("fp32")).ok
+
+
+def test_rows_may_be_strided_and_batch_dims_flatten(dev):
+    spec = get_kernel("rmsnorm")
+    wide = torch.randn(2, 3, 128)
+    x = wide[..., :100]  # row stride 128, last dim contiguous
+    w = torch.randn(100)
+    out = torch.empty(2, 3, 100)
+    spec.run({"x": x, "weight": w, "out": out}, Config({"BLOCK_N": 128}, num_warps=1))
+    assert compare(out, spec.reference({"x": x, "weight": w}), 1e-5).ok
+
+
+def test_fused_add_rmsnorm_updates_residual_in_place(dev):
+    spec = get_kernel("fused_add_rmsnorm")
+    inputs = spec.make_inputs({"M": 4, "N": 300}, "fp32", dev)
+    x, r0 = inputs["x"].clone(), inputs["residual"].clone()
+    y, r = spec.run(inputs, Config({"BLOCK_N": 256}, num_warps=1, num_stages=2))
+    assert r.data_ptr() == inputs["residual"].data_ptr()
+    torch.testing.assert_close(r, x + r0)
+    assert compare(y, spec.reference({**inputs, "x": x, "residual": r0})[0], 1e-5).ok
+
+
+def test_softmax_inputs_punish_a_missing_max_subtraction(dev):
+    """The +100 logit offset makes exp(x) overflow fp32: a kernel that skips the row max cannot pass by luck."""
+    spec = get_kernel("softmax")
+    inputs = spec.make_inputs({"M": 4, "N": 300}, "fp32", dev)
+    x = inputs["x"].float()
+    naive = torch.exp(x) / torch.exp(x).sum(-1, keepdim=True)
+    assert not compare(naive, spec.reference(inputs), spec.tol("fp32")).ok
+    out = spec.run(inputs, spec.default({"M": 4, "N": 300}, "fp32", dev))
+    assert compare(out, spec.reference(inputs), spec.tol("fp32")).ok
+    torch.testing.assert_close(out.sum(-1), torch.ones(4), rtol=0, atol=1e-5)
+
+
+def test_softmax_heuristic_gives_each_thread_32_bytes_of_the_row():
+    """An exhaustive H200 sweep: at N=4096 bf16, 16 warps (16 bytes a thread) were 1.14-1.22x slower than 8
+    from M=1024 on; at N=16384, 32 warps beat 16."""
+    from tests.conftest import H200
+
+    spec = get_kernel("softmax")
+    warps = {n: spec.default({"M": 4096, "N": n}, "bf16", H200).num_warps for n in (1024, 4096, 8192, 16384)}
+    assert warps == {1024: 2, 4096: 8, 8192: 16, 16384: 32}
+    assert spec.default({"M": 4096, "N": 4096}, "bf16", H200) in spec.configs({"M": 4096, "N": 4096}, "bf16", H200)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_several_rows_per_program_without_a_single_pass_is_refused(kernel, dev):
+    """BLOCK_M > 1 exists only in the single pass: with BLOCK_N < N the kernel would leave columns unwritten, so the
+    launcher refuses it with one clear error before launching."""
+    from flytune_nb.core.config import ConfigError
+
+    spec = get_kernel(kernel)
+    inputs = spec.make_inputs({"M": 4, "N": 1024}, "fp32", dev)
+    with pytest.raises(ConfigError, match="single pass"):
+        spec.run(inputs, Config({"BLOCK_N": 256, "BLOCK_M": 2}, num_warps=1, num_stages=1))
+
+
+def test_an_edited_heuristic_naming_block_m_1_is_scored_on_the_stored_one_row_config(dev, tmp_path):
+    """The heuristic editor's re-scoring: BLOCK_M=1 written out is the stored config without BLOCK_M, not a config
+    'never measured'."""
+    from flytune_nb.analysis.heuristic_edit import rescore
+    from flytune_nb.engine.sweep import Sweep
+
+    spec = get_kernel("rmsnorm")
+    results = Sweep("rmsnorm", "M=2 N=200", ["fp32"], db=tmp_path / "r.db", isolate=False, baselines=()).run()
+    explicit = lambda shape, dtype, device: Config({"BLOCK_N": 256, "BLOCK_M": 1}, num_warps=1, num_stages=1)  # noqa: E731
+    [row] = rescore(explicit, results, dev, spec.canonical).rows
+    assert row.new == Config({"BLOCK_N": 256}, num_warps=1, num_stages=1) and row.new_ms == row.new_ms  # not nan
+    assert row.new_ms < float("inf")
+
+
+def test_a_heuristic_writing_an_optional_knob_at_its_default_gives_the_spaces_name(dev):
+    """The spec puts its heuristic and space through canonical(): a rule that writes BLOCK_M=1 (an edit saved from
+    the workbench, a plugin) gives the config the space lists, so a sweep times it once under one name."""
+    import dataclasses
+
+    spec = get_kernel("rmsnorm")
+    explicit = dataclasses.replace(spec, default=lambda shape, dtype, device: Config(
+        {"BLOCK_N": 256, "BLOCK_M": 1}, num_warps=1, num_stages=1))
+    picked = explicit.default({"M": 4, "N": 200}, "fp32", dev)
+    assert picked == Config({"BLOCK_N": 256}, num_warps=1, num_stages=1)
+    assert picked in explicit.configs({"M": 4, "N": 200}, "fp32", dev)

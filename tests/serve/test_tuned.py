@@ -1,0 +1,169 @@
+"""The run path: memory -> disk -> artifact -> default; search only when asked."""
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import flytune_nb.serve.tuned as tuner_mod
+from flytune_nb.core.config import Config
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.measure.timer import CpuTimer
+from flytune_nb.serve.disk_cache import DiskCache
+from flytune_nb.serve.tuned import TunedKernel, tuned
+from flytune_nb.strategies.loop import NoValidConfig
+
+SHAPE = {"M": 4, "N": 200}
+
+
+@pytest.fixture
+def spec():
+    return get_kernel("rmsnorm")
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """Counts searches (each evaluate is one trial)."""
+    calls = []
+    real = tuner_mod.search
+
+    def spy(*a, **k):
+        calls.append(a[1])
+        return real(*a, **k)
+
+    monkeypatch.setattr(tuner_mod, "search", spy)
+    return calls
+
+
+def _check_output(spec, inputs, out):
+    ref = spec.reference(inputs)
+    assert torch.linalg.vector_norm(out.double() - ref) / torch.linalg.vector_norm(ref) < spec.tol("fp32")
+
+
+def test_normal_calls_never_search_and_use_the_default(spec, dev, tmp_path, counting):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    out = op(**inputs)
+    assert op.last_source == "default" and counting == []
+    _check_output(spec, inputs, out)
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "memory" and counting == []
+
+
+def test_autotune_env_searches_once_then_memory_then_disk(spec, dev, tmp_path, counting, monkeypatch):
+    monkeypatch.setenv("FLYTUNE_AUTOTUNE", "1")
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path, timer=CpuTimer(reps=1, warmup=0))
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    _check_output(spec, inputs, op(**inputs))
+    assert op.last_source == "search" and len(counting) == 1
+    best = op.last_result.best.config
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "memory" and len(counting) == 1
+    # A new process (new TunedKernel) finds the winner on disk, still with no search.
+    op2 = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    assert op2.config_for(spec.make_inputs(SHAPE, "fp32", dev)) == best
+    assert op2.last_source == "disk" and len(counting) == 1
+    files = list(tmp_path.rglob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["config"] == best.to_dict()
+
+
+def test_artifact_beats_default_and_cache_beats_artifact(spec, dev, tmp_path, counting):
+    from_artifact = Config({"BLOCK_N": 256}, num_warps=2, num_stages=2)
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path, artifact_lookup=lambda *a: from_artifact)
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    _check_output(spec, inputs, op(**inputs))
+    assert op.last_source == "artifact" and op.config_for(inputs) == from_artifact
+    op.tune(**spec.make_inputs(SHAPE, "fp32", dev))
+    op2 = TunedKernel(spec, device=dev, cache_dir=tmp_path, artifact_lookup=lambda *a: from_artifact)
+    op2.config_for(inputs)
+    assert op2.last_source == "disk"
+    # An artifact hook that has nothing for this shape falls through to the heuristic.
+    op3 = TunedKernel(spec, device=dev, cache_dir=tmp_path / "other", artifact_lookup=lambda *a: None)
+    assert op3.config_for(inputs) == spec.default(SHAPE, "fp32", dev) and op3.last_source == "default"
+
+
+def test_changed_shape_or_layout_resolves_again(spec, dev, tmp_path):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    op(**spec.make_inputs({"M": 4, "N": 5000}, "fp32", dev))
+    assert op.last_source == "default"
+    x = torch.randn(4, 400)[:, :200]  # row stride 400 vs 200: same class ("other"), same tuning key
+    assert op.config_for(dict(x=x, weight=torch.randn(200), out=torch.empty(4, 200))) == op.config_for(
+        spec.make_inputs(SHAPE, "fp32", dev))
+    inputs = dict(x=torch.randn(4, 200), weight=torch.randn(1).expand(200), out=torch.empty(4, 200))
+    out = op(**inputs)  # broadcast weight: stride class 0, a new entry
+    assert op.last_source == "default"
+    _check_output(spec, inputs, out)
+
+
+def test_corrupt_disk_cache_file_is_a_miss_with_a_warning(spec, dev, tmp_path):
+    cache = DiskCache(tmp_path)
+    p = cache.put("rmsnorm", "abc", Config({"BLOCK_N": 256}))
+    p.write_text("{ torn")
+    with pytest.warns(RuntimeWarning, match="unreadable"):
+        assert cache.get("rmsnorm", "abc") is None
+    p.write_text(json.dumps({"config": {"BLOCK_N": "x"}}))
+    with pytest.warns(RuntimeWarning):
+        assert cache.get("rmsnorm", "abc") is None
+
+
+def test_all_configs_failing_raises_a_clear_error(dev, tmp_path):
+    from tests.conftest import PLUGINS
+
+    toy = get_kernel("toy", [PLUGINS])
+    import dataclasses
+
+    broken = dataclasses.replace(toy, configs=lambda *a: [Config({"BLOCK": 64, "MODE": 1}, num_warps=1)],
+                                 default=lambda *a: Config({"BLOCK": 64, "MODE": 2}, num_warps=1))
+    op = TunedKernel(broken, device=dev, cache_dir=tmp_path, autotune=True)
+    with pytest.raises(NoValidConfig, match="none of 2 configs passed"):
+        op(**toy.make_inputs({"N": 64}, "fp32", dev))
+    assert list(tmp_path.rglob("*.json")) == []  # nothing cached
+
+
+def test_tuned_by_name_and_unknown_name(dev):
+    assert tuned("rmsnorm").spec.name == "rmsnorm"
+    with pytest.raises(LookupError, match="Did you mean 'rmsnorm'"):
+        tuned("rmsnrom")
+
+
+def test_dtype_comes_from_x_whatever_the_keyword_order(spec, dev, tmp_path):
+    asked = []
+    recording = dataclasses.replace(spec, default=lambda s, d, v: (asked.append(d), spec.default(s, d, v))[1])
+    op = TunedKernel(recording, device=dev, cache_dir=tmp_path)
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    op.config_for({"weight": torch.randn(64), "x": x, "out": torch.empty_like(x)})
+    assert asked == ["bf16"]  # from x, though the fp32 weight came first
+    op.config_for({"x": x, "weight": torch.randn(64, dtype=torch.bfloat16), "out": torch.empty_like(x)})
+    assert op.last_source == "default" and asked == ["bf16", "bf16"]  # fp32 weight was another specialisation
+
+
+def test_bad_call_inputs_are_one_clear_message(spec, dev, tmp_path):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"cannot read the shape from inputs \(weight\).*KeyError: 'x'"):
+        op(weight=torch.randn(8))
+    with pytest.raises(ValueError, match="missing input 'weight'"):
+        op(x=torch.randn(4, 8))
+    with pytest.raises(ValueError, match="no floating-point tensor"):
+        TunedKernel(dataclasses.replace(spec, dtype_from=""), device=dev, cache_dir=tmp_path)(x=torch.ones(4, 8,
+                                                                                                 dtype=torch.int32))
+    with pytest.raises(ValueError, match="cannot read the shape.*ZeroDivisionError"):
+        op(x=torch.randn(4, 0), weight=torch.randn(0))
+
+
+def test_autotune_asked_later_in_the_session_searches_past_a_remembered_default(spec, dev, tmp_path, monkeypatch,
+                                                                               counting):
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path, timer=CpuTimer(reps=1, warmup=0))
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "default"
+    monkeypatch.setenv("FLYTUNE_AUTOTUNE", "1")
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "search" and len(counting) == 1
+
+
+def test_transposed_inputs_run_correctly(spec, dev):
+    x = torch.randn(3, 2, 64).transpose(0, 1)  # last dim contiguous, leading dims permuted
+    w = torch.randn(64)
+    out = spec.run({"x": x, "weight": w}, spec.default({"M": 6, "N": 64}, "fp32", dev))
+    ref = spec.reference({"x": x, "weight": w})
+    assert out.shape == x.shape and torch.allclose(out.double(), ref, atol=1e-5)

@@ -1,0 +1,145 @@
+import pytest
+
+from flytune_nb.ui.cli import main
+from tests.conftest import PLUGINS
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["sweep", "rmsnrom", "--grid", "M=1 N=8"], "Did you mean 'rmsnorm'"),
+    (["sweep", "rmsnorm", "--grid", "M=1,a N=8"], "not a positive integer"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--strategy", "magic"], "unknown strategy"),
+    (["sweep", "rmsnorm", "--grid", "M=100000000 N=100000000"], "needs ~.* GiB"),
+])
+def test_cli_user_errors_are_one_line_and_exit_2(argv, msg, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("flytune: error:")
+    assert __import__("re").search(msg, err), err
+
+
+def test_cli_kernels_lists_axes_dtypes_and_space(capsys):
+    assert main(["kernels", "--path", PLUGINS]) == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("rmsnorm "))
+    assert "M,N" in line and "bf16,fp16,fp32" in line and "@ M=4096 N=4096" in line
+    assert any(l.startswith("toy ") for l in out.splitlines())
+
+
+def test_cli_sweep_prints_trials_and_summary(capsys):
+    rc = main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64,100", "--dtype", "fp32"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "N=64 fp32 on CPU_interpreter" in out
+    assert out.count("wrong") >= 4 and "launch_error" in out  # failures listed with their status
+    summary = out[out.index("shape "):]
+    assert summary.count("2/8") == 2  # two shapes, 2 of 8 configs passed each
+
+
+def test_budget_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "rmsnorm", "--grid", "M=1 N=8", "--budget", "0"])
+    assert e.value.code == 2 and "must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_a_broken_plugin_does_not_hide_the_others(tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(f"{PLUGINS}/toy", tmp_path / "broken")
+    (tmp_path / "broken" / "kernel.py").write_text("def oops(:\n")
+    assert main(["kernels", "--path", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "ERROR: kernel folder" in out and "SyntaxError" in out and any(l.startswith("rmsnorm ") for l in
+                                                                         out.splitlines())
+
+
+"""The sweep engine: results store, resume, kill -9, fault isolation, scale-out lanes."""
+import sqlite3
+import sys
+
+import pytest
+
+from flytune_nb.engine.store import Store
+from flytune_nb.engine.sweep import Sweep
+
+
+def _count(db, table="trials"):
+    with sqlite3.connect(db) as c:
+        return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def _triton_key_cached() -> int:
+    from triton.runtime.cache import triton_key
+
+    return triton_key.cache_info().currsize
+
+
+def _meta_machinery_loaded() -> list:
+
+    return [m for m in ("torch._refs", "torch.fx.experimental.symbolic_shapes", "sympy") if m not in sys.modules]
+
+
+def test_cli_sweep_writes_the_store_and_resumes(tmp_path, capsys):
+    from flytune_nb.ui.cli import main
+
+    db = tmp_path / "cli.db"
+    argv = ["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", str(db), "--quiet",
+            "--no-isolate"]
+    assert main(argv) == 0 and _count(db) == 8
+    assert main(argv + ["--strategy", "random", "--budget", "3"]) == 0 and _count(db) == 8  # all stored already
+    out = capsys.readouterr().out
+    assert "results in" in out and "2/8" in out
+    assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--gpus", "0,x"]) == 2
+    assert "comma-separated integers" in capsys.readouterr().err
+    assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--baselines", "torch_jit"]) == 2
+
+
+"""SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
+
+import pytest
+import triton
+
+from flytune_nb.artifacts.files import triton_dir_name
+from flytune_nb.serve.lookup import LOOKUP
+
+TDIR = triton_dir_name(triton.__version__)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_lookup_cache():
+    LOOKUP.clear()
+    yield
+    LOOKUP.clear()
+
+
+@pytest.fixture
+def swept(tmp_path):
+    db = tmp_path / "s.db"
+    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    return Store(db)
+
+
+MALFORMED = {
+    "invalid json": "{ nope",
+    "empty file": "",
+    "empty object": "{}",
+    "non-numeric key": '{"triton_version": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
+    "non-dict value": '{"4": 256}',
+    "missing knob": '{"4": {"BLOCK_N": 256, "num_warps": 1}}',
+    "unknown knob": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1, "GROUP_SIZE_M": 8}}',
+    "bool knob": '{"4": {"BLOCK_N": true, "num_warps": 1, "num_stages": 1}}',
+    "list top level": '[{"BLOCK_N": 256}]',
+}
+
+
+def test_cli_export_and_lookup(swept, tmp_path, capsys):
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    assert main(["lookup", "rmsnorm", "M=5", "N=256", "--dtype", "fp32", "--dir", str(out)]) == 0
+    assert "(source: artifact" in capsys.readouterr().out
+    assert main(["lookup", "rmsnorm", "M=5", "N=512", "--dtype", "fp32", "--dir", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "(source: default" in captured.out and "warning: no config file" in captured.err
+    assert main(["export", "--db", str(tmp_path / "missing.db")]) == 2
+
+

@@ -1,0 +1,45 @@
+"""Every notebook runs headless on the CPU (papermill, small parameters), and stays small and output-free in git."""
+import json
+
+import pytest
+
+pytest.importorskip("papermill")
+
+from flytune_nb.ui.papermill import NOTEBOOKS, printed_output, run_notebook  # noqa: E402
+
+
+def test_notebooks_are_committed_without_outputs_and_have_a_parameters_cell():
+    for nb in NOTEBOOKS.glob("*.ipynb"):
+        cells = json.loads(nb.read_text())["cells"]
+        assert not any(c.get("outputs") for c in cells if c["cell_type"] == "code"), nb.name
+        assert any("parameters" in c.get("metadata", {}).get("tags", []) for c in cells), nb.name
+
+
+def test_batch_sweep_notebook_writes_store_results_exports_and_static_plots(tmp_path):
+    out = run_notebook("batch_sweep.ipynb", tmp_path / "out.ipynb",
+                       {"kernel": "rmsnorm", "grid": "M=2,4 N=300", "dtypes": "fp32", "db": "b.db",
+                        "export_dir": "ex", "isolate": False}, cwd=tmp_path)
+    assert out.stat().st_size < 1_000_000
+    text = printed_output(out)
+    assert "M=2 N=300" in text and "M=4 N=300" in text and "trials in b.db" in text
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert [r["M"] for r in rows] == [2, 4] and all(r["best_ms"] > 0 and r["speedup"] >= 1 for r in rows)
+    assert (tmp_path / "results.csv").read_text().count("\n") == 3
+    [export] = list((tmp_path / "ex" / "rmsnorm").rglob("N=300,*.json"))
+    assert sorted(json.loads(export.read_text()), key=int) == ["2", "4"]
+    nb = json.loads(out.read_text())
+    plots = [o for c in nb["cells"] for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in
+             o.get("data", {})]
+    assert len(plots) == 3  # one scatter per shape + the speed-up heat map
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for c in nb["cells"]
+                   for o in c.get("outputs", []))  # static figures, no widget state
+
+
+def test_workbench_notebook_executes_headless(tmp_path):
+    out = run_notebook("workbench.ipynb", tmp_path / "wb.ipynb",
+                       {"kernel": "rmsnorm", "grid": {"M": "2", "N": "256"}, "dtypes": ["fp32"], "db": "w.db"},
+                       cwd=tmp_path)
+    nb = json.loads(out.read_text())
+    assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for c in nb["cells"]
+               for o in c.get("outputs", []))
