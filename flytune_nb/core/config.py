@@ -11,8 +11,11 @@ from typing import Any, Mapping
 
 from flytune_nb.errors import UsageError
 
-# Launch options understood by Triton's launcher on every backend.
-LAUNCH_OPTIONS = ("num_warps", "num_stages")
+# Launch options understood by Triton's launcher on every backend. num_warps and num_stages default to 4 and 1 when
+# a Config is built in code; a config *read* without them (a FlyDSL kernel's, which has neither) has None, and None
+# options are neither passed to a launch nor written out. num_ctas and maxnreg (Hopper clusters, a register cap) are
+# None unless set: an adopted @triton.autotune config may carry them.
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 # AMD-only launch options: legal only when the backend is HIP. On CUDA they are never passed (Triton would reject or
 # silently ignore them, and a config that differs only in an ignored knob would be timed twice for nothing).
 HIP_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
@@ -34,8 +37,10 @@ class Config:
     """
 
     params: tuple = ()
-    num_warps: int = 4
-    num_stages: int = 1
+    num_warps: int | None = 4
+    num_stages: int | None = 1
+    num_ctas: int | None = None
+    maxnreg: int | None = None
     waves_per_eu: int | None = None
     matrix_instr_nonkdim: int | None = None
     kpack: int | None = None
@@ -51,17 +56,16 @@ class Config:
         if clash:
             raise ConfigError(f"{sorted(clash)} are launch options, not kernel parameters")
         object.__setattr__(self, "params", items)
-        for opt in LAUNCH_OPTIONS:
-            if getattr(self, opt) is None:
-                raise ConfigError(f"{opt} must be an integer, got None")
         for opt in LAUNCH_OPTIONS + HIP_OPTIONS:
             value = getattr(self, opt)
             if value is not None:
                 object.__setattr__(self, opt, _as_int(opt, value))
-        if self.num_warps < 1 or self.num_warps & (self.num_warps - 1):
-            raise ConfigError(f"num_warps must be a power of two >= 1, got {self.num_warps}")
-        if self.num_stages < 1:
-            raise ConfigError(f"num_stages must be >= 1, got {self.num_stages}")
+        w = self.num_warps
+        if w is not None and (w < 1 or w & (w - 1)):
+            raise ConfigError(f"num_warps must be a power of two >= 1, got {w}")
+        for opt in ("num_stages", "num_ctas", "maxnreg"):
+            if getattr(self, opt) is not None and getattr(self, opt) < 1:
+                raise ConfigError(f"{opt} must be >= 1, got {getattr(self, opt)}")
         object.__setattr__(self, "_index", dict(items))
 
     # -- access ------------------------------------------------------------------------------------------------
@@ -93,24 +97,23 @@ class Config:
 
     def launch_options(self, backend: str) -> dict[str, int]:
         """Launch keyword arguments for ``kernel[grid](..., **opts)`` on ``backend`` (cuda | hip | interpreter)."""
-        opts = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        opts = {k: getattr(self, k) for k in LAUNCH_OPTIONS if getattr(self, k) is not None}
         if self.hip_only:
             if backend != "hip":
                 raise ConfigError(f"{sorted(self.hip_only)} are AMD-only launch options; backend is {backend}")
             opts.update(self.hip_only)
         return opts
 
-    def replace(self, **changes: int) -> "Config":
-        d = self.to_dict()
-        d.update(changes)
-        return Config.from_dict(d)
+    def replace(self, **changes: int | None) -> "Config":
+        """This config with some knobs changed; a knob set to None is removed (``waves_per_eu=None``: unset)."""
+        d = {**self.to_dict(), **changes}
+        return Config.from_dict({k: v for k, v in d.items() if v is not None})
 
     # -- serialisation -------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, int]:
         """Flat dict: kernel params and launch options side by side (the SGLang artifact's shape)."""
         d = dict(self.params)
-        d["num_warps"] = self.num_warps
-        d["num_stages"] = self.num_stages
+        d.update({k: getattr(self, k) for k in LAUNCH_OPTIONS if getattr(self, k) is not None})
         d.update(self.hip_only)
         return dict(sorted(d.items()))
 
@@ -118,9 +121,13 @@ class Config:
     def from_dict(cls, d: Mapping[str, Any]) -> "Config":
         if not isinstance(d, Mapping):
             raise ConfigError(f"a config must be a JSON object, got {type(d).__name__}")
+        nulls = sorted(k for k, v in d.items() if v is None)
+        if nulls:  # an option a config does not have is left out, never written as null
+            raise ConfigError(f"{', '.join(nulls)} must be an integer, got None")
         launch = {k: d[k] for k in LAUNCH_OPTIONS + HIP_OPTIONS if k in d}
         params = {k: v for k, v in d.items() if k not in launch}
-        return cls(params=params, **launch)
+        # absent num_warps / num_stages: a config of a DSL without them (see LAUNCH_OPTIONS)
+        return cls(params=params, **{"num_warps": None, "num_stages": None, **launch})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))

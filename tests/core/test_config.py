@@ -55,3 +55,18 @@ def test_from_json_rejects_non_objects_and_garbage():
         Config.from_json("{nope")
     with pytest.raises(ConfigError, match="NAME=INT"):
         Config.parse("BLOCK_N")
+
+
+def test_launch_options_a_config_does_not_have_are_neither_passed_nor_written():
+    """A DSL without warps or stages (FlyDSL) reads its configs back without them; num_ctas and maxnreg (an adopted
+    @triton.autotune config's) round-trip when set and are absent otherwise."""
+    bare = Config.from_dict({"BLOCK_THREADS": 256, "VEC": 8})
+    assert bare.num_warps is None and bare.num_stages is None
+    assert bare.to_dict() == {"BLOCK_THREADS": 256, "VEC": 8} and bare.launch_options("hip") == {}
+    assert Config.from_dict(bare.to_dict()) == bare
+    hopper = Config({"BLOCK": 64}, num_warps=8, num_stages=3, num_ctas=2, maxnreg=128)
+    assert hopper.launch_options("cuda") == {"num_warps": 8, "num_stages": 3, "num_ctas": 2, "maxnreg": 128}
+    assert Config.from_dict(hopper.to_dict()) == hopper and Config.parse(str(hopper)) == hopper
+    assert "num_ctas" not in Config({"BLOCK": 64}).to_dict()  # built in code: 4 warps, 1 stage, nothing else
+    with pytest.raises(ConfigError, match="num_ctas must be >= 1"):
+        Config({"BLOCK": 64}, num_ctas=0)

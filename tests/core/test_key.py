@@ -62,18 +62,24 @@ def test_device_name_and_arch_axes(spec):
 
 
 def test_source_fingerprint_axis(tmp_path):
+    """Any code edit in the kernel folder (here: the heuristic's warps) changes the key; a comment or docstring edit
+    does not, so comments can be reworded without orphaning stored trials and exports."""
     src = get_kernel("rmsnorm").source_dir
     copy = tmp_path / "rmsnorm"
     shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
     spec_copy = load_folder(copy)
     before = _key(spec_copy)
     heuristic = copy / "heuristic.py"
-    heuristic.write_text(heuristic.read_text().replace("num_stages=1)", "num_stages=1)  # edited"))
+    text = heuristic.read_text()
+    assert text.startswith('"""')
+    heuristic.write_text('"""Reworded: ' + text[3:].replace("num_stages=1)", "num_stages=1)  # why", 1) + "\n# a comment\n")
+    assert _key(load_folder(copy)) == before
+    assert "num_warps=" in text
+    heuristic.write_text(text.replace("num_warps=", "num_warps=2 * ", 1))
     # The spec already imported keeps the key of the code it runs; loading the folder again imports the edit.
     assert _key(spec_copy) == before
     edited = load_folder(copy)
     assert edited is not spec_copy and _key(edited) != before
-    assert "# edited" in (copy / "heuristic.py").read_text()
 
 
 def test_toolchain_axis(spec, monkeypatch):
