@@ -1,0 +1,73 @@
+"""The package as a user installs it: a wheel built from the checkout, installed into a fresh virtualenv outside the
+repository, run from a folder that is not the checkout. The kernels, the committed exports and the notebooks must come
+with it (package data, found through importlib.resources), and nothing may reach back into the checkout.
+
+The fresh venv borrows the test venv's third-party packages (torch, triton, papermill ...) through a path entry,
+which processes none of that venv's .pth files, so the checkout's editable install stays invisible: what imports as
+flytune_nb is the wheel's copy. (Installing torch afresh would add a minute and test pip, not us.)
+"""
+import os
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wheel")
+    dist = root / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
+                    REPO], check=True, capture_output=True, timeout=300)
+    wheel = next(dist.glob("flytune_nb-*.whl"))
+    env_dir = root / "venv"
+    venv.create(env_dir, with_pip=False)
+    py = env_dir / "bin" / "python"
+    site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    work = root / "work"  # a user's folder: not the checkout, no kernels/ or exports/ beside it
+    work.mkdir()
+    env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(root), "TRITON_INTERPRET": "1",
+           "FLYTUNE_CACHE_DIR": str(root / "cache"), "PYTHONNOUSERSITE": "1"}
+    return py, work, env
+
+
+def _run(installed, *args, timeout=600):
+    py, work, env = installed
+    return subprocess.run([str(py), *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_wheel_imports_its_own_copy_with_its_data(installed):
+    p = _run(installed, "-c", "import flytune_nb, pathlib; from flytune_nb.core import resources as r; "
+                              "print(flytune_nb.__file__); print(sorted(p.name for p in r.KERNELS.iterdir() "
+                              "if (p / '__init__.py').exists())); print((r.EXPORTS / 'fused_moe').is_dir(), "
+                              "(r.NOTEBOOKS / 'workbench.ipynb').is_file())")
+    assert p.returncode == 0, p.stderr
+    where, kernels, data = p.stdout.splitlines()[:3]
+    assert "site-packages" in where and not where.startswith(str(REPO))
+    assert {"fused_add_rmsnorm", "fused_moe", "matmul", "rmsnorm", "softmax"} <= set(eval(kernels))
+    assert data == "True True"
+
+
+def test_flytune_kernels_lists_the_packaged_kernels(installed):
+    p = _run(installed, "-m", "flytune_nb", "kernels")
+    assert p.returncode == 0, p.stderr
+    for name in ("rmsnorm", "fused_add_rmsnorm", "softmax", "matmul", "fused_moe"):
+        assert name in p.stdout
+
+
+def test_flytune_demo_runs_the_packaged_batch_notebook(installed):
+    p = _run(installed, "-m", "flytune_nb", "demo", "--quiet")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    out = installed[1] / "demo_out"
+    assert (out / "batch_sweep.ipynb").is_file() and (out / "results.csv").is_file()
+    assert "M=4 N=1024" in p.stdout and "speedup" in p.stdout
+    assert not os.path.exists(os.path.join(REPO, "demo_out"))
