@@ -1,14 +1,55 @@
-"""Shared bits for the GPU benchmarks: the environment line every result carries, and result writing."""
+"""Shared parts of the benchmark scripts (not a benchmark): the argument parser every script starts from, the
+environment line every result carries, where results and stores live, and result writing.
+
+Results are one current file pair per benchmark per device, ``benchmarks/results/<device>/<name>.{json,md}``, where
+``<device>`` is ``flytune_nb.core.device.current_device().name`` (``NVIDIA_H200``; ``CPU_interpreter`` without a
+GPU). A new run replaces the file; earlier runs are in git history. The results stores (SQLite) that exports and
+benchmarks read live in ``benchmarks/results/<device>/stores/``.
+"""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+REPO = HERE.parent
+
+
+def parser(doc: str, file: str) -> argparse.ArgumentParser:
+    """The parser a benchmark script starts from: ``python -m benchmarks NAME`` as its program name, the module
+    docstring (the question first) as its description, and ``--out``."""
+    name = Path(file).stem
+    ap = argparse.ArgumentParser(prog=f"python -m benchmarks {name}", description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="folder for the result files (default: benchmarks/results/<device>/, <device> being the "
+                         "name of the GPU that ran it, or of the GPU whose stored timings it analyses)")
+    return ap
+
+
+def _commit() -> str | None:
+    """The checkout's commit (``+dirty`` when the tree has changes), or None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
 
 def environment() -> dict:
+    """Where and when a result was produced: device, date, versions, the code's commit, the host's cores."""
     import torch
     import triton
 
@@ -18,22 +59,80 @@ def environment() -> dict:
     d = current_device()
     return {"device": d.name, "arch": d.arch, "sm_count": d.sm_count, "l2_bytes": d.l2_bytes,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
-            "triton": triton.__version__, "cuda": torch.version.cuda, "flytune_nb": flytune_nb.__version__,
-            "python": platform.python_version()}
+            "triton": triton.__version__, "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
+            "flytune_nb": flytune_nb.__version__, "python": platform.python_version(), "commit": _commit(),
+            "cpu_count": os.cpu_count(), "bytecode_writes": not sys.dont_write_bytecode}
 
 
-def out_dir() -> Path:
-    """Where results go: $BENCH_OUT (the device scripts), else benchmarks/results wherever the script runs from."""
-    out = Path(os.environ.get("BENCH_OUT") or Path(__file__).parent / "results")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+def device_name() -> str:
+    from flytune_nb.core.device import current_device
+
+    return current_device().name
 
 
-def write(name: str, payload: dict, markdown: str) -> None:
-    out = out_dir()
-    (out / f"{name}.json").write_text(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
-    (out / f"{name}.md").write_text(markdown + "\n")
+def results_dir(out: Path | str | None = None, device: str | None = None) -> Path:
+    """``out`` when given, else benchmarks/results/<device>/ (default: this machine's device); created."""
+    path = Path(out) if out is not None else RESULTS / (device or device_name())
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def stores(device: str | None = None) -> list[Path]:
+    """The committed results stores: every ``results/*/stores/*.db``, or one device's."""
+    return sorted(RESULTS.glob(f"{device or '*'}/stores/*.db"))
+
+
+def find_result(name: str, device: str | None = None) -> Path:
+    """The current ``<name>.json`` of one device (default: this machine's if it has one, else the only device that
+    has one). A UsageError names the candidates when that is ambiguous or there is none."""
+    from flytune_nb.errors import UsageError
+
+    if device is None and (RESULTS / device_name() / f"{name}.json").exists():
+        device = device_name()
+    found = sorted(RESULTS.glob(f"{device or '*'}/{name}.json"))
+    if len(found) == 1:
+        return found[0]
+    where = f"benchmarks/results/{device or '*'}/{name}.json"
+    if not found:
+        raise UsageError(f"no {where}: run `python -m benchmarks {name}` on a GPU first, or pass the file")
+    raise UsageError(f"several {where}: pick one ({', '.join(str(p.parent.name) for p in found)})")
+
+
+def write(name: str, payload: dict, markdown: str, out: Path | str | None = None,
+          device: str | None = None) -> Path:
+    """Write ``<name>.json`` and ``<name>.md`` into ``results_dir(out, device)`` and print the markdown. ``device``
+    files a result under the device whose timings it reports (a replay of stored H200 sweeps run on a laptop belongs
+    with the H200's results). The payload gets this run's ``environment()`` as ``env`` unless it has one."""
+    folder = results_dir(out, device)
+    if "env" not in payload:
+        payload = {"env": environment(), **payload}
+    (folder / f"{name}.json").write_text(json.dumps(payload, indent=1, sort_keys=True, default=str) + "\n")
+    (folder / f"{name}.md").write_text(markdown + "\n")
     print(markdown)
+    print(f"\nwrote {folder / name}.json and .md", file=sys.stderr)
+    return folder
+
+
+def env_line(env: dict) -> str:
+    """The line under a result's title: device, date, versions, commit."""
+    return (f"{env['device']} ({env['arch']}), {env['date']}, torch {env['torch']}, triton {env['triton']}, "
+            f"flytune_nb {env['flytune_nb']}" + (f", commit {env['commit']}" if env.get("commit") else ""))
+
+
+def int_list(text: str) -> list[int]:
+    """``"1,64,4096"`` -> [1, 64, 4096] (an argparse type)."""
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def shape_list(text: str) -> list[tuple[int, ...]]:
+    """``"256,4096;1,1024"`` -> [(256, 4096), (1, 1024)] (an argparse type)."""
+    try:
+        return [tuple(int(v) for v in part.split(",")) for part in text.split(";") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected shapes as 'a,b;c,d', got {text!r}") from None
 
 
 def copy_bandwidth(n_bytes: int = 4 << 30) -> float:
@@ -51,6 +150,15 @@ def copy_bandwidth(n_bytes: int = 4 << 30) -> float:
     e.record()
     torch.cuda.synchronize()
     return 2 * a.numel() * 10 / (s.elapsed_time(e) * 1e-3)
+
+
+def need_gpu(name: str) -> None:
+    """Stop with one line, not a CUDA traceback, when a GPU-only benchmark runs without a GPU."""
+    from flytune_nb.core.device import current_device
+    from flytune_nb.errors import UsageError
+
+    if not current_device().is_gpu:
+        raise UsageError(f"{name} times kernels on a GPU and this machine has none (`--help` says what it measures)")
 
 
 def static_compiled(fn):

@@ -1,6 +1,7 @@
-"""What each way of getting a config costs on its first call, and on every later call (docs/guide.md quotes this).
+"""What does each way of getting a config cost on its first call, and on every later call?
 
-rmsnorm M=64 N=4096 bf16, a committed H200 artifact exists for it. Each path gets a fresh TunedKernel; "first call"
+Compares the consumption paths of a tuned kernel (docs/guide.md quotes the result): rmsnorm M=64 N=4096 bf16, for
+which a committed H200 export exists. Each path gets a fresh TunedKernel; "first call"
 is host wall time of one call including resolution, compile (Triton's cache warm unless stated) and the launch,
 synchronised. Paths: heuristic default (artifacts switched off), offline artifact (the file read and validated),
 online search (every config of the space timed, correctness-checked; with a cold and a warm Triton cache), disk
@@ -13,7 +14,7 @@ import time
 
 import torch
 
-from common import environment, write
+from benchmarks.common import environment, need_gpu, parser, write
 from flytune_nb.core.device import current_device
 from flytune_nb.serve.lookup import LOOKUP
 from flytune_nb.core.registry import get_kernel
@@ -41,7 +42,9 @@ def hit_us(op, inputs, n=5000) -> float:
     return (time.perf_counter() - t0) / n * 1e6
 
 
-def main():
+def main(argv=None):
+    args = parser(__doc__, __file__).parse_args(argv)
+    need_gpu("consumption_paths")
     dev, spec = current_device(), get_kernel("rmsnorm")
     inputs = spec.make_inputs(SHAPE, DTYPE, dev)
     spec.run(inputs, spec.default(SHAPE, DTYPE, dev))  # compile the default once: first calls below compare lookups
@@ -52,7 +55,7 @@ def main():
     rows.append(("heuristic default", first_call(op, inputs), op.last_source, hit_us(op, inputs)))
     LOOKUP.clear()
     op = TunedKernel(spec, device=dev, cache_dir=cache, autotune=False)
-    rows.append(("offline artifact (exports/)", first_call(op, inputs), op.last_source, hit_us(op, inputs)))
+    rows.append(("offline artifact (flytune_nb/exports/)", first_call(op, inputs), op.last_source, hit_us(op, inputs)))
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cold-")
     op = TunedKernel(spec, device=dev, cache_dir=tempfile.mkdtemp(), autotune=True)
     rows.append(("online search, cold Triton cache", first_call(op, inputs), op.last_source, hit_us(op, inputs)))
@@ -69,7 +72,7 @@ def main():
           f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}", "",
           "| path | first call | source | every later call (host) |", "|---|---|---|---|"]
     md += [f"| {p} | {f * 1e3:.1f} ms | {s} | {h:.2f} us |" for p, f, s, h in rows]
-    write("consumption_paths", payload, "\n".join(md))
+    write("consumption_paths", payload, "\n".join(md), out=args.out)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,21 @@
-"""matmul's three code paths against cuBLAS, one run on one GPU, same GpuTimer (L2 flushed per rep):
+"""Which of matmul's three load paths is fastest against cuBLAS, per shape?
 
-- TMA=0: pointer loads (cp.async pipelined by Triton), one program per tile: the kernel as sessions 1-5 had it;
+Compares, in one run on one GPU with the same GpuTimer (L2 flushed per rep), torch.matmul (cuBLAS) against:
+
+- TMA=0: pointer loads (cp.async pipelined by Triton), one program per tile;
 - TMA=1: the same tiles loaded through Hopper's tensor memory accelerator (host-side descriptors);
 - TMA=2: TMA, persistent (one program per SM walking the tiles).
 
-For each shape: torch.matmul, the heuristic default, the committed export's config (exports/matmul; in session 6's
-first run these were still session 5's pointer-path configs), and every candidate tile config below on each path, with its correctness against the fp64 reference. It is
-the evidence for which path the matmul space and heuristic use on sm_90. SHAPES="M,N,K;..." overrides the grid.
+For each shape: the heuristic default, the committed export's config (flytune_nb/exports/matmul), and every
+candidate tile config below on each path, with its correctness against the fp64 reference. It is the evidence for
+which path the matmul space and heuristic use on sm_90. TMA needs sm_90 or newer: elsewhere those rows record the
+error. bf16; the default 8 shapes take about 40 s on an H200.
 """
 from __future__ import annotations
 
-import os
 import time
 
-from common import environment, write
+from benchmarks.common import environment, need_gpu, parser, shape_list, write
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import current_device
 from flytune_nb.serve.lookup import artifact_hook
@@ -27,14 +29,13 @@ TILES = [(128, 128, 64, 4, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 3), (128,
          (64, 256, 64, 8, 4), (128, 64, 64, 4, 4), (64, 64, 128, 4, 4), (16, 64, 256, 4, 4), (32, 64, 128, 4, 4)]
 
 
-def shapes():
-    text = os.environ.get("SHAPES")
-    if not text:
-        return SHAPES
-    return [tuple(int(v) for v in part.split(",")) for part in text.split(";") if part]
-
-
-def main():
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
+                    help="the shapes (default: " + ";".join(",".join(map(str, s)) for s in SHAPES) + ")")
+    ap.add_argument("--name", default="gemm_paths", help="result file name (default: %(default)s)")
+    args = ap.parse_args(argv)
+    need_gpu("gemm_paths")
     dev = current_device()
     spec = get_kernel("matmul")
     from flytune_nb.measure.timer import GpuTimer
@@ -42,7 +43,7 @@ def main():
     timer = GpuTimer(dev, warmup_ms=5, rep_ms=20)
     rows, data = [], []
     t0 = time.perf_counter()
-    for M, N, K in shapes():
+    for M, N, K in args.shapes:
         shape = {"M": M, "N": N, "K": K}
         inputs = spec.make_inputs(shape, "bf16", dev)
         ref = spec.reference(inputs)
@@ -96,7 +97,7 @@ def main():
         f"{time.perf_counter() - t0:.0f} s.", "",
         "| M | N | K | cuBLAS | heuristic default | committed export | TMA=0 (pointers) | TMA=1 | TMA=2 (persistent) "
         "| fastest |", "|---|---|---|---|---|---|---|---|---|---|", *rows])
-    write(os.environ.get("BENCH_NAME", "gemm_paths"), {"env": env, "tiles": TILES, "trials": data}, md)
+    write(args.name, {"env": env, "tiles": TILES, "trials": data}, md, out=args.out)
 
 
 if __name__ == "__main__":

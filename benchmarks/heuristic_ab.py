@@ -1,20 +1,23 @@
-"""The heuristic as it is now against the one a results store's sweeps timed, on the GPU, in one run: per shape of the
-store, the old default (the store's is_default trial), the new default (the kernel's heuristic now) and the store's
-searched best are timed again side by side, twice (forward, then reverse order), with the sweep's timer (25 ms of
-reps), and the regret of each default is its mean p50 over the best mean p50 of the three. Compiles run first, in
-flytune's precompile pool. Usage: python benchmarks/heuristic_ab.py [DB] (default: results/moe_gemm_sweeps.db)."""
+"""Does the kernels' heuristic now beat the one a store's sweeps timed, re-timed side by side on the GPU?
+
+Compares, per shape of the results stores, three configs timed again in one run: the old default (the store's
+is_default trial: the heuristic as it was when swept), the new default (the kernel's heuristic now) and the store's
+searched best; twice each (forward, then reverse order) on one draw of the shape's inputs, with the sweep's timer
+(25 ms of reps, L2 flushed). A default's regret is its mean p50 over the best mean p50 of the three. Compiles run
+first, in flytune's precompile pool. Only the store's sweeps measured on this GPU are used.
+heuristic_ab_rescore re-scores a later heuristic on this result's timings without a GPU.
+"""
 from __future__ import annotations
 
 import json
 import math
-import sys
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from common import environment, write
+from benchmarks.common import environment, need_gpu, parser, stores, write
 from flytune_nb.analysis.scores import regret
 from flytune_nb.measure.timer import make_timer
 from flytune_nb.backends.triton import current_target
@@ -23,14 +26,15 @@ from flytune_nb.core.device import current_device
 from flytune_nb.engine.compile_pool import Precompiler
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.store import Store
+from flytune_nb.errors import UsageError
 from flytune_nb.measure.trial import evaluate
 
-DB = Path(__file__).resolve().parent / "results" / "moe_gemm_sweeps.db"
+KERNELS = ("matmul", "fused_moe")
 
 
-def cases(db) -> list[dict]:
+def cases(db, kernels, device: str) -> list[dict]:
     df = Store(db, readonly=True).frame()
-    full = df[(df["fidelity"] == "full")]
+    full = df[(df["fidelity"] == "full") & df["kernel"].isin(kernels) & (df["device"] == device)]
     out = []
     for (kernel, shape, dtype), g in full.groupby(["kernel", "shape", "dtype"]):
         ok, d = g[g["status"] == "ok"], g[g["is_default"] == 1]
@@ -43,10 +47,21 @@ def cases(db) -> list[dict]:
     return out
 
 
-def main(db=DB):
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--store", action="append", type=Path, default=None, metavar="DB",
+                    help="a results store (repeatable; default: every store in benchmarks/results/<this GPU>/stores/)")
+    ap.add_argument("--kernels", default=",".join(KERNELS), help="kernels to compare (default: %(default)s)")
+    args = ap.parse_args(argv)
+    need_gpu("heuristic_ab")
     dev = current_device()
+    dbs = args.store or stores(dev.name)
+    kernels = [k for k in args.kernels.split(",") if k]
+    todo = [c for db in dbs for c in cases(db, kernels, dev.name)]
+    if not todo:
+        raise UsageError(f"no sweeps of {', '.join(kernels)} measured on {dev.name} in "
+                         f"{', '.join(map(str, dbs)) or 'benchmarks/results/' + dev.name + '/stores/ (none there)'}")
     timer = make_timer(dev, rep_ms=25.0)
-    todo = cases(db)
     for c in todo:
         c["new"] = get_kernel(c["kernel"]).default(c["shape"], c["dtype"], dev).to_dict()
     pc = Precompiler()
@@ -59,8 +74,8 @@ def main(db=DB):
             spec = get_kernel(c["kernel"])
             names = ["old", "new", "best"]
             # Each distinct config once per round, all on one draw of the inputs: a fused_moe timing depends on the
-            # routing (how many experts a batch touches), and session 5's first A/B run, which drew new inputs
-            # per timing, measured one config up to 16% apart at small M.
+            # routing (how many experts a batch touches), and drawing new inputs per timing measured one config up
+            # to 16% apart at small M.
             distinct = list(dict.fromkeys(json.dumps(c[n], sort_keys=True) for n in names))
             torch.manual_seed(i)
             inputs = spec.make_inputs(c["shape"], c["dtype"], dev)
@@ -102,15 +117,17 @@ def main(db=DB):
                      f"{s['worst_new']:.2f} ({fmt(s['worst_new_shape'])}) |")
     env = environment()
     md = "\n".join([
-        f"# Heuristic defaults, old vs new, against the searched best of `{Path(db).name}`",
+        f"# Heuristic defaults, old vs new, against the searched best of "
+        f"{', '.join(f'`{Path(db).name}`' for db in dbs)}",
         f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}", "",
         "Regret = the default's p50 / the fastest of (old default, new default, stored best), all three timed again "
         "in this run, twice each (forward and reverse order) on one draw of each shape's inputs, 25 ms of reps, L2 "
         "flushed; geomean over the store's shapes.", "",
         "| kernel | shapes | old geomean | new geomean | old M<=128 | new M<=128 | old worst | new worst |",
         "|---|---|---|---|---|---|---|---|", *lines])
-    write("heuristic_ab", {"env": env, "db": str(db), "summary": summary, "rows": rows}, md)
+    write("heuristic_ab", {"env": env, "db": [Path(db).name for db in dbs], "summary": summary, "rows": rows}, md,
+          out=args.out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else DB)
+    main()

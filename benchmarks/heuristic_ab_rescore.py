@@ -1,27 +1,41 @@
-"""Re-score the heuristics as they are now on the timings of one heuristic_ab.py run, without a GPU: for each shape
-of that run whose current default is one of the three configs it timed (old default, its new default, the store's
-best), the regret is that config's time over the fastest of the three (the mean of its timings where it was timed
-under two names). A shape whose current default was not timed
-is listed as unmeasured, never guessed. Usage: python benchmarks/heuristic_ab_rescore.py [heuristic_ab.json]"""
+"""How do the kernels' heuristics as they are now score on the timings of the last heuristic_ab run? (no GPU)
+
+Compares, for each shape of that run whose current default is one of the three configs it timed (old default, its
+new default, the store's best), that config's time with the fastest of the three (the mean of its timings where it
+was timed under two names). A shape whose current default was not timed is listed as unmeasured, never guessed: the
+answer is in-sample where the run informed the rules. Filed under the GPU that ran heuristic_ab.
+"""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from common import write
+from benchmarks.common import find_result, parser, write
 from flytune_nb.analysis.scores import regret
 from flytune_nb.core.device import DESCRIBED
 from flytune_nb.core.registry import get_kernel
+from flytune_nb.errors import UsageError
 
-AB = Path(__file__).resolve().parent / "results" / "heuristic_ab.json"
 
-
-def main(path=AB):
-    run = json.loads(Path(path).read_text())
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--run", type=Path, default=None, metavar="JSON",
+                    help="a heuristic_ab result (default: benchmarks/results/<device>/heuristic_ab.json: this "
+                         "machine's GPU if it has one, else the only device that has one)")
+    args = ap.parse_args(argv)
+    path = args.run or find_result("heuristic_ab")
+    try:
+        run = json.loads(Path(path).read_text())
+        name = run["env"]["device"]
+        run["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{path} is not a heuristic_ab result ({type(e).__name__}: {e})") from None
+    if name not in DESCRIBED:  # the heuristic needs the device's SM count, L2, shared memory
+        raise UsageError(f"{path} was measured on {name}, which flytune_nb.core.device.DESCRIBED does not describe")
+    device = DESCRIBED[name]
     per, unmeasured = {}, []
     for r in run["rows"]:
-        now = get_kernel(r["kernel"]).default(r["shape"], r["dtype"], DESCRIBED[run["env"]["device"]]).to_dict()
+        now = get_kernel(r["kernel"]).default(r["shape"], r["dtype"], device).to_dict()
         timed = [k for k in ("old", "new", "best") if r[k] == now]
         if not timed:
             unmeasured.append((r["kernel"], r["shape"]))
@@ -46,8 +60,9 @@ def main(path=AB):
         "| kernel | shapes | geomean regret | M<=128 | worst |", "|---|---|---|---|---|", *rows, "",
         f"Shapes whose current default that run did not time: {len(unmeasured)}"
         + (" (" + "; ".join(f"{k} {s}" for k, s in unmeasured) + ")" if unmeasured else "") + "."])
-    write("heuristic_ab_rescore", {"source": str(path), "rows": payload, "unmeasured": unmeasured}, md)
+    write("heuristic_ab_rescore", {"source": Path(path).name, "source_date": run["env"]["date"], "rows": payload,
+                                   "unmeasured": unmeasured}, md, out=args.out, device=device.name)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else AB)
+    main()

@@ -1,22 +1,24 @@
-"""Issue #6's first benchmark slice, one run on one GPU, every time from the same GpuTimer (L2 flushed per rep):
+"""How do the built-in kernels, heuristic default and tuned, compare with torch on this GPU?
+
+Compares, in one run on one GPU, every time from the same GpuTimer (L2 flushed per rep):
 
 1. fused_moe: the heuristic default and the committed export vs the plain torch loop over experts (Mixtral-8x7B);
 2. matmul: the heuristic default and the committed export vs torch.matmul (cuBLAS), batch sizes x two model shapes;
-3. memory-bound kernels (rmsnorm, fused_add_rmsnorm, softmax), bf16, M x N grid (MEM_M, MEM_N): heuristic default,
-   the best one-row-per-program config and the searched best (MEM_STRATEGY, default successive halving, through the
-   sweep engine, precompiled) vs torch eager and torch.compile (static shapes); the best's share of the measured
-   device-to-device copy bandwidth and its speed against a copy of the same bytes.
-A deadline (BENCH_DEADLINE_S, default 330 s) keeps it inside one device call: sections stop adding shapes when it
-passes, and the table says which were skipped. SECTIONS (default moe,gemm,memory) and MEM_KERNELS pick a slice;
-BENCH_NAME names the result files (default kernels_grid)."""
+3. memory-bound kernels (rmsnorm, fused_add_rmsnorm, softmax), bf16, M x N grid: heuristic default, the best
+   one-row-per-program config and the searched best (--mem-strategy, through the sweep engine, precompiled) vs
+   torch eager and torch.compile (static shapes); the best's share of the measured device-to-device copy bandwidth
+   and its speed against a copy of the same bytes.
+
+A deadline keeps it bounded: sections stop adding shapes when it passes, and the table says which were skipped
+(the whole default grid takes about 5 minutes on an H200).
+"""
 from __future__ import annotations
 
-import os
 import time
 
 import torch
 
-from common import compiled_p50, copy_bandwidth, environment, timed, write
+from benchmarks.common import compiled_p50, copy_bandwidth, environment, int_list, need_gpu, parser, timed, write
 from flytune_nb.analysis.scores import geomean
 from flytune_nb.measure.timer import GpuTimer
 from flytune_nb.core.device import current_device
@@ -24,16 +26,21 @@ from flytune_nb.serve.lookup import artifact_hook
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.sweep import Sweep
 
-T0 = time.perf_counter()
-DEADLINE = float(os.environ.get("BENCH_DEADLINE_S", 330))
 MEM_M, MEM_N = (1, 256, 4096, 32768), (1024, 4096, 16384)
 GEMM_M, GEMM_NK = (1, 16, 64, 256, 1024, 4096), ((4096, 4096), (14336, 4096))
 MOE = {"E": 8, "N": 14336, "K": 4096, "topk": 2}
 MOE_M = (1, 64, 512, 4096)
+SECTIONS = ("moe", "gemm", "memory")
+MEM_KERNELS = ("rmsnorm", "fused_add_rmsnorm", "softmax")
 
 
-def left() -> float:
-    return DEADLINE - (time.perf_counter() - T0)
+class Deadline:
+    def __init__(self, seconds: float):
+        self.end = time.perf_counter() + seconds
+
+    def __call__(self) -> float:
+        """Seconds left."""
+        return self.end - time.perf_counter()
 
 
 def copy_p50(timer, n_bytes, dev):
@@ -46,16 +53,15 @@ def copy_p50(timer, n_bytes, dev):
 
 
 def one_row_best(r):
-    """The fastest correct trial without BLOCK_M (one row per program: the kernels as they were before session 6)."""
+    """The fastest correct trial without BLOCK_M (one row per program), to show what rows per program add."""
     ok = [t for t in r.trials if t.ok and t.config.get("BLOCK_M") is None and t.fidelity == "full"]
     return min(ok, key=lambda t: t.p50).config if ok else None
 
 
-def memory_bound(dev, timer, bw, rows, data):
-    strategy = os.environ.get("MEM_STRATEGY", "halving")
-    grid = {"M": [int(v) for v in os.environ.get("MEM_M", ",".join(map(str, MEM_M))).split(",")],
-            "N": [int(v) for v in os.environ.get("MEM_N", ",".join(map(str, MEM_N))).split(",")]}
-    for kernel in os.environ.get("MEM_KERNELS", "rmsnorm,fused_add_rmsnorm,softmax").split(","):
+def memory_bound(dev, timer, bw, rows, data, args, left):
+    strategy = args.mem_strategy
+    grid = {"M": list(args.mem_m), "N": list(args.mem_n)}
+    for kernel in args.mem_kernels.split(","):
         if left() < 60:
             rows.append(f"| {kernel} | skipped: deadline | | | | | | | | | | |")
             continue
@@ -89,7 +95,7 @@ def memory_bound(dev, timer, bw, rows, data):
             del inputs
 
 
-def gemm(dev, timer, rows, data):
+def gemm(dev, timer, rows, data, left):
     spec = get_kernel("matmul")
     for N, K in GEMM_NK:
         for M in GEMM_M:
@@ -113,7 +119,7 @@ def gemm(dev, timer, rows, data):
             del inputs
 
 
-def moe(dev, timer, rows, data):
+def moe(dev, timer, rows, data, left):
     spec = get_kernel("fused_moe")
     for M in MOE_M:
         if left() < 10:
@@ -133,25 +139,42 @@ def moe(dev, timer, rows, data):
         del inputs
 
 
-def main():
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--deadline-s", type=float, default=330, help="stop adding shapes after this (default %(default)s)")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help="which sections (default: %(default)s)")
+    ap.add_argument("--mem-m", type=int_list, default=MEM_M, metavar="M,...",
+                    help="memory-bound batch sizes (default: " + ",".join(map(str, MEM_M)) + ")")
+    ap.add_argument("--mem-n", type=int_list, default=MEM_N, metavar="N,...",
+                    help="memory-bound row lengths (default: " + ",".join(map(str, MEM_N)) + ")")
+    ap.add_argument("--mem-kernels", default=",".join(MEM_KERNELS), help="memory-bound kernels (default: %(default)s)")
+    ap.add_argument("--mem-strategy", default="halving",
+                    help="how the memory-bound best is searched: halving, exhaustive, ... (default: %(default)s)")
+    ap.add_argument("--name", default="kernels_grid", help="result file name (default: %(default)s)")
+    args = ap.parse_args(argv)
+    sections = [s for s in args.sections.split(",") if s]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    need_gpu("kernels_grid")
+    left = Deadline(args.deadline_s)
     dev = current_device()
     bw = copy_bandwidth()
     timer = GpuTimer(dev, warmup_ms=5, rep_ms=25)
     env = environment()
     mem_rows, gemm_rows, moe_rows = [], [], []
     payload = {"env": env, "copy_bandwidth_Bps": bw, "memory_bound": [], "matmul": [], "fused_moe": []}
-    sections = os.environ.get("SECTIONS", "moe,gemm,memory").split(",")
     if "moe" in sections:
-        moe(dev, timer, moe_rows, payload["fused_moe"])
+        moe(dev, timer, moe_rows, payload["fused_moe"], left)
     if "gemm" in sections:
-        gemm(dev, timer, gemm_rows, payload["matmul"])
+        gemm(dev, timer, gemm_rows, payload["matmul"], left)
     if "memory" in sections:
-        memory_bound(dev, timer, bw, mem_rows, payload["memory_bound"])
+        memory_bound(dev, timer, bw, mem_rows, payload["memory_bound"], args, left)
     mb = payload["memory_bound"]
     geo = geomean(c["vs_better_torch"] for c in mb)
     payload["memory_bound_geomean_vs_better_torch"] = geo
     md = "\n".join([
-        "# Kernels on the H200: tuned / heuristic default vs torch",
+        f"# Kernels on {env['device']}: tuned / heuristic default vs torch",
         f"{env['device']} ({env['arch']}), {env['date']}, torch {env['torch']}, triton {env['triton']}, "
         f"flytune_nb {env['flytune_nb']}; measured copy bandwidth {bw / 1e12:.2f} TB/s (read+write). "
         "All times p50 of flytune's GpuTimer (L2 flushed between reps), in us.", "",
@@ -162,7 +185,7 @@ def main():
         "## matmul, bf16: heuristic default (no search) and the committed export (tuned) vs torch.matmul (cuBLAS)", "",
         "| M | N | K | default | tuned | torch.matmul | torch / default | torch / tuned | best TFLOP/s | tuned config |",
         "|---|---|---|---|---|---|---|---|---|---|", *gemm_rows, "",
-        f"## Memory-bound, bf16 (best = {os.environ.get('MEM_STRATEGY', 'halving')} over the pruned space)", "",
+        f"## Memory-bound, bf16 (best = {args.mem_strategy} over the pruned space)", "",
         "one-row best: the fastest config without BLOCK_M (one row per program). Copy BW: the best's bytes over its "
         "time, as a share of the 4 GiB copy's bandwidth; same-bytes copy: a device copy moving the same bytes, its "
         "time over ours.", "",
@@ -170,7 +193,7 @@ def main():
         "| share of copy BW | vs same-bytes copy | best config |", "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *mem_rows, "",
         f"Geomean of best vs the better of eager/compile: {geo:.2f}x over {len(mb)} shapes."])
-    write(os.environ.get("BENCH_NAME", "kernels_grid"), payload, md)
+    write(args.name, payload, md, out=args.out)
 
 
 if __name__ == "__main__":

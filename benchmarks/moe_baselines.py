@@ -1,16 +1,17 @@
-"""fused_moe against every MoE implementation the device has, one run, same GpuTimer (L2 flushed per rep): our kernel
-with the committed export's config, the torch loop over experts, torch's grouped GEMM path (torch._grouped_mm, the
-fused implementation torch itself ships; benchmarks/moe_grouped.py), and which fused MoE packages are
-installed (vLLM, SGLang, sgl-kernel, FlashInfer, aiter: none is timed here; the table says which are present). Each
-path's output is checked: against the fp64 reference up to M=64, against the bf16 torch loop above. MOE_M picks the batch sizes (default 1,64,512,4096); Mixtral-8x7B's shape.
+"""How does fused_moe compare with every MoE implementation this machine has?
+
+Compares, in one run with the same GpuTimer (L2 flushed per rep), on Mixtral-8x7B's shape (E=8 N=14336 K=4096
+top-2, bf16): our kernel with the committed export's config, the torch loop over experts, and torch's grouped GEMM
+path (torch._grouped_mm, the fused implementation torch itself ships; benchmarks/moe_grouped.py). It also records
+which fused MoE packages are installed (vLLM, SGLang, sgl-kernel, FlashInfer, aiter: none is timed here). Each
+path's output is checked: against the fp64 reference up to M=64, against the bf16 torch loop above.
 """
 from __future__ import annotations
 
 import importlib.util
-import os
 
-from common import environment, write
-from moe_grouped import fused_moe_grouped
+from benchmarks.common import environment, int_list, need_gpu, parser, write
+from benchmarks.moe_grouped import fused_moe_grouped
 from flytune_nb.measure.timer import GpuTimer
 from flytune_nb.measure.correctness import compare
 from flytune_nb.core.device import current_device
@@ -19,15 +20,22 @@ from flytune_nb.core.registry import get_kernel
 
 SHAPE = {"E": 8, "N": 14336, "K": 4096, "topk": 2}
 PACKAGES = ("vllm", "sglang", "sgl_kernel", "flashinfer", "aiter")
+MOE_M = (1, 64, 512, 4096)
 
 
-def main():
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--m", type=int_list, default=MOE_M, metavar="M,...",
+                    help="batch sizes (default: " + ",".join(map(str, MOE_M)) + ")")
+    ap.add_argument("--name", default="moe_baselines", help="result file name (default: %(default)s)")
+    args = ap.parse_args(argv)
+    need_gpu("moe_baselines")
     dev = current_device()
     spec = get_kernel("fused_moe")
     timer = GpuTimer(dev, warmup_ms=5, rep_ms=25)
     installed = [p for p in PACKAGES if importlib.util.find_spec(p) is not None]
     rows, data = [], []
-    for M in (int(v) for v in os.environ.get("MOE_M", "1,64,512,4096").split(",")):
+    for M in args.m:
         shape = {"M": M, **SHAPE}
         inputs = spec.make_inputs(shape, "bf16", dev)
         args = [inputs[k] for k in ("x", "w1", "w2", "topk_weights", "topk_ids")]
@@ -60,7 +68,7 @@ def main():
         f"{', '.join(installed) or 'none of ' + ', '.join(PACKAGES)}.", "",
         "| M | flytune (committed export) | torch loop | torch._grouped_mm | loop / ours | grouped / ours |",
         "|---|---|---|---|---|---|", *rows])
-    write(os.environ.get("BENCH_NAME", "moe_baselines"), {"env": env, "installed": installed, "rows": data}, md)
+    write(args.name, {"env": env, "installed": installed, "rows": data}, md, out=args.out)
 
 
 if __name__ == "__main__":

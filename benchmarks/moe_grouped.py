@@ -1,9 +1,12 @@
-"""torch's own fused MoE path, the baseline benchmarks/moe_baselines.py times beside ours: the (token, slot) pairs
-sorted by expert and each GEMM run as one grouped GEMM over the experts' runs (torch._grouped_mm: CUTLASS on sm_90,
-torch >= 2.8). It lives here, not in kernels/fused_moe/, because every file of a kernel folder is part of the
-kernel's source fingerprint: a benchmark-only baseline there would retire the kernel's stored timings and exports."""
+"""torch's own fused MoE path (a helper, not a benchmark), the baseline benchmarks/moe_baselines.py times beside
+ours: the (token, slot) pairs sorted by expert and each GEMM run as one grouped GEMM over the experts' runs
+(torch._grouped_mm: CUTLASS on sm_90, torch >= 2.8). It lives here, not in flytune_nb/kernels/fused_moe/, because
+every file of a kernel folder is part of the kernel's source fingerprint: a benchmark-only baseline there would
+retire the kernel's stored timings and exports."""
 import torch
 import torch.nn.functional as F
+
+HELPER = True  # imported by moe_baselines and tests/kernels/test_fused_moe.py; not a benchmark
 
 
 def fused_moe_grouped(x, w1, w2, topk_weights, topk_ids):

@@ -1,10 +1,15 @@
-"""First sweep of a compile-bound space with and without the precompile pool, each in a fresh Python process with an
-empty Triton cache (so each pays the same start: the forkserver's torch import, the workers' device contexts).
-matmul M=N=K=4096 bf16, configs drawn (seed 0) from its 1126-config space: a GEMM config takes ~0.2-1 s to compile
-and ~0.25 ms to run. (Run 4 used fused_add_rmsnorm, 75 configs: 1.29x; its configs compile in ~0.2 s, so timing,
-not compiling, bounds that sweep.) Target: >= 3x faster with precompile. SIZES="50,100" sets the config counts."""
+"""How much faster is a compile-bound space's first sweep with the precompile pool than without it?
+
+Compares the first sweep of the same configs with and without the precompile pool, each in a fresh Python process
+with an empty Triton cache (so each pays the same start: the forkserver's torch import, the workers' device
+contexts): matmul M=N=K=4096 bf16, configs drawn (seed 0) from its 1126-config space. A GEMM config takes ~0.2-1 s
+to compile and ~0.25 ms to run, so compiling bounds the sweep without the pool; a row kernel's configs compile in
+~0.2 s and time in about as long, which is why this asks it of a GEMM (fused_add_rmsnorm's 75 configs: 1.29x).
+Target: >= 3x faster with precompile at 100 configs.
+"""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -13,7 +18,7 @@ import sys
 import tempfile
 import time
 
-from common import environment, write
+from benchmarks.common import REPO, environment, int_list, need_gpu, parser, write
 
 KERNEL, SHAPE, DTYPE = "matmul", {"M": 4096, "N": 4096, "K": 4096}, "bf16"
 GRID = " ".join(f"{k}={v}" for k, v in SHAPE.items())
@@ -43,15 +48,24 @@ def one(precompile: bool, n: int) -> dict:
             "ok": sum(t.ok for t in r.trials), "space": len(space)}
 
 
-def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--one":
-        print(json.dumps(one(sys.argv[2] == "with", int(sys.argv[3]))))
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--sizes", type=int_list, default=[50, 100], metavar="N,...",
+                    help="how many configs each sweep draws (default: 50,100)")
+    ap.add_argument("--one", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)  # the fresh process's part
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.one[0] == "with", int(args.one[1]))))
         return
+    need_gpu("precompile_speedup")
+    # each sweep in a fresh interpreter that imports this checkout's benchmarks and flytune_nb
+    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     rows = []
-    for n in [int(s) for s in os.environ.get("SIZES", "50,100").split(",")]:
+    for n in args.sizes:
         row = {"configs": n}
         for mode in ("without", "with"):
-            out = subprocess.run([sys.executable, __file__, "--one", mode, str(n)], capture_output=True, text=True)
+            out = subprocess.run([sys.executable, "-m", "benchmarks", "precompile_speedup", "--one", mode, str(n)],
+                                 capture_output=True, text=True, cwd=REPO, env=child_env)
             if out.returncode != 0:
                 raise SystemExit(f"{mode} {n}: {out.stderr[-2000:]}")
             row[mode] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -75,7 +89,7 @@ def main():
            f"warmup {TIMER['warmup_ms']:g} ms / rep {TIMER['rep_ms']:g} ms. Without: the timing worker compiles each "
            "config at its first launch. With: a pool of up to 16 processes compiles them in timing order while the "
            "worker times those already compiled."]
-    write("precompile_speedup", payload, "\n".join(md))
+    write("precompile_speedup", payload, "\n".join(md), out=args.out)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,24 @@
-"""Why torch.compile's row kernels led ours at a few small shapes (kernels_grid_s6c: rmsnorm 256x4096 0.88x,
-fused_add_rmsnorm 256x4096 0.74x): variants of our single-pass kernel timed beside Inductor's, one run, same timer.
+"""Where torch.compile's row kernels lead ours, is it the kernel or how it is launched and timed?
+
+Compares variants of our single-pass row kernel with Inductor's, one run, same timer, at the shapes where
+kernels_grid can show Inductor ahead (small M x 4096) and two controls:
 
 - ours: the kernel folder's single pass (N a runtime argument, every access masked), 4/8/16 warps;
 - even: the same with N a constexpr equal to BLOCK_N, so no mask and constant-folded index math (what Inductor does:
-  it bakes xnumel and r0_numel into its source, inductor_*_256x4096.py.txt);
+  it bakes xnumel and r0_numel into its source; inductor_code shows it);
 - even+hints: that plus Inductor's cache hints (x evict_first, w evict_last);
 - Inductor's kernel through the compiled function, and the config its autotuner settled on;
-- both also under CUDA-graph replay, which removes the host's launch path from what the events see.
-SHAPES="M,N;..." overrides the shapes. Writes row_variants(.json|.md).
+- both timing modes: CUDA events with L2 flushed per rep, and CUDA-graph replay (10 calls per replay, no flush),
+  which removes the host's launch path from what is timed (rmsnorm only: fused_add_rmsnorm updates in place).
 """
 from __future__ import annotations
 
 import gc
-import os
 
 import triton
 import triton.language as tl
 
-from common import environment, static_compiled, write
+from benchmarks.common import environment, need_gpu, parser, shape_list, static_compiled, write
 from flytune_nb.measure.timer import GpuTimer
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import current_device
@@ -78,11 +79,17 @@ def inductor_configs(before: dict) -> list[str]:
             if i not in before and getattr(o, "launchers", None)]
 
 
-def main():
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N;...",
+                    help="the shapes (default: " + ";".join(f"{m},{n}" for m, n in SHAPES) + ")")
+    ap.add_argument("--name", default="row_variants", help="result file name (default: %(default)s)")
+    args = ap.parse_args(argv)
+    need_gpu("row_variants")
     dev = current_device()
     events = GpuTimer(dev, warmup_ms=5, rep_ms=25)
     graph = GpuTimer(dev, warmup_ms=5, rep_ms=25, graph=True, inner=10)
-    shapes = [tuple(int(v) for v in p.split(",")) for p in os.environ.get("SHAPES", "").split(";") if p] or SHAPES
+    shapes = args.shapes
     rows, data = [], []
     for kernel in ("rmsnorm", "fused_add_rmsnorm"):
         spec = get_kernel(kernel)
@@ -132,7 +139,7 @@ def main():
         f"triton {env['triton']}. bf16, p50 us; events: L2 flushed per rep; graph: 10 calls per replay, no flush "
         "(rmsnorm only: fused_add_rmsnorm updates its input in place).", "",
         "| kernel | M | N | variant | events | graph |", "|---|---|---|---|---|---|", *rows])
-    write(os.environ.get("BENCH_NAME", "row_variants"), {"env": env, "rows": data}, md)
+    write(args.name, {"env": env, "rows": data}, md, out=args.out)
 
 
 if __name__ == "__main__":

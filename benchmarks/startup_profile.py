@@ -1,17 +1,20 @@
-"""Where a sweep's fixed cost goes on this machine: process start, imports, device context, per-config compile and
-timing. Informs the precompile pool's and the timing worker's design (issue #3's cost and precompile targets).
-Prints one line per measurement and writes startup_profile.json."""
+"""Where does a sweep's fixed cost go on this machine?
+
+Measures, section by section: process start (spawned and through flytune's forkserver, with and without a device
+context), imports, per-config compile, one trial's parts (inputs, reference, checked launch, timer), a traced sweep
+(worker start, each call, the pool), whether a precompile pool process holds a CUDA context (ctx), and the timing
+worker profiled with cProfile (cprofile). It informed the precompile pool's and the timing worker's design; compare
+the sections' numbers with each other, within one run on one machine.
+"""
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
-import sys
 import tempfile
 import time
 
-from common import environment, out_dir
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from benchmarks.common import environment, need_gpu, parser, results_dir, write
 
 
 def _child(q, t_spawn, what):
@@ -243,9 +246,51 @@ def profiled_sweep(kernel, grid, n_configs=None, **kw):
                                                                    glob.glob(os.path.join(folder, "worker-*.prof")))}
 
 
-def main():
-    sys.path.insert(0, os.path.dirname(HERE))
-    res = {"env": environment()}
+DEFAULT_SECTIONS = ("spawn", "compile", "trial", "sweep")
+ALL_SECTIONS = (*DEFAULT_SECTIONS, "ctx", "cprofile")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
+        return f"{len(v)} values {min(v):.3g}-{max(v):.3g}"
+    if isinstance(v, dict) and v and all(isinstance(x, (int, float, str, bool)) or x is None for x in v.values()):
+        return "{" + ", ".join(f"{k}: {_fmt(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, dict)):
+        return "(in the JSON)"
+    return str(v)
+
+
+def render(payload: dict) -> str:
+    """The markdown of a result: per section, when and where it ran, then one line per measurement (seconds)."""
+    md = ["# Where a sweep's fixed cost goes: process start, imports, device context, compile, timing",
+          "Each section is the latest run of that section (`--sections` re-runs some and keeps the others); times "
+          "in seconds. The JSON holds everything, cProfile tables included."]
+    for name, section in payload["sections"].items():
+        env = section["env"]
+        md += ["", f"## {name}", f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}"
+               + (f", commit {env['commit']}" if env.get("commit") else "")
+               + (f", {env['cpu_count']} CPU cores" if env.get("cpu_count") else ""), ""]
+        for key, value in section["results"].items():
+            md.append(f"- {key}: " + (", ".join(f"{k} {_fmt(x)}" for k, x in value.items())
+                                      if isinstance(value, dict) else _fmt(value)))
+    return "\n".join(md)
+
+
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                    help=f"which to run, of {', '.join(ALL_SECTIONS)} (default: %(default)s)")
+    ap.add_argument("--name", default="startup_profile", help="result file name (default: %(default)s)")
+    args = ap.parse_args(argv)
+    names = [n for n in args.sections.split(",") if n]
+    unknown = sorted(set(names) - set(ALL_SECTIONS))
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(ALL_SECTIONS)}")
+    need_gpu("startup_profile")
+    env = environment()
+    res: dict = {}
 
     def show(k, v):
         res[k] = v
@@ -256,8 +301,10 @@ def main():
                           show("spawn16_ctx", spawn_many(16, "ctx")), show("spawn4_ctx", spawn_many(4, "ctx")),
                           show("forkserver16_ctx", spawn_many(16, "ctx", "forkserver"))],
         "compile": lambda: [show("compile_rmsnorm_8", compile_times("rmsnorm", {"M": 4096, "N": 4096}, "bf16", 8)),
-                            show("compile_matmul_8", compile_times("matmul", {"M": 4096, "N": 4096, "K": 4096}, "bf16", 8))],
-        "trial": lambda: [show("trial_rmsnorm_default_timer", trial_costs("rmsnorm", {"M": 4096, "N": 4096}, "bf16", {})),
+                            show("compile_matmul_8",
+                                 compile_times("matmul", {"M": 4096, "N": 4096, "K": 4096}, "bf16", 8))],
+        "trial": lambda: [show("trial_rmsnorm_default_timer",
+                               trial_costs("rmsnorm", {"M": 4096, "N": 4096}, "bf16", {})),
                           show("trial_rmsnorm_rep25", trial_costs("rmsnorm", {"M": 4096, "N": 4096}, "bf16",
                                                                   {"rep_ms": 25, "warmup_ms": 5})),
                           show("trial_matmul_default_timer", trial_costs("matmul", {"M": 4096, "N": 4096, "K": 4096},
@@ -265,15 +312,22 @@ def main():
         "sweep": lambda: [show("sweep_rmsnorm_47", traced_sweep("rmsnorm", "M=4096 N=4096")),
                           show("sweep_matmul_50", traced_sweep("matmul", "M=4096 N=4096 K=4096", 50,
                                                                timer={"warmup_ms": 5.0, "rep_ms": 25.0}))],
+        "ctx": lambda: show("pool_process_context", context_probe()),
+        "cprofile": lambda: [show("profiled_sweep_rmsnorm_47", profiled_sweep("rmsnorm", "M=4096 N=4096")),
+                             show("profiled_sweep_rmsnorm_47_again", profiled_sweep("rmsnorm", "M=4096 N=4096"))],
     }
-    steps["ctx"] = lambda: show("pool_process_context", context_probe())
-    steps["cprofile"] = lambda: [show("profiled_sweep_rmsnorm_47", profiled_sweep("rmsnorm", "M=4096 N=4096")),
-                                 show("profiled_sweep_rmsnorm_47_again", profiled_sweep("rmsnorm", "M=4096 N=4096"))]
-    for name in os.environ.get("SECTIONS", "spawn,compile,trial,sweep").split(","):
+    # The sections not run now keep their latest run from the current file.
+    folder = results_dir(args.out)
+    try:
+        sections = json.loads((folder / f"{args.name}.json").read_text())["sections"]
+    except (OSError, ValueError, KeyError, TypeError):
+        sections = {}
+    for name in names:
+        res.clear()
         steps[name]()
-    import json
-
-    (out_dir() / os.environ.get("PROFILE_NAME", "startup_profile.json")).write_text(json.dumps(res, indent=1, default=str) + "\n")
+        sections[name] = {"env": env, "results": dict(res)}
+    payload = {"env": env, "sections": {n: sections[n] for n in ALL_SECTIONS if n in sections}}
+    write(args.name, payload, render(payload), out=folder)
 
 
 if __name__ == "__main__":

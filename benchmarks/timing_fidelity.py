@@ -1,5 +1,9 @@
-"""Timing fidelity: the same rmsnorm config timed 7 times by flytune's GpuTimer and by triton.testing.do_bench,
-interleaved in one run on one GPU. Spread = (max - min) / median of the 7 medians. Target: ours <= 2%."""
+"""Does flytune's GPU timer give the same median every time it measures the same kernel, and do_bench's?
+
+Compares the same rmsnorm default config timed repeatedly by flytune's GpuTimer (L2 flushed per rep), by the same
+timer with the flush's cost uncounted and a full warm-up each time, and by triton.testing.do_bench, interleaved in
+one run on one GPU. Spread = (max - min) / median of the medians. Target: ours <= 2%.
+"""
 from __future__ import annotations
 
 import math
@@ -8,7 +12,7 @@ import time
 
 import triton.testing
 
-from common import environment, write
+from benchmarks.common import environment, need_gpu, parser, write
 from flytune_nb.measure import timer as bench
 from flytune_nb.measure.timer import GpuTimer
 from flytune_nb.core.device import current_device
@@ -22,22 +26,31 @@ def spread(xs):
     return (max(xs) - min(xs)) / statistics.median(xs)
 
 
-def main():
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--repeats", type=int, default=REPEATS,
+                    help="measurements per timer and shape (default %(default)s)")
+    args = ap.parse_args(argv)
+    if args.repeats < 2:
+        ap.error("--repeats must be at least 2 (the spread needs two)")
+    need_gpu("timing_fidelity")
+    repeats = args.repeats
     dev = current_device()
     spec = get_kernel("rmsnorm")
     timer = GpuTimer(dev)
-    # The timer before session 4: a spin of 2x the host's enqueue time on top of the L2 flush (a flush cost of 0
+    # The uncounted-flush variant: a spin of 2x the host's enqueue time on top of the L2 flush (a flush cost of 0
     # makes the spin that long again) and the full 25 ms warm-up every time (forgetting when the GPU was last
-    # busy). Interleaved with the current one, to show the shorter spin and warm-up move no median.
+    # busy). Interleaved with the timer as it is, to show that counting the flush and shortening the warm-up move
+    # no median.
     before = GpuTimer(dev)
     before._flush_cost_us = 0.0
-    rows, payload = [], {"env": environment(), "repeats": REPEATS, "shapes": []}
+    rows, payload = [], {"env": environment(), "repeats": repeats, "shapes": []}
     for shape in SHAPES:
         inputs = spec.make_inputs(shape, "bf16", dev)
         cfg = spec.default(shape, "bf16", dev)
         fn = lambda: spec.run(inputs, cfg)  # noqa: E731
         ours, theirs, old, wall = [], [], [], []
-        for _ in range(REPEATS):  # interleaved, so clock drift hits all alike
+        for _ in range(repeats):  # interleaved, so clock drift hits all alike
             t0 = time.perf_counter()
             ours.append(timer.measure(fn).p50)
             wall.append(time.perf_counter() - t0)
@@ -52,15 +65,16 @@ def main():
                     f"| {statistics.median(theirs) * 1e3:.2f} | {spread(theirs):.2%} |")
     env = payload["env"]
     md = "\n".join([
-        f"# Timing fidelity: rmsnorm bf16, default config, {REPEATS} repeats",
+        f"# Timing fidelity: rmsnorm bf16, default config, {repeats} repeats",
         f"{env['device']} ({env['arch']}), {env['date']}, torch {env['torch']}, triton {env['triton']}, "
         f"flytune_nb {env['flytune_nb']}", "",
-        "| shape | flytune p50 (us) | flytune spread | one measure (ms) | before session 4: p50 (us) | spread "
+        "| shape | flytune p50 (us) | flytune spread | one measure (ms) | flush uncounted: p50 (us) | spread "
         "| do_bench p50 (us) | do_bench spread |",
         "|---|---|---|---|---|---|---|---|", *rows, "",
         "spread = (max - min) / median over the repeats; do_bench: triton.testing.do_bench(return_mode='median'); "
-        "before session 4: the spin on top of the L2 flush instead of counting the flush (bench.py)."])
-    write("timing_fidelity", payload, md)
+        "flush uncounted: the spin on top of the L2 flush instead of counting the flush, and the full warm-up "
+        "every time (flytune_nb/measure/timer.py)."])
+    write("timing_fidelity", payload, md, out=args.out)
 
 
 if __name__ == "__main__":

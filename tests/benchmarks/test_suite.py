@@ -1,0 +1,166 @@
+"""The benchmark suite without a GPU: `python -m benchmarks` lists every script with its question, every script's
+--help works, and the scripts that need no GPU (stored-sweep replay, heuristic regret, lookup cost) run on tiny
+arguments and write their result files where --out says."""
+import ast
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import common
+from benchmarks.__main__ import discover, main as bench
+from flytune_nb.core.config import Config
+from flytune_nb.core.device import DESCRIBED, current_device
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.store import Store
+from flytune_nb.measure.trial import Trial
+from tests.conftest import FIXTURES, REPO
+
+BENCH = Path(REPO) / "benchmarks"
+
+
+def _scripts() -> dict[str, str]:
+    """Every benchmarks/*.py but the package's own modules, common.py and helpers: {name: docstring's first line}."""
+    out = {}
+    for path in sorted(BENCH.glob("*.py")):
+        text = path.read_text()
+        if path.stem.startswith("_") or path.stem == "common" or "\nHELPER = True" in text:
+            continue
+        out[path.stem] = ast.get_docstring(ast.parse(text)).splitlines()[0]
+    return out
+
+
+def test_the_listing_names_every_script_with_its_question():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-m", "benchmarks"], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in out.stdout.splitlines() if line.startswith("  ")}
+    scripts = _scripts()
+    assert listed == scripts
+    assert {"kernels_grid", "heuristic_regret", "surrogate_gemm", "lookup_cost"} <= set(listed)
+    assert all("?" in question for question in listed.values()), listed  # each names the question it answers
+
+
+def test_a_helper_module_is_not_a_benchmark(tmp_path):
+    (tmp_path / "real.py").write_text('"""Is it real?"""\n\ndef main():\n    pass\n')
+    (tmp_path / "shared.py").write_text('"""Shared code."""\nHELPER = True\n\ndef main():\n    pass\n')
+    (tmp_path / "nodoc.py").write_text("def main():\n    pass\n")
+    (tmp_path / "nomain.py").write_text('"""A module."""\n')
+    assert discover(tmp_path) == {"real": "Is it real?"}
+
+
+@pytest.mark.parametrize("name", sorted(_scripts()))
+def test_every_script_explains_itself_without_a_gpu(name, capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench([name, "--help"])
+    assert stop.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: python -m benchmarks {name}")
+    assert _scripts()[name] in text  # the description starts with the question
+    assert "--out DIR" in text
+
+
+def test_an_unknown_name_gets_one_line_and_a_suggestion(capsys):
+    assert bench(["kernels_grd"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did you mean kernels_grid" in err
+
+
+@pytest.mark.skipif(current_device().is_gpu, reason="asks what happens without a GPU")
+def test_a_gpu_benchmark_on_a_cpu_says_so_in_one_line(tmp_path, capsys):
+    assert bench(["gemm_paths", "--shapes", "16,64,64", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no" in err and "GPU" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_files_a_result_under_its_device_with_date_and_versions(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    common.write("probe", {"value": 1.5}, "# probe")  # the signature other scripts call
+    here = tmp_path / common.device_name() / "probe.json"
+    payload = json.loads(here.read_text())
+    assert payload["value"] == 1.5
+    assert payload["env"]["date"] and payload["env"]["torch"] and payload["env"]["triton"]
+    assert (tmp_path / common.device_name() / "probe.md").read_text() == "# probe\n"
+    common.write("probe", {"env": {"device": "NVIDIA_H200"}, "value": 2}, "# again", device="NVIDIA_H200")
+    assert json.loads((tmp_path / "NVIDIA_H200" / "probe.json").read_text())["value"] == 2
+
+
+def _tiny_store(path: Path) -> dict:
+    """A store of two rmsnorm shapes measured "on the H200", with known regrets; returns the expected numbers."""
+    store = Store(path)
+    run = store.start_run("rmsnorm", {}, ["bf16"], "exhaustive", None, "NVIDIA_H200")
+    spec = get_kernel("rmsnorm")
+    old = Config({"BLOCK_N": 8192}, num_warps=2, num_stages=1)  # the "swept" default: not what the heuristic picks
+    best = Config({"BLOCK_N": 4096}, num_warps=16, num_stages=1)
+    # p50 (ms) per shape: old default, best, the heuristic's pick now (None: never timed)
+    times = {1: (2.0, 1.0, 1.25), 256: (3.0, 1.0, None)}
+    for m, (old_ms, best_ms, now_ms) in times.items():
+        shape = {"M": m, "N": 4096}
+        now = spec.default(shape, "bf16", DESCRIBED["NVIDIA_H200"])
+        assert now not in (old, best)
+        picks = [(old, old_ms, True), (best, best_ms, False)] + ([(now, now_ms, False)] if now_ms else [])
+        for config, ms, is_default in picks:
+            store.add(Trial("rmsnorm", shape, "bf16", config, "ok", p20=ms, p50=ms, p80=ms, device="NVIDIA_H200"),
+                      key=f"key-{m}", run_id=run, is_default=is_default)
+    store.close()
+    return {"swept": math.sqrt(2.0 * 3.0), "swept_small": 2.0, "swept_large": 3.0, "now": 1.25, "unmeasured": 1}
+
+
+def test_heuristic_regret_on_a_store(tmp_path):
+    want = _tiny_store(tmp_path / "tiny.db")
+    assert bench(["heuristic_regret", "--store", str(tmp_path / "tiny.db"), "--out", str(tmp_path / "out")]) == 0
+    payload = json.loads((tmp_path / "out" / "heuristic_regret.json").read_text())
+    (section,) = payload["stores"]
+    (swept,), (now,) = section["swept_default"], section["default_now"]
+    assert swept["geomean"] == pytest.approx(want["swept"])
+    assert swept["geomean_M_le_128"] == pytest.approx(want["swept_small"])
+    assert swept["geomean_M_gt_128"] == pytest.approx(want["swept_large"])
+    assert swept["worst"] == pytest.approx(3.0) and swept["worst_shape"] == {"M": 256, "N": 4096}
+    assert now["shapes"] == 1 and now["geomean"] == pytest.approx(want["now"])
+    assert section["unmeasured_now"] == want["unmeasured"]
+    assert "## `tiny.db`" in (tmp_path / "out" / "heuristic_regret.md").read_text()
+
+
+def test_heuristic_regret_on_a_missing_store_is_one_line(tmp_path, capsys):
+    assert bench(["heuristic_regret", "--store", str(tmp_path / "none.db"), "--out", str(tmp_path)]) == 2
+    assert "none.db" in capsys.readouterr().err
+
+
+def test_the_surrogate_replay_on_the_h200_fixture(tmp_path):
+    fixture = FIXTURES / "h200_gemm_sweeps.json"
+    assert bench(["surrogate_gemm", "--replay", str(fixture), "--seeds", "1", "--budget-fraction", "0.02",
+                  "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "surrogate_gemm.json").read_text())
+    sweeps = json.loads(fixture.read_text())["sweeps"]
+    assert [s["configs"] for s in result["shapes"]] == [len(s["p50_ms"]) for s in sweeps]
+    for row, sweep in zip(result["shapes"], sweeps):
+        assert row["shape"] == sweep["shape"]
+        assert row["best_ms"] == min(p for p in sweep["p50_ms"].values() if p is not None)
+        assert row["budget"] == max(1, round(0.02 * len(sweep["p50_ms"])))
+        assert row["surrogate"] >= 1.0 and row["random"] >= 1.0  # nothing beats the exhaustive best
+    assert result["env"]["date"] and result["measured_on"].startswith("sweeps measured on NVIDIA_H200")
+    assert (tmp_path / "surrogate_gemm.md").read_text().startswith("# Surrogate (Optuna TPE) vs random at 2%")
+
+
+def test_lookup_cost_runs_on_the_cpu(tmp_path):
+    assert bench(["lookup_cost", "--calls", "1000", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "lookup_cost.json").read_text())
+    assert result["calls"] == 1000 and 0 < result["lookup_hit_us"] < 1e4
+    assert 0 < result["tuned_config_for_memory_hit_us"] < 1e4
+    assert result["env"]["python"] and result["env"]["triton"]
+    assert "| artifact lookup hit" in (tmp_path / "lookup_cost.md").read_text()
+
+
+def test_the_rescore_of_the_committed_ab_run(tmp_path):
+    run = BENCH / "results" / "NVIDIA_H200" / "heuristic_ab.json"
+    assert bench(["heuristic_ab_rescore", "--run", str(run), "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "heuristic_ab_rescore.json").read_text())
+    shapes = len(json.loads(run.read_text())["rows"])
+    assert sum(r["shapes"] for r in result["rows"]) + len(result["unmeasured"]) == shapes
+    assert all(r["geomean"] >= 1.0 and r["worst"] >= 1.0 for r in result["rows"])
