@@ -1,7 +1,7 @@
 """Compile a config without a GPU: what the precompile pool's processes do.
 
-Measured on the H200 host (2026-11-30, benchmarks/results/startup_profile*.json): a pool process that compiles by
-launching, or only by asking Triton's CUDA driver for the current device, initialises CUDA and creates a context.
+Measured on the H200 host (2026-11-30, benchmarks/results/NVIDIA_H200/startup_profile.md): a pool process that compiles
+by launching, or only by asking Triton's CUDA driver for the current device, initialises CUDA and creates a context.
 Sixteen of them doing that at once took ~2.6 s, and held the timing worker's own start (its context, its first
 inputs) back to ~4-5 s. Compiling needs none of it: the kernel's ``run`` is called on meta-device inputs (shapes and
 dtypes only) in compile-only mode (flytune_nb.kit.launcher.compile_only: Triton's ``warmup``), and while it runs Triton's

@@ -68,7 +68,8 @@ def from_properties(props: Any, *, hip: bool, index: int = 0) -> DeviceInfo:
 
 
 # GPUs as current_device() described them where flytune's stored sweeps ran: for re-scoring a heuristic on stored
-# timings (benchmarks/heuristic_regret.py --current) and CPU tests of GPU-only decisions. Nothing runs on them.
+# timings (benchmarks/heuristic_regret.py's "heuristic now") and CPU tests of GPU-only decisions. Nothing runs on
+# them.
 DESCRIBED = {"NVIDIA_H200": DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)}
 
 

@@ -1,10 +1,10 @@
 """How flytune starts its processes (timing workers and the precompile pool): forked from one forkserver that has
 imported torch and Triton once, instead of each spawned process importing them again.
 
-Measured on the H200 host (16 cores, 2026-11-30, benchmarks/results/startup_profile.json): a spawned process spends
-3.3 s importing torch alone; 16 of them starting at once (the pool) took 5.4 s each and slowed the timing worker's own
-start beside them to 8.7 s. Through the forkserver torch is imported once (3.6 s) and each process then forks in
-milliseconds.
+Measured on the H200 host (16 cores, 2026-11-30, benchmarks/results/NVIDIA_H200/startup_profile.md): a spawned process
+spends 3.3 s importing torch alone; 16 of them starting at once (the pool) took 5.4 s each and slowed the timing
+worker's own start beside them to 8.7 s. Through the forkserver torch is imported once (3.6 s) and each process then
+forks in milliseconds.
 
 Two rules keep this safe:
 - The server must never initialise CUDA/HIP (a process forked after that cannot use the GPU). It only imports torch

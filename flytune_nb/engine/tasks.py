@@ -82,7 +82,7 @@ def warm_up(kernel: str, paths: tuple, helpers: bool = False) -> float:
     fresh pool process spends its first moments on. Submitted while the sweep plans, so that cost overlaps the
     timing worker's own start. No device context: compiling needs none (see compile_one), and 16 processes creating
     contexts at once held the timing worker's own start back ~4 s on the H200
-    (benchmarks/results/startup_profile.json)."""
+    (benchmarks/results/NVIDIA_H200/startup_profile.md)."""
     t0 = time.perf_counter()
     _spec(kernel, paths)
     if helpers:

@@ -19,7 +19,7 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   64 and the K tile deepens to 128 with 4 stages on 8 warps (128 tiles; the sweep's best there). Halving when the
   tiles fill more than half (M=512: 128 tiles -> 256, two waves less a few SMs) was 1.33x the best;
   at most one wave of 128x128 tiles runs one CTA per SM, on 8 warps with 5 stages (M=512, N=4096: 33.0 us, the
-  sweep's best, against 46.0 on 4 warps and 3 stages, benchmarks/results/heuristic_ab.json).
+  sweep's best, against 46.0 on 4 warps and 3 stages, benchmarks/results/NVIDIA_H200/heuristic_ab.json).
   On Hopper, when 128x256 tiles fill at least 3/4 of the SMs: the persistent TMA path (TMA=2) with 128x256x64 tiles
   on 8 warps, 3 stages (4 would not fit beside the output tile the TMA store stages). On the H200
   (benchmarks/gemm_paths.py, K=4096) it was the fastest of 13 tiles x 3 paths at M=4096 N=4096 and

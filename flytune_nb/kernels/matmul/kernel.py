@@ -5,11 +5,11 @@ consecutive programs share w's column panel in L2 (GROUP_SIZE_M=1 is plain row-m
 M / N are wrapped (``% M``) rather than masked, so the inner loop's loads stay unmasked; only the store is masked.
 EVEN_K drops the K mask when BLOCK_SIZE_K divides K, the common case for model dimensions.
 
-TMA (a knob, absent = 0) picks the load path on Hopper: 1 loads the same tiles through host-side TMA descriptors, 2
-does that in a persistent kernel (one program per SM). On the H200, bf16, K=4096 (benchmarks/results/gemm_paths_s6a.md)
-TMA=2 with 128x256x64 tiles on 8 warps ran at 0.97-0.98x cuBLAS for M=4096 against 0.77-0.79x for the best pointer
-config of the same list: the pointer loop's address arithmetic and cp.async waits cost more than the MMA's issue slots
-can hide; TMA issues each tile as one bulk copy.
+TMA (a knob, absent = 0) picks the load path on Hopper: 1 loads the same tiles through host-side TMA descriptors, 2 does
+that in a persistent kernel (one program per SM). On the H200, bf16, K=4096
+(benchmarks/results/NVIDIA_H200/gemm_paths.md) TMA=2 with 128x256x64 tiles on 8 warps ran at 0.97-0.98x cuBLAS for
+M=4096 against 0.77-0.79x for the best pointer config of the same list: the pointer loop's address arithmetic and
+cp.async waits cost more than the MMA's issue slots can hide; TMA issues each tile as one bulk copy.
 
 UPCAST is for Triton's CPU interpreter only: it runs tl.dot through numpy, which has no bfloat16, and a bf16 dot
 there returns garbage (max error 2.6e10 on a 16x16 product, Triton 3.6). On a GPU it is always False, so the compiled
