@@ -35,14 +35,15 @@ def parser(doc: str, file: str) -> argparse.ArgumentParser:
 
 
 def _commit() -> str | None:
-    """The checkout's commit (``+dirty`` when the tree has changes), or None outside a git checkout."""
+    """The checkout's commit (``+dirty`` when its code has changes: result files do not count), or None outside a git
+    checkout."""
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, timeout=10)
         if head.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)benchmarks/results"], capture_output=True, text=True, timeout=10).stdout.strip()
         return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
