@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.common import find_result, parser, write
+from benchmarks.common import environment, find_result, parser, write
 from flytune_nb.analysis.scores import regret
 from flytune_nb.core.device import DESCRIBED
 from flytune_nb.core.registry import get_kernel
@@ -50,9 +50,11 @@ def main(argv=None):
                         "geomean_M_le_128": regret(small), "worst": worst, "worst_shape": worst_shape})
         rows.append(f"| {kernel} | {len(items)} | **{payload[-1]['geomean']:.3f}** | {regret(small):.3f} | "
                     f"{worst:.2f} ({' '.join(f'{k}={v}' for k, v in worst_shape.items())}) |")
+    env = environment()
     md = "\n".join([
         f"# The heuristics as they are now, re-scored on the timings of `{Path(path).name}` ({run['env']['device']}, "
-        f"{run['env']['date']})", "",
+        f"{run['env']['date']})",
+        f"Computed {env['date']}" + (f" at commit {env['commit']}" if env["commit"] else "") + ": its heuristics.", "",
         "No new GPU run, and in-sample: the rules were revised after seeing this run's timings. Each shape's current "
         "default is one of the configs that run timed, and its regret is that "
         "config's time (the mean, where it was timed as both old and new default) over the fastest of the three "
@@ -60,7 +62,7 @@ def main(argv=None):
         "| kernel | shapes | geomean regret | M<=128 | worst |", "|---|---|---|---|---|", *rows, "",
         f"Shapes whose current default that run did not time: {len(unmeasured)}"
         + (" (" + "; ".join(f"{k} {s}" for k, s in unmeasured) + ")" if unmeasured else "") + "."])
-    write("heuristic_ab_rescore", {"source": Path(path).name, "source_date": run["env"]["date"], "rows": payload,
+    write("heuristic_ab_rescore", {"env": env, "source": Path(path).name, "source_date": run["env"]["date"], "rows": payload,
                                    "unmeasured": unmeasured}, md, out=args.out, device=device.name)
 
 
