@@ -141,7 +141,8 @@ def moe(dev, timer, rows, data, left):
 
 def main(argv=None):
     ap = parser(__doc__, __file__)
-    ap.add_argument("--deadline-s", type=float, default=330, help="stop adding shapes after this (default %(default)s)")
+    ap.add_argument("--deadline-s", type=float, default=330,
+                    help="seconds after which sections stop adding shapes (default %(default)s)")
     ap.add_argument("--sections", default=",".join(SECTIONS), help="which sections (default: %(default)s)")
     ap.add_argument("--mem-m", type=int_list, default=MEM_M, metavar="M,...",
                     help="memory-bound batch sizes (default: " + ",".join(map(str, MEM_M)) + ")")

@@ -28,14 +28,14 @@ def main(argv=None):
     ap.add_argument("--m", type=int_list, default=MOE_M, metavar="M,...",
                     help="batch sizes (default: " + ",".join(map(str, MOE_M)) + ")")
     ap.add_argument("--name", default="moe_baselines", help="result file name (default: %(default)s)")
-    args = ap.parse_args(argv)
+    opts = ap.parse_args(argv)  # not `args`: the loop below names (and deletes) each shape's kernel arguments
     need_gpu("moe_baselines")
     dev = current_device()
     spec = get_kernel("fused_moe")
     timer = GpuTimer(dev, warmup_ms=5, rep_ms=25)
     installed = [p for p in PACKAGES if importlib.util.find_spec(p) is not None]
     rows, data = [], []
-    for M in args.m:
+    for M in opts.m:
         shape = {"M": M, **SHAPE}
         inputs = spec.make_inputs(shape, "bf16", dev)
         args = [inputs[k] for k in ("x", "w1", "w2", "topk_weights", "topk_ids")]
@@ -68,7 +68,7 @@ def main(argv=None):
         f"{', '.join(installed) or 'none of ' + ', '.join(PACKAGES)}.", "",
         "| M | flytune (committed export) | torch loop | torch._grouped_mm | loop / ours | grouped / ours |",
         "|---|---|---|---|---|---|", *rows])
-    write(args.name, {"env": env, "installed": installed, "rows": data}, md, out=args.out)
+    write(opts.name, {"env": env, "installed": installed, "rows": data}, md, out=opts.out)
 
 
 if __name__ == "__main__":

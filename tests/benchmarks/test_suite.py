@@ -5,6 +5,7 @@ import ast
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,16 @@ def test_the_listing_names_every_script_with_its_question():
     assert all("?" in question for question in listed.values()), listed  # each names the question it answers
 
 
+def test_the_readme_table_has_a_row_per_script_with_a_result_that_exists():
+    readme = (BENCH / "README.md").read_text()
+    rows = {line.split("`")[1]: line for line in readme.splitlines() if line.startswith("| `")
+            and not line.startswith("| `NVIDIA")}
+    assert set(_scripts()) <= set(rows), sorted(set(_scripts()) - set(rows))
+    for name in _scripts():
+        for link in re.findall(r"\]\((results/[^)]+)\)", rows[name]):
+            assert (BENCH / link).is_file(), link
+
+
 def test_a_helper_module_is_not_a_benchmark(tmp_path):
     (tmp_path / "real.py").write_text('"""Is it real?"""\n\ndef main():\n    pass\n')
     (tmp_path / "shared.py").write_text('"""Shared code."""\nHELPER = True\n\ndef main():\n    pass\n')
@@ -71,11 +82,16 @@ def test_an_unknown_name_gets_one_line_and_a_suggestion(capsys):
     assert len(err.splitlines()) == 1 and "did you mean kernels_grid" in err
 
 
+GPU_ONLY = sorted(n for n in _scripts() if "need_gpu(" in (BENCH / f"{n}.py").read_text())
+
+
 @pytest.mark.skipif(current_device().is_gpu, reason="asks what happens without a GPU")
-def test_a_gpu_benchmark_on_a_cpu_says_so_in_one_line(tmp_path, capsys):
-    assert bench(["gemm_paths", "--shapes", "16,64,64", "--out", str(tmp_path)]) == 2
+@pytest.mark.parametrize("name", GPU_ONLY)
+def test_a_gpu_benchmark_on_a_cpu_says_so_in_one_line(name, tmp_path, capsys):
+    """Its options parse with their defaults, then it stops in one line and writes nothing."""
+    assert bench([name, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "no" in err and "GPU" in err
+    assert len(err.splitlines()) == 1 and "GPU" in err, err
     assert list(tmp_path.iterdir()) == []
 
 
