@@ -12,8 +12,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from flytune_nb.artifacts.files import (
-    BUILTIN_DIR, LOCK, PROVENANCE, ArtifactError, atomic_write, file_name, read_provenance, read_table, render,
-    triton_dir_name)
+    BUILTIN_DIR, LOCK, PROVENANCE, ArtifactError, atomic_write, file_name, kernel_dir, read_provenance, read_table,
+    render_for, triton_dir_name)
 from flytune_nb.core.device import INTERPRETER_NAME
 
 
@@ -36,13 +36,15 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
         toolchain = json.loads(best["toolchain"] or "{}")
         rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
-        path = out_dir / kname / triton_dir_name(toolchain.get("triton", "0")) / file_name(spec, rest, device, dtype)
+        path = (kernel_dir(spec, out_dir) / triton_dir_name(toolchain.get("triton", "0"))
+                / file_name(spec, rest, device, dtype))
         d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
         candidates.append({
             "path": path, "m": int(shape[spec.batch_axis]), "last_id": int(g["id"].max()),
             "version": (best["source"] or "", best["toolchain"] or ""), "config": json.loads(best["config"]),
+            "spec": spec,
             "prov": _clean({
-                "device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
+                "kernel": kname, "device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
                 "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
                 "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
                 "rel_error": float(best["rel_error"]), "key": key, "shape": rest, "dtype": dtype,
@@ -53,7 +55,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         # One file = one kernel-source version and toolchain: the most recently measured. Rows of an older
         # version (the kernel was edited since) are never mixed in, whatever their timestamps.
         newest = max(mine, key=lambda c: c["last_id"])["version"]
-        entry = groups[path] = {"path": path, "by_m": {}, "prov": {}}
+        entry = groups[path] = {"path": path, "by_m": {}, "prov": {}, "spec": mine[0]["spec"]}
         for c in sorted((c for c in mine if c["version"] == newest), key=lambda c: c["last_id"]):
             # A file name may leave axes or the dtype out (SGLang's MoE names show E and N only): two shapes that
             # differ only there would land in one file and the later would silently win.
@@ -90,7 +92,7 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) 
             prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
         except ArtifactError:
             table, prov = {}, {}
-        out.append((path, render(_merge(entry, table, prov)[0]), old))
+        out.append((path, render_for(entry["spec"], _merge(entry, table, prov)[0]), old))
     return out
 
 
@@ -123,7 +125,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -
             prov = read_provenance(prov_path)
             table = read_table(path) if path.exists() else {}
             table, prov[path.name] = _merge(entry, table, prov.get(path.name, {}))
-            atomic_write(path, render(table))
+            atomic_write(path, render_for(entry["spec"], table))
             atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
         written.append(path)
     return written

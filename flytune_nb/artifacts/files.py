@@ -43,7 +43,16 @@ def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
         raise ArtifactError(f"device name {device_name!r} may only hold letters, digits, '.', '_' and '-'")
     parts = [f"{a}={int(shape[a])}" for a in spec.file_axes] + [f"device_name={device_name}"]
     tag = spec.dtype_tag(dtype)
-    return ",".join(parts + ([f"dtype={tag}"] if tag else [])) + ".json"
+    return ",".join(parts + ([f"dtype={tag}"] if tag else [])) + spec.artifact_suffix + ".json"
+
+
+def kernel_dir(spec, root) -> Path:
+    """The folder under a config dir that holds ``spec``'s ``triton_X_Y_Z/`` folders."""
+    return Path(root) / spec.artifact_folder
+
+
+def render_for(spec, table: dict[int, dict]) -> str:
+    return (spec.artifact_render or render)(table)
 
 
 def render(table: dict[int, dict]) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -69,12 +70,22 @@ def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
     out = []
     for kdir in sorted(p for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")):
         tdir, _ = triton_dir(kdir)
+        if tdir is None:  # a kernel whose files sit one folder deeper (SGLang's MoE layout: <kernel>/configs/)
+            tdir = next((t for sub in sorted(kdir.iterdir()) if sub.is_dir() for t in [triton_dir(sub)[0]] if t), None)
         if tdir is None:
             continue
-        # "…,device_name=D,dtype=T.json", or "…,device_name=D.json" where the kernel writes no dtype part (MoE).
-        names = set(tdir.glob(f"*device_name={device_name},*.json")) | set(tdir.glob(f"*device_name={device_name}.json"))
-        out += [(kdir.name, f) for f in sorted(names)]
+        # "…,device_name=D,dtype=T.json", "…,device_name=D.json" where the kernel writes no dtype part (MoE), and
+        # either with a kernel's lower-case name suffix ("…_down.json").
+        names = {f for f in tdir.glob("*.json") if re.search(rf"device_name={re.escape(device_name)}(,|(_[a-z]+)?\.json$)",
+                                                                f.name)}
+        prov = read_provenance(tdir / PROVENANCE)
+        # the kernel that wrote a file, as its provenance says (several kernels may share one folder), else the folder
+        out += [(_kernel_of(prov.get(f.name, {}), kdir.name), f) for f in sorted(names)]
     return out
+
+
+def _kernel_of(entries: dict, fallback: str) -> str:
+    return next((p["kernel"] for p in entries.values() if isinstance(p, dict) and p.get("kernel")), fallback)
 
 
 def _full_shape(name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[dict, str]:

@@ -60,6 +60,17 @@ class KernelSpec:
     # Knobs a config may leave out, with the value their absence means (rmsnorm's BLOCK_M: 1 row per program). A knob
     # added to a kernel this way keeps the names of its older configs, so stored trials and exported files stay valid.
     optional_knobs: dict = field(default_factory=dict)
+    # Configs other than the heuristic that a result should be able to stand beside the best, by label: the config an
+    # engine ships for this shape and device ({"SGLang shipped": ...}), a colleague's pick. Each is measured right
+    # after the default, whatever the strategy and (beyond the budget) however small the budget, and kept in
+    # SearchResult.named. Returns {} when there is none for this shape.
+    named_configs: Callable[[Shape, str, DeviceInfo], Mapping[str, Config]] | None = None
+    # Where a config dir holds this kernel's triton_X_Y_Z/ folders (default: the kernel's name), a suffix for its
+    # file names, and how a file's text is written (default: artifacts.files.render, knobs sorted). SGLang's MoE files
+    # live under <dir>/configs/, name a separately tuned down GEMM "…_down.json" and order the knobs as its tuner does.
+    artifact_path: str = ""
+    artifact_suffix: str = ""
+    artifact_render: Callable[[dict], str] | None = None
 
     def canonical(self, config):
         """``config`` without the optional knobs that are at their default (``TMA=0`` -> no TMA), the name the
@@ -89,6 +100,11 @@ class KernelSpec:
         bad = [a for a in self.artifact_axes if a not in self.axes or a == self.batch_axis]
         if bad:
             raise SpecError(f"{self.name}: artifact axes {bad} must be non-batch axes of {self.axes}")
+        parts = self.artifact_path.split("/") if self.artifact_path else []
+        if any(not p or p in (".", "..") or not p.replace("_", "").replace("-", "").replace(".", "").isalnum()
+               for p in parts):
+            raise SpecError(f"{self.name}: artifact_path must be a relative folder of letters, digits, '_', '-', '.' "
+                            f"joined by '/', got {self.artifact_path!r}")
         overlap = set(self.outputs) & set(self.mutates)
         if overlap:
             raise SpecError(f"{self.name}: {sorted(overlap)} cannot be both a pure output and mutated in place")
@@ -97,6 +113,22 @@ class KernelSpec:
             object.__setattr__(self, "configs", _canonical_result(self.configs, self.canonical))
 
     # -- helpers the core uses -----------------------------------------------------------------------------------
+    @property
+    def artifact_folder(self) -> str:
+        return self.artifact_path or self.name
+
+    def named(self, shape: Shape, dtype: str, device: DeviceInfo) -> dict[str, Config]:
+        """The named configs for this shape, canonical, without the heuristic default itself."""
+        if self.named_configs is None:
+            return {}
+        default = self.default(shape, dtype, device)
+        out = {}
+        for label, config in dict(self.named_configs(shape, dtype, device) or {}).items():
+            config = self.canonical(config)
+            if config != default:
+                out[str(label)] = config
+        return out
+
     def example(self) -> dict[str, int]:
         return {a: int(self.example_shape.get(a, 4096)) for a in self.axes}
 

@@ -242,8 +242,9 @@ class Sweep:
         stored = self.store.trials_for(key)
         if self.retry_failed:
             stored = {k: t for k, t in stored.items() if t.status not in ("crashed", "timeout")}
-        result = SearchResult(spec.name, shape, dtype, device, default)
-        total = planned(space, default, self.budget)
+        named = {label: Config.from_dict(c) for label, c in plan.get("named", {}).items()}
+        result = SearchResult(spec.name, shape, dtype, device, default, named=named)
+        total = planned(space, default, self.budget, named.values())
         toolchain = plan["key_fields"]["toolchain"]
 
         # The pool compiles the space in exhaustive order, one config per process at a time; each trial waits only
@@ -251,7 +252,7 @@ class Sweep:
         # left of the queue is dropped when the shape is done (precompile.Batch).
         batch = None
         if precompiler is not None:
-            todo = [c.to_dict() for c in dict.fromkeys([default] + space) if (c, "full") not in stored]
+            todo = [c.to_dict() for c in dict.fromkeys([default, *named.values()] + space) if (c, "full") not in stored]
             if todo:
                 batch = precompiler.submit(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
                                            device=plan["device"], target=plan.get("target"))
@@ -280,7 +281,7 @@ class Sweep:
             seed = self.seed ^ int(key[:8], 16)
             strategy = lambda s, e, b: self.strategy(s, e, b, seed=seed)  # noqa: E731
         try:
-            explore(default, space, evaluate, strategy, self.budget)
+            explore(default, space, evaluate, strategy, self.budget, named.values())
         except _Stopped:
             result.stopped = True
         finally:

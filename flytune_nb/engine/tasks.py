@@ -64,6 +64,7 @@ def describe(kernel: str, paths: tuple, shape: dict, dtype: str) -> dict:
     key = make_key(spec, shape, dtype, inputs, dev)
     return {"key": key.digest, "key_fields": key.to_dict(), "device": asdict(dev),
             "default": spec.default(shape, dtype, dev).to_dict(),
+            "named": {label: c.to_dict() for label, c in spec.named(shape, dtype, dev).items()},
             "space": [c.to_dict() for c in dict.fromkeys(spec.configs(shape, dtype, dev))],
             "has_baseline": spec.baseline is not None, "target": current_target()}
 

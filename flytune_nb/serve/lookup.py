@@ -22,6 +22,7 @@ from flytune_nb.artifacts.files import (
     SAFE,
     ArtifactError,
     file_name,
+    kernel_dir,
     read_table,
     triton_dir_name,
 )
@@ -116,7 +117,7 @@ class Lookup:
     def _resolve(self, spec, rest: dict, dtype: str, device_name: str, root: Path) -> Path | None:
         if not SAFE.match(device_name):
             raise ArtifactError(f"device name {device_name!r} is not a safe file-name part")
-        kdir = root / spec.name
+        kdir = kernel_dir(spec, root)
         want, running = triton_dir(kdir)
         if want is None:
             warnings.warn(f"no exported configs for {spec.name} under {root}; using the heuristic default",

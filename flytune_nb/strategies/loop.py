@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import DeviceInfo
@@ -28,6 +28,13 @@ class SearchResult:
 
     baselines: dict = field(default_factory=dict)  # name -> {"status", "p50", ...}: torch_eager, torch_compile
     stopped: bool = False
+    named: dict = field(default_factory=dict)  # label -> Config: the spec's named_configs, measured after the default
+
+    @property
+    def named_trials(self) -> dict:
+        """label -> the full-fidelity Trial of that named config (None if it was not measured: a stopped sweep)."""
+        return {label: next((t for t in self.trials if t.config == c and t.fidelity == "full"), None)
+                for label, c in self.named.items()}
 
     @property
     def best(self) -> Trial | None:
@@ -68,8 +75,8 @@ def search(spec, shape: dict, dtype: str, device: DeviceInfo, timer, *, configs:
     default = spec.default(shape, dtype, device)
     space = configs if configs is not None else spec.configs(shape, dtype, device)
     emit = listener if isinstance(listener, Emitter) else Emitter([listener] if listener else [])
-    result = SearchResult(spec.name, shape, dtype, device, default)
-    total = planned(space, default, budget)
+    result = SearchResult(spec.name, shape, dtype, device, default, named=spec.named(shape, dtype, device))
+    total = planned(space, default, budget, result.named.values())
 
     def run_one(config: Config, fidelity: str = "full") -> Trial:
         i = len(result.trials)
@@ -79,21 +86,25 @@ def search(spec, shape: dict, dtype: str, device: DeviceInfo, timer, *, configs:
         emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))
         return trial
 
-    explore(default, space, run_one, strategy or exhaustive, budget)
+    explore(default, space, run_one, strategy or exhaustive, budget, result.named.values())
     emit(ShapeDone(spec.name, result))
     return result
 
 
-def planned(space: Sequence[Config], default: Config, budget: int | None) -> int:
-    n = len(set(space) | {default})
-    return n if budget is None else min(n, max(1, budget))
+def planned(space: Sequence[Config], default: Config, budget: int | None, named: Iterable[Config] = ()) -> int:
+    first = list(dict.fromkeys([default, *named]))
+    n = len(set(space) | set(first))
+    return n if budget is None else min(n, max(len(first), budget))
 
 
 def explore(default: Config, space: Sequence[Config], evaluate: Callable, strategy: Callable,
-            budget: int | None) -> None:
-    """The heuristic default is always measured first (so every result can say how far it is from the best); the
-    strategy then searches the rest of the space with what is left of the budget."""
-    evaluate(default)
-    rest = [c for c in dict.fromkeys(space) if c != default]
-    strategy(rest, evaluate, None if budget is None else max(0, budget - 1))
+            budget: int | None, named: Iterable[Config] = ()) -> None:
+    """The heuristic default is always measured first (so every result can say how far it is from the best), then
+    the named configs (SGLang's shipped entry, ...); the strategy then searches the rest of the space with what is
+    left of the budget. The named configs count against the budget but are measured even past it."""
+    first = list(dict.fromkeys([default, *named]))
+    for config in first:
+        evaluate(config)
+    rest = [c for c in dict.fromkeys(space) if c not in first]
+    strategy(rest, evaluate, None if budget is None else max(0, budget - len(first)))
 

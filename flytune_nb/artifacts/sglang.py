@@ -1,0 +1,139 @@
+"""SGLang's fused-MoE config files as SGLang itself names, finds and writes them (SGLang 0.5.23:
+sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py and its tuner,
+benchmark/kernels/fused_moe_triton/common_utils.py). Nothing here imports SGLang: the shipped folder is found from
+the installed package's location, so listing it costs no SGLang import.
+
+- name: ``E=<E>,N=<N>,device_name=<torch.cuda.get_device_name() with spaces as _>`` then ``,dtype=<d>`` when the
+  weights are quantised (none for bf16/fp16), ``,block_shape=[n, k]`` when set and non-zero,
+  ``,per_channel_quant=True``, then ``_down`` for a separately tuned down GEMM, ``.json``. E is the experts of one
+  rank and N the intermediate size of one rank (w2.shape[2]), not the model's totals (docs/sglang.md);
+- folder: ``<root>/configs/triton_<X_Y_Z>/`` where root is ``$SGLANG_MOE_CONFIG_DIR`` or SGLang's own package folder;
+  the running Triton's folder first, then every other ``triton_*`` folder newest first (SGLang logs a warning);
+  a root without ``configs/`` makes SGLang raise FileNotFoundError;
+- bytes: ``json.dump(table, indent=4)`` plus one newline, batch sizes ascending, each entry's knobs in
+  KNOB_ORDER (SGLang's ``sort_config``), then ``waves_per_eu`` and ``USE_TMA`` when present;
+- lookup: the batch size nearest to M (``min(keys, key=abs(k - M))``: a tie goes to the first in the file, the
+  smaller).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+
+from flytune_nb.artifacts.files import ArtifactError
+
+KNOB_ORDER = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages",
+              "waves_per_eu", "USE_TMA")
+# The batch sizes SGLang's tuner measures by default (common_utils.get_default_batch_sizes).
+BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
+# Where SGLang's own files live inside the installed package.
+PACKAGE_CONFIGS = ("srt", "layers", "moe", "moe_runner", "triton_utils")
+
+
+def file_name(E: int, N: int, device_name: str, dtype: str | None = None, block_shape=None,
+              per_channel_quant: bool = False, down: bool = False) -> str:
+    name = f"E={int(E)},N={int(N)},device_name={device_name.replace(' ', '_')}"
+    if dtype:
+        name += f",dtype={dtype}"
+    if block_shape and all(block_shape):
+        name += f",block_shape={list(block_shape)}"
+    if per_channel_quant:
+        name += ",per_channel_quant=True"
+    return name + ("_down" if down else "") + ".json"
+
+
+NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=([^,]+?)((?:,[a-z_]+=[^,]+?|,block_shape=\[\d+, \d+\])*)"
+                  r"(_down)?\.json$")
+
+
+def parse_name(name: str) -> dict | None:
+    """{"E", "N", "device", "dtype", "block_shape", "per_channel_quant", "down"}, or None for another file."""
+    m = NAME.match(name)
+    if not m:
+        return None
+    rest = m.group(4)
+    dtype = re.search(r",dtype=([^,]+?)(?=,|$)", rest)
+    block = re.search(r",block_shape=\[(\d+), (\d+)\]", rest)
+    return {"E": int(m.group(1)), "N": int(m.group(2)), "device": m.group(3), "dtype": dtype.group(1) if dtype else None,
+            "block_shape": [int(block.group(1)), int(block.group(2))] if block else None,
+            "per_channel_quant": ",per_channel_quant=True" in rest, "down": bool(m.group(5))}
+
+
+def version_dir(version: str) -> str:
+    """SGLang's folder name for a Triton version: every '.' replaced, local suffix kept (``3.6.0+git1`` ->
+    ``triton_3_6_0+git1``; flytune's own exports drop the suffix, artifacts.files.triton_dir_name)."""
+    return "triton_" + version.replace(".", "_")
+
+
+def _version_key(folder: str) -> tuple | None:
+    """SGLang sorts the folders by int() of each dotted part; a folder it cannot parse would make it raise."""
+    try:
+        return tuple(int(x) for x in folder.removeprefix("triton_").split("_"))
+    except ValueError:
+        return None
+
+
+def package_root() -> Path | None:
+    """The folder SGLang reads when SGLANG_MOE_CONFIG_DIR is unset (its ``configs/`` is inside), or None when sglang
+    is not installed."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).joinpath(*PACKAGE_CONFIGS)
+
+
+def serving_root() -> Path | None:
+    """The folder a SGLang server started now would read: $SGLANG_MOE_CONFIG_DIR, else its package folder."""
+    env = os.environ.get("SGLANG_MOE_CONFIG_DIR")
+    return Path(env) if env else package_root()
+
+
+def resolve(root: Path, name: str, triton_version: str) -> tuple[Path | None, str | None]:
+    """(file SGLang would read, the triton folder it came from) under ``root``, following SGLang's order; (None,
+    None) when no folder has it. ArtifactError where SGLang itself would raise (no ``configs/`` folder)."""
+    configs = Path(root) / "configs"
+    exact = configs / version_dir(triton_version) / name
+    if exact.is_file():
+        return exact, exact.parent.name
+    if not configs.is_dir():
+        raise ArtifactError(f"{root} has no configs/ folder: SGLang raises FileNotFoundError reading it")
+    folders = [d.name for d in configs.iterdir() if d.is_dir() and d.name.startswith("triton_")]
+    parsed = [(k, f) for f in folders if (k := _version_key(f)) is not None]
+    for _, folder in sorted(parsed, reverse=True):
+        if folder != version_dir(triton_version) and (configs / folder / name).is_file():
+            return configs / folder / name, folder
+    return None, None
+
+
+def read_table(path: Path) -> dict[int, dict]:
+    """{M: knobs} as SGLang reads it (every key through int()); ArtifactError naming the file otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+        table = {int(k): dict(v) for k, v in data.items()}
+    except (OSError, ValueError, TypeError, AttributeError) as e:
+        raise ArtifactError(f"{path}: not a SGLang MoE config file ({type(e).__name__}: {e})") from None
+    if not table:
+        raise ArtifactError(f"{path}: empty")
+    return table
+
+
+def nearest(table: dict[int, dict], m: int) -> int:
+    """SGLang's choice of batch size for M: the nearest, the first in file order on a tie."""
+    return min(table, key=lambda k: abs(k - m))
+
+
+def ordered(knobs: dict) -> dict:
+    """One entry's knobs in SGLang's order; anything SGLang's tuner does not write is refused."""
+    extra = set(knobs) - set(KNOB_ORDER)
+    if extra:
+        raise ArtifactError(f"SGLang's files hold only {', '.join(KNOB_ORDER)}; got {sorted(extra)}")
+    return {k: knobs[k] for k in KNOB_ORDER if k in knobs}
+
+
+def render(table: dict[int, dict]) -> str:
+    """The text SGLang's tuner writes for ``table`` (its ``save_configs(sort_config(...))``)."""
+    body = {str(int(m)): ordered(table[m]) for m in sorted(table, key=int)}
+    return json.dumps(body, indent=4) + "\n"

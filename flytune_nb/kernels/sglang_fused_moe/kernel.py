@@ -1,0 +1,270 @@
+"""SGLang's own Triton fused-MoE kernel, launched with a given config.
+
+What is SGLang's (imported from the installed ``sglang``, never copied): the Triton kernel ``fused_moe_kernel`` and its
+launcher ``invoke_fused_moe_kernel`` (sglang/kernels/ops/moe/fused_moe_triton_kernels.py), the fused MoE function
+``fused_experts_impl`` (alignment, gate+up GEMM, activation, down GEMM, top-k combine), ``override_config`` (the
+hook SGLang's own tuner forces a config through), ``get_default_config``, and, on a GPU with sgl_kernel, its
+``moe_align_block_size``. What is ours: the import glue below, the pure-torch ``moe_align`` that stands in for
+sgl_kernel's alignment where that cannot run, ``forced_config`` (``override_config`` with the reset in a ``finally``,
+which SGLang's context manager lacks), and the two-launch path used where ``fused_experts_impl`` cannot run.
+
+Two paths, chosen once per process (``sglang().path``):
+- ``fused_experts``: SGLang's ``fused_experts_impl`` under ``forced_config`` — the call SGLang's tuner times. On a GPU
+  with sgl_kernel everything is SGLang's; on the CPU (Triton's interpreter) SGLang has no alignment backend, so ours is
+  swapped in for the call only, and SGLang takes its own native activation and Triton combine fallbacks.
+- ``kernel``: on a GPU without sgl_kernel, SGLang's activation and combine are sgl_kernel ops, so both GEMMs go through
+  ``invoke_fused_moe_kernel`` directly (SGLang's kernel and launcher, the same grid and specialisation) with our
+  alignment, a torch SiLU*up (fp32 math, one rounding, as sgl_kernel's silu_and_mul) and a torch sum over top-k.
+A separately tuned down GEMM always takes the second form: an override forces one config onto both GEMMs.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+import torch
+import torch.nn.functional as F
+
+from flytune_nb.kit import Config, KernelUnavailable
+
+# The knobs SGLang's launcher splats into the kernel (**config); USE_TMA is popped by fused_experts_impl and is never
+# a launch argument, so it is dropped here too.
+LAUNCH_DROPS = ("USE_TMA",)
+MODULES = {
+    "kernels": "sglang.kernels.ops.moe.fused_moe_triton_kernels",
+    "config": "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",
+    "triton_utils": "sglang.srt.layers.moe.moe_runner.triton_utils",
+    "fused_moe": "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe",
+    "runtime": "sglang.srt.runtime_context",
+}
+
+
+# -- importing SGLang ------------------------------------------------------------------------------------------------
+class _Missing:
+    """An attribute of an absent sgl_kernel: attribute access nests (SGLang reads ``scalar_types.uint4b8`` at import
+    time), a call raises — a path that really needs sgl_kernel fails loudly, never computes garbage."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing(f"{self._name}.{name}")
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self._name} needs sgl_kernel, which is not installed")
+
+
+class _MissingModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Missing(f"{self.__name__}.{name}")
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, name: str):
+        self.name = name
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname == self.name or fullname.startswith(self.name + "."):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return _MissingModule(spec.name)
+
+    def exec_module(self, module):
+        module.__path__ = []
+
+
+def _gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def _stub_sgl_kernel_if_missing() -> bool:
+    """True when sgl_kernel is absent on a GPU and a stub now answers its imports. SGLang's fused_moe module imports
+    ``sgl_kernel.moe_sum_reduce`` at import time on CUDA/HIP; on the CPU it never imports sgl_kernel on this path, and a
+    stub there would only defeat its ImportError fallbacks, so none is installed."""
+    if not _gpu():
+        return False
+    try:
+        importlib.import_module("sgl_kernel")
+        return False
+    except Exception:  # noqa: BLE001 - ImportError, or OSError from a wheel built for another torch
+        sys.modules.pop("sgl_kernel", None)
+        sys.meta_path.insert(0, _StubFinder("sgl_kernel"))
+        return True
+
+
+@functools.lru_cache(maxsize=1)
+def sglang() -> types.SimpleNamespace:
+    """SGLang's fused-MoE modules, imported once (about 6 s: ~300 SGLang modules), with the server-args context its
+    config functions read published (``get_exec()`` raises 'not published' otherwise; ``ServerArgs(model_path="dummy")``
+    is what SGLang's own tests publish). KernelUnavailable with the first line of the error if they do not import."""
+    import sglang as pkg
+
+    stubbed = _stub_sgl_kernel_if_missing()
+    try:
+        mods = {k: importlib.import_module(v) for k, v in MODULES.items()}
+    except Exception as e:  # noqa: BLE001 - any import failure means the kernel is not available here
+        lines = [line for line in str(e).splitlines() if line.strip()]
+        raise KernelUnavailable(f"sglang {getattr(pkg, '__version__', '?')} is installed but its fused-MoE modules "
+                                f"do not import here: {type(e).__name__}: {lines[0] if lines else ''}") from None
+    _publish_server_args(mods["runtime"])
+    ns = types.SimpleNamespace(**mods)
+    ns.version = getattr(pkg, "__version__", "unknown")
+    ns.sgl_kernel_stubbed = stubbed
+    ns.native_align = _gpu() and not stubbed
+    ns.path = "kernel" if (_gpu() and stubbed) else "fused_experts"
+    return ns
+
+
+def _publish_server_args(runtime) -> None:
+    """Publish SGLang's dummy server args for this process unless something (an SGLang process) already did."""
+    try:
+        runtime.get_exec()
+        return
+    except Exception:  # noqa: BLE001 - 'config namespace exec not published'
+        pass
+    runtime.get_context().override_server_args().install()
+
+
+@contextlib.contextmanager
+def forced_config(config: dict):
+    """SGLang's ``override_config`` with the reset in a ``finally``: its own @contextmanager has none, so a config
+    that fails inside the block (out of resources, a compile error) would stay forced for every later MoE call of the
+    process. Whatever was forced before is put back, exception or not."""
+    tu = sglang().triton_utils
+    previous = tu.get_config()
+    try:
+        with tu.override_config(config):
+            yield
+    finally:
+        tu._config = previous
+
+
+def launch_dict(config) -> dict:
+    """A Config as the flat dict SGLang passes to its kernel: BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages
+    (and, on HIP, waves_per_eu)."""
+    d = dict(config.to_dict()) if hasattr(config, "to_dict") else dict(config)
+    for k in LAUNCH_DROPS:
+        d.pop(k, None)
+    return d
+
+
+# -- alignment: sgl_kernel's moe_align_block_size contract in torch ---------------------------------------------------
+def align_capacity(numel: int, num_experts: int, block_m: int) -> int:
+    """The sorted_token_ids length SGLang allocates (moe_align_block_size.py): it sets the launch grid, so ours is the
+    same length and the same programs are launched."""
+    cap = numel * block_m if numel < num_experts + 1 else numel + (num_experts + 1) * (block_m - 1)
+    return (cap + 3) // 4 * 4
+
+
+def moe_align(topk_ids: torch.Tensor, block_m: int, num_experts: int):
+    """(sorted_token_ids int32[cap], expert_ids int32[cdiv(cap, BM)], num_tokens_post_padded int32[1]), as SGLang's
+    ``moe_align_block_size`` returns them. Buckets are expert + 1 (an expert-parallel filtered id -1 is bucket 0 and
+    comes first); each bucket is padded to a multiple of block_m; every slot that holds no (token, slot) index holds
+    M*topk, which the kernel masks; tiles past the padded total get expert -1 (the kernel returns before reading
+    them). No host sync: a few small device ops."""
+    flat = topk_ids.reshape(-1).to(torch.int64)
+    numel, dev = flat.numel(), flat.device
+    buckets = num_experts + 1
+    bucket = flat + 1
+    # not torch.bincount: on CUDA it reads max() back to the host to size its output
+    counts = torch.zeros(buckets, dtype=torch.int64, device=dev).scatter_add_(0, bucket, torch.ones_like(bucket))
+    padded = (counts + block_m - 1) // block_m * block_m
+    ends = torch.cumsum(padded, 0)
+    order = torch.argsort(bucket, stable=True)
+    ob = bucket[order]
+    first = torch.cumsum(counts, 0) - counts
+    pos = (ends - padded)[ob] + (torch.arange(numel, device=dev) - first[ob])
+    cap = align_capacity(numel, num_experts, block_m)
+    sorted_ids = torch.full((cap,), numel, dtype=torch.int32, device=dev)
+    sorted_ids[pos] = order.to(torch.int32)
+    blocks = torch.arange((cap + block_m - 1) // block_m, device=dev) * block_m
+    bucket_of_block = torch.searchsorted(ends, blocks, right=True)
+    expert_ids = torch.where(bucket_of_block < buckets, bucket_of_block - 1, -1).to(torch.int32)
+    return sorted_ids, expert_ids, ends[-1:].to(torch.int32)
+
+
+def align(topk_ids: torch.Tensor, block_m: int, num_experts: int):
+    sg = sglang()
+    if sg.native_align:
+        return sg.fused_moe.moe_align_block_size(topk_ids, block_m, num_experts)[:3]
+    return moe_align(topk_ids, block_m, num_experts)
+
+
+# -- the launches ----------------------------------------------------------------------------------------------------
+def _compute_type(dtype: torch.dtype):
+    import triton.language as tl
+
+    # SGLang: bf16 -> tl.bfloat16, everything else -> tl.float16 (fused_moe.py)
+    return tl.bfloat16 if dtype == torch.bfloat16 else tl.float16
+
+
+def gemm(a, b, c, topk_weights, topk_ids, aligned, *, mul_routed_weight: bool, top_k: int, config: dict) -> None:
+    """One grouped GEMM through SGLang's ``invoke_fused_moe_kernel`` (unquantised)."""
+    sorted_ids, expert_ids, n_post = aligned
+    sglang().kernels.invoke_fused_moe_kernel(
+        a, b, None, c, None, None, None, topk_weights, topk_ids, sorted_ids, expert_ids, n_post, mul_routed_weight,
+        top_k, config, compute_type=_compute_type(a.dtype), use_fp8_w8a8=False, use_int8_w8a8=False,
+        use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False, block_shape=None)
+
+
+def silu_and_mul(h: torch.Tensor) -> torch.Tensor:
+    gate, up = h.float().chunk(2, dim=-1)
+    return (F.silu(gate) * up).to(h.dtype)
+
+
+def down_gemm(act, w2, topk_weights, topk_ids, aligned, config: dict) -> torch.Tensor:
+    """The down GEMM (scaled by the routing weight) and the sum over the top-k slots: (M, K)."""
+    M, topk = topk_ids.shape
+    out = torch.empty(M, topk, w2.shape[1], dtype=act.dtype, device=act.device)
+    gemm(act, w2, out, topk_weights, topk_ids, aligned, mul_routed_weight=True, top_k=1, config=config)
+    return out.sum(dim=1)
+
+
+def two_launches(inputs: dict, up: dict, down: dict | None = None) -> torch.Tensor:
+    """Both GEMMs through SGLang's launcher: ``up`` for the gate+up GEMM, ``down`` (default: ``up``) for the down
+    GEMM. Both read one alignment, so ``down`` must keep ``up``'s BLOCK_SIZE_M (SGLang overwrites a mismatching one
+    with a warning; here it is refused)."""
+    down = down if down is not None else up
+    if down["BLOCK_SIZE_M"] != up["BLOCK_SIZE_M"]:
+        raise ValueError(f"down BLOCK_SIZE_M={down['BLOCK_SIZE_M']} != up BLOCK_SIZE_M={up['BLOCK_SIZE_M']}: one "
+                         f"alignment feeds both GEMMs")
+    x, w1, w2, wts, ids = (inputs[k] for k in ("x", "w1", "w2", "topk_weights", "topk_ids"))
+    M, topk = ids.shape
+    aligned = align(ids, up["BLOCK_SIZE_M"], w1.shape[0])
+    h = torch.empty(M * topk, w1.shape[1], dtype=x.dtype, device=x.device)
+    gemm(x, w1, h, wts, ids, aligned, mul_routed_weight=False, top_k=topk, config=up)
+    return down_gemm(silu_and_mul(h), w2, wts, ids, aligned, down)
+
+
+def fused_experts(inputs: dict, config: dict) -> torch.Tensor:
+    """SGLang's ``fused_experts_impl`` with ``config`` forced onto both GEMMs, as its tuner runs it."""
+    sg = sglang()
+    fm = sg.fused_moe
+    saved = fm.moe_align_block_size
+    try:
+        if not sg.native_align:  # no backend for SGLang's alignment here: ours, for this call only
+            fm.moe_align_block_size = lambda ids, bm, e, *a, **k: moe_align(ids, bm, e)
+        # fused_experts_impl reads the TP group to size its output; a single process has none.
+        with sg.runtime.get_parallel().override(tp_group=None), forced_config(config):
+            return fm.fused_experts_impl(inputs["x"], inputs["w1"], inputs["w2"], inputs["topk_weights"],
+                                         inputs["topk_ids"], inplace=False, activation="silu")
+    finally:
+        fm.moe_align_block_size = saved
+
+
+def run(inputs: dict, config: Config) -> torch.Tensor:
+    cfg = launch_dict(config)
+    if sglang().path == "fused_experts":
+        return fused_experts(inputs, cfg)
+    return two_launches(inputs, cfg)
