@@ -36,4 +36,25 @@ if ! "$VENV/bin/python" -c 'import triton' >/dev/null 2>&1; then
   "${PIP[@]}" "$TRITON_PIN"
 fi
 "${PIP[@]}" -e '.[dev]'
+# The sglang extra (kernels/sglang_fused_moe, its tests): sglang itself with --no-deps — its declared dependencies are
+# a serving install (torch==2.14.1, sgl-kernel, flashinfer, CUDA wheels) that its MoE code never imports — and the rest
+# of the extra resolved as usual. FLYTUNE_SGLANG=0 skips it.
+if [ "${FLYTUNE_SGLANG:-1}" != 0 ]; then
+  mapfile -t SGLANG_EXTRA < <("$VENV/bin/python" - <<'PY'
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    from pip._vendor import tomli as tomllib
+with open("pyproject.toml", "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["optional-dependencies"]["sglang"]))
+PY
+  )
+  rest=() sglang_pin=""
+  for req in "${SGLANG_EXTRA[@]}"; do
+    case "$req" in sglang[=\<\>~!]*|sglang) sglang_pin=$req ;; *) rest+=("$req") ;; esac
+  done
+  echo "bootstrap: installing the sglang extra ($sglang_pin with --no-deps)"
+  "${PIP[@]}" "${rest[@]}"
+  "${PIP[@]}" --no-deps "$sglang_pin"
+fi
 "$VENV/bin/python" -c 'import torch, triton, flytune_nb; print(f"bootstrap: flytune_nb {flytune_nb.__version__}, torch {torch.__version__}, triton {triton.__version__}")'

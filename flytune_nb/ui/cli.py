@@ -90,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     ca = sub.add_parser("cache", help="where tuned winners are cached on disk; --clear forgets them")
     ca.add_argument("--clear", action="store_true", help="delete the cached winners (all, or --kernel's)")
     ca.add_argument("--kernel", default=None, help="only this kernel")
+    _audit_sglang_parser(sub)
     d = sub.add_parser("demo", help="the embedded default sweep (GPU if present, else the Triton interpreter)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -116,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_cache(args)
         if args.cmd == "demo":
             return cmd_demo(quiet=args.quiet)
+        if args.cmd == "audit-sglang":
+            return cmd_audit_sglang(args)
     except UsageError as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -307,6 +310,54 @@ def cmd_cache(args) -> int:
     for name, n in counts.items():
         print(f"  {name}: {n} cached winner{'s' if n != 1 else ''}")
     return 0
+
+
+def _audit_sglang_parser(sub) -> None:
+    a = sub.add_parser("audit-sglang", help="re-time the MoE configs the installed SGLang ships for this GPU against "
+                                            "its default; write a markdown report")
+    a.add_argument("--dir", default=None, help="a SGLang config root holding configs/triton_X_Y_Z/ (default: the "
+                                               "installed SGLang's own folder)")
+    a.add_argument("--shape", action="append", default=[], metavar='"E=.. N=.. K=.. topk=.."',
+                   help="hidden size and top-k for files of these E, N (repeatable); also reported when missing")
+    a.add_argument("--dtype", default="bf16", help="bf16 | fp16 (default bf16)")
+    a.add_argument("--search", type=_positive, default=None, metavar="N",
+                   help="also time N configs of SGLang's space per entry (a quick search)")
+    a.add_argument("--md", default="sglang_audit.md", help="markdown report (default sglang_audit.md)")
+    a.add_argument("--json", default=None, help="also write the entries as JSON here")
+
+
+def _audit_shapes(texts: list[str]) -> dict:
+    out = {}
+    for text in texts:
+        try:
+            d = dict(part.split("=", 1) for part in text.replace(",", " ").split())
+            d = {k: int(v) for k, v in d.items()}
+            out[(d.pop("E"), d.pop("N"))] = {"K": d.pop("K"), "topk": d.pop("topk")}
+        except (ValueError, KeyError):
+            raise UsageError(f'--shape takes "E=<int> N=<int> K=<int> topk=<int>", got {text!r}') from None
+        if d:
+            raise UsageError(f"--shape {text!r}: unknown axes {sorted(d)}")
+    return out
+
+
+def cmd_audit_sglang(args) -> int:
+    from pathlib import Path
+
+    from flytune_nb.artifacts.sglang_audit import audit, to_json, to_markdown
+
+    def progress(e):
+        print(f"  {e.status:6} {e.file} M={e.M}: shipped {e.shipped_us or float('nan'):.1f} us, default "
+              f"{e.default_us or float('nan'):.1f} us", flush=True)
+
+    result = audit(args.dir, shapes=_audit_shapes(args.shape), dtype=args.dtype, search=args.search or 0,
+                   listener=progress)
+    md = to_markdown(result)
+    Path(args.md).write_text(md)
+    if args.json:
+        Path(args.json).write_text(to_json(result))
+    print(md)
+    print(f"flytune audit-sglang: report in {args.md}")
+    return 1 if result.wrong else 0
 
 
 def cmd_demo(quiet: bool = False) -> int:

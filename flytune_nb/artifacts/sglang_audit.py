@@ -1,0 +1,299 @@
+"""``flytune audit-sglang``: re-time the fused-MoE configs an installed SGLang ships for this GPU against SGLang's
+own default, check each for correctness, and write a markdown report one can paste into a pull request to SGLang.
+
+For every unquantised file of this device that SGLang would read (the running Triton's folder, else the newest that
+has it — a fallback SGLang warns about), every batch size in it is timed on SGLang's kernel with the shipped config
+and with ``get_default_config``'s (a ``_down`` file on the down GEMM alone, against the up config SGLang would run
+there). An entry is *slower than the default* beyond a tie band (TIE, and at least MIN_DELTA_US), confirmed by
+re-timing both alternately. With ``search`` > 0 a quick search (that many configs of SGLang's space, the shipped and
+default ones included) says how much is left on the table. *Missing*: the model shapes asked for (or known, below)
+that have no file for this device at all (SGLang then runs its default), files that exist only for another Triton
+version, and SGLang's default batch sizes a file lacks.
+
+A file's name gives only E and N; the hidden size K and the top-k come from ``shapes`` or, for files of the models
+listed in MODELS (at tensor-parallel degrees 1-8), from that table. Quantised files (``dtype=…``) are listed, not
+timed: the kernel here tunes the unquantised path.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from flytune_nb.artifacts import sglang as files
+from flytune_nb.errors import UsageError
+
+TIE = 0.03  # within 3% of the default is a tie: run-to-run spread of one config on the H200 was up to ~2%
+MIN_DELTA_US = 1.0  # and a slowdown must exceed the timer's noise floor (artifacts.gate says why 1 us)
+CONFIRM_ROUNDS = 2
+
+# Models whose MoE shapes SGLang ships files for: (experts, moe intermediate size, hidden size, top-k), from each
+# model's config.json (num_local_experts / num_experts, intermediate_size / moe_intermediate_size, hidden_size,
+# num_experts_per_tok).
+MODELS = {
+    "Mixtral-8x7B": (8, 14336, 4096, 2),
+    "Mixtral-8x22B": (8, 16384, 6144, 2),
+    "Qwen2-57B-A14B": (64, 2560, 3584, 8),
+    "Qwen3-30B-A3B": (128, 768, 2048, 8),
+    "Qwen3-235B-A22B": (128, 1536, 4096, 8),
+    "DeepSeek-V2-Lite": (64, 1408, 2048, 6),
+}
+TP_DEGREES = (1, 2, 4, 8)
+
+
+def known_shapes() -> dict[tuple[int, int], tuple[dict, str]]:
+    """(E, N per rank) -> ({"K", "topk"}, "model tp=t") for MODELS at every tensor-parallel degree."""
+    out = {}
+    for model, (E, N, K, topk) in MODELS.items():
+        for tp in TP_DEGREES:
+            if N % tp == 0:
+                out.setdefault((E, N // tp), ({"K": K, "topk": topk}, f"{model} tp={tp}"))
+    return out
+
+
+@dataclass
+class Entry:
+    file: str
+    folder: str  # the triton_X_Y_Z folder SGLang reads it from
+    down: bool
+    shape: dict
+    label: str  # which model the shape is (or "--shape")
+    M: int
+    shipped: str
+    default: str
+    status: str  # OK | SLOWER | FASTER | WRONG | ERROR
+    shipped_us: float | None
+    default_us: float | None
+    best: str = ""
+    best_us: float | None = None
+    reason: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        """default / shipped (> 1: the shipped entry is faster)."""
+        if self.shipped_us and self.default_us:
+            return self.default_us / self.shipped_us
+        return None
+
+
+@dataclass
+class Audit:
+    device: str
+    triton: str
+    sglang: str
+    root: str
+    dtype: str
+    entries: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)  # (file, why)
+    fallback: list = field(default_factory=list)  # (file, folder it is read from)
+    missing_files: list = field(default_factory=list)  # (shape label, file name)
+    missing_sizes: dict = field(default_factory=dict)  # file -> [batch sizes of SGLang's default list it lacks]
+
+    @property
+    def slower(self) -> list:
+        return [e for e in self.entries if e.status == "SLOWER"]
+
+    @property
+    def wrong(self) -> list:
+        return [e for e in self.entries if e.status in ("WRONG", "ERROR")]
+
+
+def device_files(root: Path, device_name: str, triton_version: str) -> dict[str, tuple[Path, str]]:
+    """name -> (path SGLang reads, its folder) for every file of this device under root/configs."""
+    configs = Path(root) / "configs"
+    if not configs.is_dir():
+        raise UsageError(f"{root} has no configs/ folder (SGLang's layout is <root>/configs/triton_X_Y_Z/...)")
+    names = sorted({p.name for p in configs.glob("triton_*/*.json")
+                    if (meta := files.parse_name(p.name)) and meta["device"] == device_name})
+    out = {}
+    for name in names:
+        path, folder = files.resolve(root, name, triton_version)
+        if path is not None:
+            out[name] = (path, folder)
+    return out
+
+
+def default_measure(device) -> Callable:
+    from flytune_nb.measure.timer import make_timer
+    from flytune_nb.measure.trial import evaluate
+
+    timer = make_timer(device)
+    return lambda spec, shape, dtype, config: evaluate(spec, shape, dtype, config, device, timer)
+
+
+def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "bf16", search: int = 0,
+          measure: Callable | None = None, listener: Callable | None = None) -> Audit:
+    """``shapes``: {(E, N): {"K": k, "topk": t}} for files MODELS does not cover (or to override it)."""
+    import triton
+
+    from flytune_nb.core.config import Config
+    from flytune_nb.core.device import current_device
+    from flytune_nb.core.registry import get_kernel
+
+    device = device or current_device()
+    root = Path(root) if root is not None else files.package_root()
+    if root is None:
+        raise UsageError("sglang is not installed (pip install 'flytune_nb[sglang]'), and no --dir was given")
+    up, down = get_kernel("sglang_fused_moe"), get_kernel("sglang_fused_moe_down")
+    dtype = up.check_dtype(dtype)
+    measure = measure or default_measure(device)
+    known = known_shapes()
+    asked = {tuple(k): (dict(v), "--shape") for k, v in (shapes or {}).items()}
+    table_of = {**known, **asked}
+    result = Audit(device.name, triton.__version__, up.extra.get("sglang_version", "?"), str(root), dtype)
+    found = device_files(root, device.name, triton.__version__)
+    running = files.version_dir(triton.__version__)
+    for name, (path, folder) in found.items():
+        meta = files.parse_name(name)
+        if folder != running:
+            result.fallback.append((name, folder))
+        if meta["dtype"] or meta["block_shape"] or meta["per_channel_quant"]:
+            result.skipped.append((name, "quantised weights: not timed (this kernel tunes the bf16/fp16 path)"))
+            continue
+        if (meta["E"], meta["N"]) not in table_of:
+            result.skipped.append((name, f"hidden size and top-k unknown: pass --shape \"E={meta['E']} "
+                                         f"N={meta['N']} K=... topk=...\""))
+            continue
+        extra, label = table_of[(meta["E"], meta["N"])]
+        try:
+            table = files.read_table(path)
+        except files.ArtifactError as e:
+            result.skipped.append((name, str(e)))
+            continue
+        lacking = [m for m in files.BATCH_SIZES if m not in table]
+        if lacking:
+            result.missing_sizes[name] = lacking
+        spec = down if meta["down"] else up
+        for m in sorted(table):
+            shape = spec.check_shape({"M": m, "E": meta["E"], "N": meta["N"], **extra})
+            knobs = {k: v for k, v in table[m].items() if k != "USE_TMA"}
+            try:
+                shipped = Config.from_dict(knobs)
+                if meta["down"]:  # SGLang runs a down entry with the up config's BLOCK_SIZE_M
+                    shipped = shipped.replace(BLOCK_SIZE_M=spec.default(shape, dtype, device)["BLOCK_SIZE_M"])
+            except (ValueError, KeyError) as e:
+                result.entries.append(Entry(name, folder, meta["down"], shape, label, m, json.dumps(knobs), "",
+                                            "ERROR", None, None, reason=str(e)[:200]))
+                continue
+            entry = _entry(spec, shape, dtype, device, shipped, measure, name, folder, meta["down"], label, search)
+            result.entries.append(entry)
+            if listener:
+                listener(entry)
+    have = {(files.parse_name(n)["E"], files.parse_name(n)["N"]) for n in found}
+    for (E, N), (_, label) in sorted(asked.items()):
+        if (E, N) not in have:
+            result.missing_files.append((label, files.file_name(E, N, device.name)))
+    return result
+
+
+def _entry(spec, shape, dtype, device, shipped, measure, name, folder, down, label, search) -> Entry:
+    default = spec.default(shape, dtype, device)
+    t, d = measure(spec, shape, dtype, shipped), measure(spec, shape, dtype, default)
+    base = dict(file=name, folder=folder, down=down, shape=dict(shape), label=label, M=shape["M"],
+                shipped=str(shipped), default=str(default))
+    if not t.ok:
+        return Entry(**base, status="WRONG" if t.status == "wrong" else "ERROR", shipped_us=None,
+                     default_us=d.p50 * 1e3 if d.ok else None, reason=f"{t.status}: {t.reason}"[:200])
+    if d.ok and (_beyond(t.p50, d.p50) or _beyond(d.p50, t.p50)):
+        ts, ds = [t], [d]  # confirm before reporting: re-timed alternately, judged on the fastest of each
+        for _ in range(CONFIRM_ROUNDS):
+            ts.append(measure(spec, shape, dtype, shipped))
+            ds.append(measure(spec, shape, dtype, default))
+        bad = [x for x in ts if not x.ok]
+        if bad:
+            return Entry(**base, status="WRONG", shipped_us=None, default_us=d.p50 * 1e3,
+                         reason=f"{bad[0].status}: {bad[0].reason}"[:200])
+        t = min(ts, key=lambda x: x.p50)
+        d = min((x for x in ds if x.ok), key=lambda x: x.p50, default=d)
+    status = "OK"
+    if d.ok and _beyond(t.p50, d.p50):
+        status = "SLOWER"
+    elif d.ok and _beyond(d.p50, t.p50):
+        status = "FASTER"
+    entry = Entry(**base, status=status, shipped_us=t.p50 * 1e3, default_us=d.p50 * 1e3 if d.ok else None,
+                  reason="" if d.ok else f"default {d.status}: {d.reason}"[:200])
+    if search:
+        entry.best, entry.best_us = _quick_search(spec, shape, dtype, device, shipped, default, measure, search,
+                                                  (t, d))
+    return entry
+
+
+def _beyond(slow_ms: float, fast_ms: float) -> bool:
+    return slow_ms > fast_ms * (1 + TIE) and (slow_ms - fast_ms) * 1e3 > MIN_DELTA_US
+
+
+def _quick_search(spec, shape, dtype, device, shipped, default, measure, budget, measured):
+    """The best of a random sample of ``budget`` configs of the space plus the two already timed."""
+    import random
+    import zlib
+
+    space = [c for c in dict.fromkeys(spec.configs(shape, dtype, device)) if c not in (shipped, default)]
+    seed = zlib.crc32(repr((spec.name, sorted(shape.items()), dtype)).encode())  # the same draws every run
+    picks = random.Random(seed).sample(space, min(budget, len(space)))
+    trials = [(c, measure(spec, shape, dtype, c)) for c in picks]
+    trials += [(shipped, measured[0]), (default, measured[1])]
+    ok = [(c, t) for c, t in trials if t.ok]
+    if not ok:
+        return "", None
+    c, t = min(ok, key=lambda ct: ct[1].p50)
+    return str(c), t.p50 * 1e3
+
+
+def _us(v) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.1f}"
+
+
+def to_markdown(a: Audit) -> str:
+    n_files = len({e.file for e in a.entries})
+    lines = [f"# SGLang fused-MoE configs on {a.device}: audit",
+             "",
+             f"SGLang {a.sglang}, Triton {a.triton}, {a.dtype}; folder `{a.root}`. Every entry re-timed on SGLang's "
+             f"own kernel against `get_default_config` (ties within {TIE:.0%} or {MIN_DELTA_US:g} us), every output "
+             f"checked against a float64 reference. Measured with flytune_nb (`flytune audit-sglang`).",
+             "",
+             f"- {len(a.entries)} entries of {n_files} files timed: **{len(a.slower)} slower than the default**, "
+             f"{sum(e.status == 'FASTER' for e in a.entries)} faster, {sum(e.status == 'OK' for e in a.entries)} "
+             f"tied, {len(a.wrong)} failing (wrong result or error).",
+             f"- {len(a.fallback)} files read from another Triton version's folder than the running "
+             f"`{files.version_dir(a.triton)}`; {len(a.missing_files)} asked-for shapes with no file for this GPU; "
+             f"{len(a.skipped)} files not timed.", ""]
+    if a.slower or a.wrong:
+        lines += ["## Entries slower than SGLang's default, or failing", "",
+                  "| file | M | shipped (us) | default (us) | default / shipped | shipped config | default config | "
+                  "note |", "|---|---|---|---|---|---|---|---|"]
+        for e in a.slower + a.wrong:
+            lines.append(f"| `{e.file}` ({e.folder}) | {e.M} | {_us(e.shipped_us)} | {_us(e.default_us)} | "
+                         f"{_ratio(e.speedup)} | `{e.shipped}` | `{e.default}` | {e.reason or e.status} |")
+        lines.append("")
+    if a.missing_files or a.fallback or a.missing_sizes:
+        lines += ["## Missing for this GPU and Triton version", ""]
+        lines += [f"- no file for {label}: `{name}` (SGLang logs \"Using default MoE config\" and runs its default)"
+                  for label, name in a.missing_files]
+        lines += [f"- `{name}`: only in `{folder}`, not `{files.version_dir(a.triton)}` (SGLang falls back with a "
+                  f"warning)" for name, folder in a.fallback]
+        lines += [f"- `{name}` lacks batch sizes {', '.join(map(str, sizes))} of SGLang's default list"
+                  for name, sizes in a.missing_sizes.items()]
+        lines.append("")
+    if a.skipped:
+        lines += ["## Not timed", ""] + [f"- `{name}`: {why}" for name, why in a.skipped] + [""]
+    if a.entries:
+        best = any(e.best for e in a.entries)
+        head = "| file | shape | M | status | shipped (us) | default (us) | default / shipped |"
+        lines += ["## All entries", "", head + (" best found (us) | best config |" if best else ""),
+                  "|---|---|---|---|---|---|---|" + ("---|---|" if best else "")]
+        for e in a.entries:
+            row = (f"| `{e.file}` | {e.label}: K={e.shape['K']} topk={e.shape['topk']} | {e.M} | {e.status} | "
+                   f"{_us(e.shipped_us)} | {_us(e.default_us)} | {_ratio(e.speedup)} |")
+            lines.append(row + (f" {_us(e.best_us)} | `{e.best}` |" if best else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def to_json(a: Audit) -> str:
+    d = asdict(a)
+    return json.dumps(d, indent=1, default=str) + "\n"

@@ -1,0 +1,318 @@
+"""sglang_fused_moe / sglang_fused_moe_down: SGLang's own kernel under the interpreter (fp16: Triton 3.6's interpreter
+computes bf16 tl.dot wrongly) against the float64 loop, its space and default, the override never left behind, the
+shipped entry measured beside the default, exports SGLang's own get_moe_configs reads back, and the audit."""
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("sglang")
+
+from flytune_nb.artifacts import sglang as files  # noqa: E402
+from flytune_nb.core.device import from_properties  # noqa: E402
+from flytune_nb.core.registry import get_kernel  # noqa: E402
+from flytune_nb.measure.correctness import compare  # noqa: E402
+from flytune_nb.measure.trial import evaluate  # noqa: E402
+from tests.conftest import H200_PROPS, MI300X_PROPS, REPO  # noqa: E402
+
+TINY = {"M": 5, "E": 4, "N": 64, "K": 32, "topk": 2}
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return get_kernel("sglang_fused_moe")
+
+
+@pytest.fixture(scope="module")
+def down():
+    return get_kernel("sglang_fused_moe_down")
+
+
+@pytest.fixture(scope="module")
+def km(spec):
+    return importlib.import_module(spec.run.__module__)
+
+
+@pytest.fixture(scope="module")
+def sg(km):
+    return km.sglang()
+
+
+def _device_named(monkeypatch, sg, name="CPU_interpreter"):
+    """SGLang names files after torch.cuda.get_device_name(), None without a GPU: answer as the interpreter device."""
+    monkeypatch.setattr(sg.config, "get_device_name", lambda *a: name)
+
+
+def test_align_matches_sglangs_contract(km):
+    E, M, topk, bm = 6, 29, 2, 16
+    ids = torch.stack([torch.randperm(E)[:topk] for _ in range(M)]).to(torch.int32)
+    ids[3, 0] = -1  # filtered by expert parallelism: bucket 0, expert id -1
+    sorted_ids, expert_ids, n_post = km.moe_align(ids, bm, E)
+    n, flat, total = M * topk, ids.flatten().long(), int(n_post)
+    assert sorted_ids.numel() == km.align_capacity(n, E, bm) and sorted_ids.numel() % 4 == 0
+    counts = torch.bincount(flat + 1, minlength=E + 1)
+    assert total == int(((counts + bm - 1) // bm * bm).sum())
+    real = sorted_ids[:total][sorted_ids[:total] < n]
+    assert sorted(real.tolist()) == list(range(n)) and (sorted_ids[total:] == n).all()
+    assert int(expert_ids[0]) == -1  # the filtered pair's tile comes first
+    for b in range(total // bm):
+        tile = sorted_ids[b * bm:(b + 1) * bm]
+        assert (flat[tile[tile < n].long()] == expert_ids[b]).all()
+
+
+@pytest.mark.parametrize("shape", [TINY, {"M": 1, "E": 3, "N": 32, "K": 48, "topk": 2}])
+def test_sglangs_kernel_matches_the_float64_loop_on_both_paths(spec, km, sg, shape, dev):
+    space = spec.configs(shape, "fp16", dev)
+    picks = [spec.default(shape, "fp16", dev), space[0], space[-1]]
+    for cfg in picks:
+        inputs = spec.make_inputs(shape, "fp16", dev)
+        ref = spec.reference(inputs)
+        fused = km.fused_experts(inputs, km.launch_dict(cfg))  # SGLang's fused_experts_impl, our alignment
+        two = km.two_launches(inputs, km.launch_dict(cfg))  # invoke_fused_moe_kernel x2 (a GPU without sgl_kernel)
+        for y in (fused, two):
+            v = compare(y, ref, spec.tol("fp16"), spec.element_tol("fp16"))
+            assert v.ok and v.rel_error < 2e-3, (str(cfg), v.reason)
+    assert sg.path == "fused_experts" and not sg.native_align  # the CPU: SGLang's own call, our alignment
+    # a routing bug is far outside the bound: the reference is sharp
+    inputs = spec.make_inputs(TINY, "fp16", dev)
+    shifted = spec.reference({**inputs, "topk_ids": (inputs["topk_ids"] + 1) % TINY["E"]})
+    assert not compare(shifted, spec.reference(inputs), spec.tol("fp16")).ok
+
+
+def test_down_gemm_alone_matches_its_reference_and_keeps_the_up_block_m(down, dev, cpu_timer):
+    d = down.default(TINY, "fp16", dev)
+    space = down.configs(TINY, "fp16", dev)
+    assert space and {c["BLOCK_SIZE_M"] for c in space} == {d["BLOCK_SIZE_M"]}
+    for cfg in (d, space[0], space[-1]):
+        t = evaluate(down, TINY, "fp16", cfg, dev, cpu_timer)
+        assert t.ok and t.rel_error < 2e-3, (str(cfg), t.reason)
+
+
+def test_space_is_sglangs_and_the_default_is_get_default_config(spec, sg, dev):
+    h200, mi300 = from_properties(H200_PROPS, hip=False), from_properties(MI300X_PROPS, hip=True)
+    cfgmod = importlib.import_module(spec.configs.__module__)
+    raw = cfgmod.sglang_space(h200)
+    assert len(raw) == 1920 and len(cfgmod.sglang_space(mi300)) == 1600
+    assert all(c.waves_per_eu == 0 for c in cfgmod.sglang_space(mi300))
+    first = raw[0]  # SGLang's loop order: stages, BM, BK, BN, warps, group
+    assert (first.num_stages, first["BLOCK_SIZE_M"], first["BLOCK_SIZE_K"], first["BLOCK_SIZE_N"]) == (2, 16, 64, 32)
+    mixtral = {"E": 8, "N": 14336, "K": 4096, "topk": 2}
+    decode = spec.configs({"M": 1, **mixtral}, "bf16", h200)
+    prefill = spec.configs({"M": 4096, **mixtral}, "bf16", h200)
+    assert {c["BLOCK_SIZE_M"] for c in decode} == {16} and 16 < len(decode) < len(prefill) < 1920
+    assert all(set(c.to_dict()) <= set(files.KNOB_ORDER) for c in prefill)
+    for m, want in ((8, (16, 32, 64, 1)), (9, (64, 64, 32, 8))):  # M <= E vs M > E
+        sgl = sg.config.get_default_config(m, 8, 14336, 4096, 2, None, False, None)
+        cfg = spec.default({"M": m, **mixtral}, "bf16", h200)
+        assert tuple(cfg[k] for k in files.KNOB_ORDER[:4]) == want == tuple(sgl[k] for k in files.KNOB_ORDER[:4])
+        assert (cfg.num_warps, cfg.num_stages) == (4, 3)  # Triton's CUDA launch defaults, which SGLang leaves to it
+    assert spec.default({"M": 9, **mixtral}, "bf16", mi300).num_stages == 2
+
+
+def test_a_config_failing_inside_the_override_leaves_none_behind(spec, km, sg, dev, cpu_timer):
+    tu = sg.triton_utils
+    assert tu.get_config() is None
+    bad = spec.default(TINY, "fp16", dev).replace(BLOCK_SIZE_N=48)  # not a power of two: tl.arange refuses it
+    t = evaluate(spec, TINY, "fp16", bad, dev, cpu_timer)
+    assert not t.ok and t.status in ("compile_error", "launch_error")
+    assert tu.get_config() is None  # SGLang's own override_config (no finally) would have left BLOCK_SIZE_N=48 set
+    with pytest.raises(Exception):
+        with tu.override_config({"BLOCK_SIZE_M": 1}):
+            raise RuntimeError("inside")
+    leaked = tu.get_config()
+    tu._config = None
+    assert leaked == {"BLOCK_SIZE_M": 1}  # why forced_config exists
+    ok = evaluate(spec, TINY, "fp16", spec.default(TINY, "fp16", dev), dev, cpu_timer)
+    assert ok.ok and tu.get_config() is None
+
+
+def test_file_rules_are_sglangs(sg, monkeypatch):
+    _device_named(monkeypatch, sg, "NVIDIA H200")
+    for args in ((8, 14336, None), (256, 512, "fp8_w8a8", [128, 128]), (64, 1024, "int8_w8a8", None, True, True)):
+        E, N, dtype, *rest = args
+        block = rest[0] if rest else None
+        pcq, dn = (rest[1], rest[2]) if len(rest) > 1 else (False, False)
+        ours = files.file_name(E, N, "NVIDIA_H200", dtype, block, pcq, dn)
+        assert ours == sg.config.get_config_file_name(E, N, dtype, block, pcq, dn)
+        meta = files.parse_name(ours)
+        assert (meta["E"], meta["N"], meta["device"], meta["dtype"], meta["down"]) == (E, N, "NVIDIA_H200", dtype, dn)
+    # every file SGLang ships is named by the rule and, where its tuner wrote it, rendered byte for byte
+    shipped = sorted((files.package_root() / "configs").glob("triton_*/*.json"))
+    assert len(shipped) > 100
+    same = 0
+    for p in shipped:
+        meta = files.parse_name(p.name)
+        assert meta is not None, p.name
+        assert files.file_name(meta["E"], meta["N"], meta["device"], meta["dtype"], meta["block_shape"],
+                               meta["per_channel_quant"], meta["down"]) == p.name
+        text = p.read_text()
+        try:
+            same += files.render(files.read_table(p)) == text
+        except Exception:  # noqa: BLE001 - older hand-written files with other knobs
+            pass
+    assert same > 0.8 * len(shipped)  # the rest: indent=2 or other knob orders, not written by the current tuner
+
+
+def _sweep_and_export(kernel, tmp_path, budget=2):
+    from flytune_nb.artifacts.export import export
+    from flytune_nb.engine.store import Store
+    from flytune_nb.engine.sweep import Sweep
+
+    store = Store(tmp_path / f"{kernel}.db")
+    Sweep(kernel, "M=1,5 E=4 N=64 K=32 topk=2", ["fp16"], db=store, isolate=False, budget=budget,
+          baselines=()).run()
+    return export(store, tmp_path / "out", kernel=kernel)
+
+
+def test_export_is_read_back_by_sglangs_own_lookup(sg, tmp_path, monkeypatch):
+    from flytune_nb.artifacts.gate import files_for
+
+    up_files = _sweep_and_export("sglang_fused_moe", tmp_path)
+    down_files = _sweep_and_export("sglang_fused_moe_down", tmp_path)
+    root = tmp_path / "out" / "sglang_fused_moe"
+    assert [p.relative_to(root).as_posix() for p in up_files + down_files] == [
+        "configs/triton_3_6_0/E=4,N=64,device_name=CPU_interpreter.json",
+        "configs/triton_3_6_0/E=4,N=64,device_name=CPU_interpreter_down.json"]
+    text = up_files[0].read_text()
+    table = json.loads(text)
+    assert list(table) == ["1", "5"] and list(table["1"]) == list(files.KNOB_ORDER[:6])
+    assert text == json.dumps(table, indent=4) + "\n"  # SGLang's save_configs: json.dump(indent=4) + "\n"
+    prov = json.loads((up_files[0].parent / "provenance.json").read_text())
+    assert set(prov) == {up_files[0].name, down_files[0].name}
+    assert prov[up_files[0].name]["5"]["shape"] == {"E": 4, "N": 64, "K": 32, "topk": 2}
+
+    _device_named(monkeypatch, sg)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
+    sg.config.get_moe_configs.cache_clear()
+    try:
+        assert sg.config.get_moe_configs(4, 64, None) == {int(m): c for m, c in table.items()}
+        down_table = json.loads(down_files[0].read_text())
+        up, (dn, _) = sg.config.try_get_optimal_moe_config((4, 128, 32), (4, 32, 64), 2, None, 4,
+                                                          return_down_config=True)
+        assert up == table["5"] and dn == down_table["5"]  # nearest batch size to M=4 is 5, in both files
+    finally:
+        sg.config.get_moe_configs.cache_clear()
+    # flytune's own lookup and `flytune check` find both files in SGLang's layout, each with its kernel
+    assert [k for k, _ in files_for(tmp_path / "out", "CPU_interpreter")] == ["sglang_fused_moe",
+                                                                             "sglang_fused_moe_down"]
+    from flytune_nb.serve.lookup import LOOKUP, lookup
+
+    LOOKUP.clear()
+    cfg, source = lookup(get_kernel("sglang_fused_moe"), {"M": 4, "E": 4, "N": 64, "K": 32, "topk": 2}, "fp16",
+                         directory=tmp_path / "out")
+    assert source == "artifact" and cfg.to_dict() == table["5"]
+
+
+def _fake_shipped(root: Path, folder: str, name: str, table: dict) -> Path:
+    p = root / "configs" / folder / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(files.render(table))
+    return p
+
+
+def test_shipped_entry_is_measured_beside_the_default(spec, tmp_path, monkeypatch, dev, cpu_timer):
+    from flytune_nb.engine.sweep import Sweep
+    from flytune_nb.strategies.loop import search
+
+    shipped = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+               "num_stages": 2}
+    _fake_shipped(tmp_path / "pkg", "triton_3_1_0", "E=4,N=64,device_name=CPU_interpreter.json",
+                  {1: shipped, 64: {**shipped, "BLOCK_SIZE_M": 64}})
+    monkeypatch.setattr(files, "package_root", lambda: tmp_path / "pkg")
+    want = {"SGLang shipped": type(spec.default(TINY, "fp16", dev)).from_dict(shipped)}
+    assert spec.named(TINY, "fp16", dev) == want  # M=5 -> nearest key 1, found through the Triton-version fallback
+    r = search(spec, TINY, "fp16", dev, cpu_timer, budget=3)
+    assert r.named == want and len(r.trials) == 3
+    assert [t.config for t in r.trials[:2]] == [r.default, want["SGLang shipped"]]
+    assert r.named_trials["SGLang shipped"].ok
+    one = Sweep(spec, "M=5 E=4 N=64 K=32 topk=2", ["fp16"], isolate=False, budget=1, baselines=()).run()[0]
+    assert one.named == want and len(one.trials) == 2  # measured even past the budget
+
+
+def _entry(m, bn=64):
+    return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+            "num_stages": 2}
+
+
+def test_audit_reports_slower_missing_fallback_and_broken_entries(tmp_path):
+    from flytune_nb.artifacts.sglang_audit import audit, to_markdown
+    from flytune_nb.measure.trial import Trial
+
+    root = tmp_path / "sglang"
+    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json",
+                  {1: _entry(1), 4: _entry(4, bn=32), 8: _entry(8, bn=48)})
+    _fake_shipped(root, "triton_3_1_0", "E=4,N=32,device_name=CPU_interpreter.json", {1: _entry(1)})
+    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json", {1: _entry(1)})
+    _fake_shipped(root, "triton_3_6_0", "E=9,N=96,device_name=CPU_interpreter.json", {1: _entry(1)})
+    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=NVIDIA_H200.json", {1: _entry(1)})  # another GPU
+    timed = []
+
+    def measure(spec, shape, dtype, config):  # the shipped M=4 entry is 2x the default, the others tie
+        timed.append((spec.name, shape["M"], str(config)))
+        if config["BLOCK_SIZE_N"] == 48:
+            return Trial(spec.name, shape, dtype, config, "compile_error", "BLOCK_SIZE_N must be a power of 2")
+        ms = 0.2 if (config["BLOCK_SIZE_N"], config.num_stages) == (32, 2) else 0.1
+        return Trial(spec.name, shape, dtype, config, "ok", p50=ms)
+
+    shapes = {(4, 64): {"K": 32, "topk": 2}, (4, 32): {"K": 32, "topk": 2}, (16, 128): {"K": 64, "topk": 4}}
+    a = audit(root, shapes=shapes, dtype="fp16", measure=measure)
+    by_m = {(e.file, e.M): e.status for e in a.entries}
+    assert by_m == {("E=4,N=32,device_name=CPU_interpreter.json", 1): "OK",
+                    ("E=4,N=64,device_name=CPU_interpreter.json", 1): "OK",
+                    ("E=4,N=64,device_name=CPU_interpreter.json", 4): "SLOWER",
+                    ("E=4,N=64,device_name=CPU_interpreter.json", 8): "ERROR"}
+    assert a.fallback == [("E=4,N=32,device_name=CPU_interpreter.json", "triton_3_1_0")]
+    assert a.missing_files == [("--shape", "E=16,N=128,device_name=CPU_interpreter.json")]
+    assert {n for n, _ in a.skipped} == {"E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json",
+                                         "E=9,N=96,device_name=CPU_interpreter.json"}
+    assert all("NVIDIA" not in f for f in {e.file for e in a.entries})
+    assert a.missing_sizes["E=4,N=64,device_name=CPU_interpreter.json"][:3] == [2, 16, 24]
+    md = to_markdown(a)
+    assert "**1 slower than the default**" in md and "| `E=4,N=64,device_name=CPU_interpreter.json` (triton_3_6_0) | 4 |" in md
+    assert "E=16,N=128,device_name=CPU_interpreter.json" in md and "only in `triton_3_1_0`" in md
+    assert "pass --shape \"E=9 N=96 K=... topk=...\"" in md
+
+
+def test_audit_cli_times_real_entries_and_writes_the_report(tmp_path, capsys):
+    from flytune_nb.ui.cli import main
+
+    root = tmp_path / "sglang"
+    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1), 5: _entry(5)})
+    md = tmp_path / "audit.md"
+    rc = main(["audit-sglang", "--dir", str(root), "--shape", "E=4 N=64 K=32 topk=2", "--dtype", "fp16",
+               "--md", str(md), "--json", str(tmp_path / "audit.json")])
+    assert rc == 0
+    report = md.read_text()
+    assert "2 entries of 1 files timed" in report and "0 failing" in report
+    rows = json.loads((tmp_path / "audit.json").read_text())["entries"]
+    assert [r["M"] for r in rows] == [1, 5] and all(r["shipped_us"] > 0 and r["default_us"] > 0 for r in rows)
+    assert main(["audit-sglang", "--dir", str(tmp_path / "nothing")]) == 2
+    assert main(["audit-sglang", "--dir", str(root), "--shape", "E=4 N=64"]) == 2
+    assert "--shape takes" in capsys.readouterr().err
+
+
+def test_without_sglang_both_kernels_are_listed_unavailable_fast(tmp_path):
+    code = (  # a Python where sglang is not installed: find_spec says so, and importing it fails
+        "import importlib.abc, importlib.util, sys, time\n"
+        "class Hide(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'sglang' or name.startswith('sglang.'):\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda n, *a: None if n.split('.')[0] == 'sglang' else real(n, *a)\n"
+        "t = time.perf_counter()\n"
+        "from flytune_nb.ui.cli import main\n"
+        "rc = main(['kernels'])\n"
+        "print('rc', rc, 'seconds', round(time.perf_counter() - t, 1), 'sglang' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=REPO, TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    lines = {line.split()[0]: line for line in p.stdout.splitlines() if line.strip()}
+    for name in ("sglang_fused_moe", "sglang_fused_moe_down"):
+        assert "unavailable: needs sglang: pip install 'flytune_nb[sglang]'" in lines[name], p.stdout + p.stderr
+    assert p.stdout.strip().splitlines()[-1].endswith("False")  # SGLang never imported
