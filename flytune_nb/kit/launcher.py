@@ -42,6 +42,12 @@ def compile_only(backend: str):
         _COMPILE_ONLY[0] = None
 
 
+def compiling_only() -> str | None:
+    """The backend of an enclosing ``compile_only`` block (None outside one): for a kernel whose launches go through
+    another project's launcher, which must then compile and not launch as well."""
+    return _COMPILE_ONLY[0]
+
+
 def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
     """``fn[grid](*args, **meta, **config's launch options)``, with the compiled kernel remembered.
 

@@ -316,3 +316,24 @@ def test_without_sglang_both_kernels_are_listed_unavailable_fast(tmp_path):
     for name in ("sglang_fused_moe", "sglang_fused_moe_down"):
         assert "unavailable: needs sglang: pip install 'flytune_nb[sglang]'" in lines[name], p.stdout + p.stderr
     assert p.stdout.strip().splitlines()[-1].endswith("False")  # SGLang never imported
+
+
+def test_benchmark_smoke_compares_searched_shipped_and_default(tmp_path, monkeypatch):
+    """benchmarks/sglang_moe.py end to end on tiny shapes (the H200 run is the same code with real ones)."""
+    import runpy
+
+    shipped = {1: _entry(1), 8: {**_entry(8), "BLOCK_SIZE_M": 32}}
+    _fake_shipped(tmp_path / "pkg", "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json", shipped)
+    monkeypatch.setattr(files, "package_root", lambda: tmp_path / "pkg")
+    monkeypatch.setenv("BENCH_OUT", str(tmp_path / "res"))
+    mod = runpy.run_path(str(Path(REPO) / "benchmarks" / "sglang_moe.py"), run_name="sglang_moe_bench")
+    assert mod["main"](["--smoke", "--budget", "3", "--rounds", "1", "--strategy", "random"]) == 0
+    res = json.loads((tmp_path / "res" / "sglang_moe.json").read_text())
+    a, b = res["models"]["tiny-a"], res["models"]["tiny-b"]
+    assert [r["M"] for r in a["rows"]] == [1, 5] and a["max_evaluations"] <= 3
+    assert all(r["shipped_us"] and r["flytune_us"] and r["default_us"] for r in a["rows"]) and not any(
+        r["wrong"] for r in a["rows"])
+    assert a["geomean_shipped_over_flytune"] > 0 and b["geomean_shipped_over_flytune"] is None  # no file for b
+    assert {Path(p).name for p in res["exports"]} == {"E=4,N=64,device_name=CPU_interpreter.json",
+                                                       "E=8,N=32,device_name=CPU_interpreter.json"}
+    assert "shipped / flytune" in (tmp_path / "res" / "sglang_moe.md").read_text()

@@ -1,0 +1,178 @@
+"""SGLang's own fused-MoE kernel, three configs side by side per batch size: flytune's searched config, the config
+SGLang ships for this GPU (its own folder, as SGLang resolves it) and SGLang's get_default_config — all launched on
+SGLang's kernel (kernels/sglang_fused_moe), all timed by one timer, interleaved.
+
+Per model (Mixtral-8x7B: E=8 N=14336 K=4096 top-2; Qwen3-30B-A3B: E=128 N=768 K=2048 top-8; tp=1) and SGLang's tuning
+batch sizes, one sweep (the default and the shipped entry first, then the strategy over SGLang's pruned space, at most
+--budget evaluations per batch size; SGLang's own script makes 1920), exported in SGLang's layout under
+$BENCH_OUT/sglang_exports/ (SGLANG_MOE_CONFIG_DIR=.../sglang_fused_moe reads them). Then each batch size's three
+configs re-timed --rounds times, alternating, fastest median of each kept. "flytune" is the best the search found
+*without* the shipped entry (it is the search's own result); "export" is what `flytune export` writes, the best of
+everything timed, shipped entry included.
+
+Reported: per M the three latencies, shipped / flytune and default / flytune, the evaluations; per model the geomean
+of shipped / flytune, the batch sizes where flytune is slower than shipped beyond the tie band, and the evaluations
+against SGLang's 1920. Targets: geomean >= 1.0, none beyond the band, <= 192 evaluations per batch size.
+
+    python benchmarks/sglang_moe.py                   # the H200 run, ~6 minutes (bf16)
+    python benchmarks/sglang_moe.py --smoke           # CPU: tiny shapes through the interpreter, fp16
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import environment, out_dir, write  # noqa: E402
+
+MODELS = {"Mixtral-8x7B": {"E": 8, "N": 14336, "K": 4096, "topk": 2},
+          "Qwen3-30B-A3B": {"E": 128, "N": 768, "K": 2048, "topk": 8}}
+SMOKE = {"tiny-a": {"E": 4, "N": 64, "K": 32, "topk": 2}, "tiny-b": {"E": 8, "N": 32, "K": 64, "topk": 2}}
+BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096)
+SGLANG_EVALS = 1920  # SGLang's tuning script times its whole NVIDIA space per batch size
+TIE = 0.03  # flytune within 3% of shipped is a tie (one config re-timed on the H200 moved up to ~2%)
+SHIPPED = "SGLang shipped"
+
+
+def _args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    p.add_argument("--m", default=None, help="batch sizes (default: SGLang's 18, 1..4096)")
+    p.add_argument("--budget", type=int, default=20,
+                   help="evaluations per batch size, default and shipped entry included (default 20)")
+    p.add_argument("--strategy", default="auto", help="auto (surrogate when optuna imports, else random) | "
+                                                      "random | surrogate | halving | exhaustive")
+    p.add_argument("--rep-ms", type=float, default=25.0, help="timing budget per config in ms (default 25)")
+    p.add_argument("--rounds", type=int, default=2, help="side-by-side re-timings per config (default 2)")
+    p.add_argument("--dtype", default=None, help="default bf16 (fp16 with --smoke)")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes, 2 batch sizes: the CPU check of this script")
+    p.add_argument("--name", default=os.environ.get("BENCH_NAME", "sglang_moe"), help="result file name")
+    return p.parse_args(argv)
+
+
+def _strategy(name: str) -> str:
+    if name != "auto":
+        return name
+    try:
+        import optuna  # noqa: F401
+        return "surrogate"
+    except ImportError:
+        return "random"
+
+
+def _fastest(trials):
+    bad = [t for t in trials if not t.ok]
+    return bad[0] if bad else min(trials, key=lambda t: t.p50)
+
+
+def _us(t) -> str:
+    return f"{t.p50 * 1e3:.1f}" if t is not None and t.ok else ("-" if t is None else t.status)
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    from flytune_nb.artifacts.export import export
+    from flytune_nb.core.device import current_device
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.engine.store import Store
+    from flytune_nb.engine.sweep import Sweep
+    from flytune_nb.measure.timer import make_timer
+    from flytune_nb.measure.trial import evaluate
+
+    t_start = time.perf_counter()
+    dev = current_device()
+    models = SMOKE if args.smoke else {k: MODELS[k] for k in args.models.split(",")}
+    ms = [int(v) for v in args.m.split(",")] if args.m else ([1, 5] if args.smoke else list(BATCH_SIZES))
+    dtype = args.dtype or ("fp16" if args.smoke else "bf16")
+    strategy = _strategy(args.strategy)
+    spec = get_kernel("sglang_fused_moe")
+    out = out_dir()
+    store = Store(out / f"{args.name}.db")
+    timer = make_timer(dev) if not dev.is_gpu else make_timer(dev, rep_ms=args.rep_ms, warmup_ms=5.0)
+    payload = {"env": environment(), "sglang": spec.extra["sglang_version"], "path": spec.extra["path"],
+               "strategy": strategy, "budget": args.budget, "dtype": dtype, "models": {}}
+    md = [f"# SGLang's fused-MoE kernel: flytune's search vs SGLang's shipped configs vs its default ({dtype})", "",
+          f"{dev.name}, SGLang {spec.extra['sglang_version']} (its kernel via the `{spec.extra['path']}` path), "
+          f"Triton {payload['env']['triton']}, torch {payload['env']['torch']}, {payload['env']['date']}. Search: "
+          f"{strategy}, at most {args.budget} evaluations per batch size (SGLang's script: {SGLANG_EVALS}), "
+          f"default and shipped entry first. Side by side: each config re-timed {args.rounds}x alternating, "
+          f"fastest median kept (us). flytune = the search's best without the shipped entry; tie band {TIE:.0%}.",
+          ""]
+    summary = []
+    for model, dims in models.items():
+        t0 = time.perf_counter()
+        grid = f"M={','.join(map(str, ms))} " + " ".join(f"{k}={v}" for k, v in dims.items())
+        results = Sweep("sglang_fused_moe", grid, [dtype], db=store, strategy=strategy, budget=args.budget,
+                        baselines=(), timer={"rep_ms": args.rep_ms} if dev.is_gpu else None,
+                        isolate=not args.smoke).run()
+        sweep_s = time.perf_counter() - t0
+        rows, ratios, beyond, evals = [], [], [], []
+        for r in results:
+            shape, shipped = r.shape, r.named.get(SHIPPED)
+            own = [t for t in r.trials if t.ok and t.fidelity == "full" and t.config != shipped]
+            best = min(own, key=lambda t: t.p50).config if own else r.default
+            picks = {"default": r.default, "shipped": shipped, "flytune": best}
+            timed = {k: [] for k, c in picks.items() if c is not None}
+            for _ in range(max(1, args.rounds)):  # interleaved, so a slow spell hits all three alike
+                for k in timed:
+                    timed[k].append(evaluate(spec, shape, dtype, picks[k], dev, timer))
+            t = {k: _fastest(v) for k, v in timed.items()}
+            f, s, d = t["flytune"], t.get("shipped"), t["default"]
+            vs_shipped = s.p50 / f.p50 if s is not None and s.ok and f.ok else None
+            vs_default = d.p50 / f.p50 if d.ok and f.ok else None
+            n_evals = len({x.config for x in r.trials})
+            evals.append(n_evals)
+            if vs_shipped is not None:
+                ratios.append(vs_shipped)
+                if vs_shipped < 1 - TIE:
+                    beyond.append(shape["M"])
+            rows.append({"M": shape["M"], "default_us": d.p50 * 1e3 if d.ok else None,
+                         "shipped_us": s.p50 * 1e3 if s is not None and s.ok else None,
+                         "flytune_us": f.p50 * 1e3 if f.ok else None, "shipped_over_flytune": vs_shipped,
+                         "default_over_flytune": vs_default, "evaluations": n_evals, "flytune_config": str(best),
+                         "shipped_config": str(shipped) if shipped else None, "default_config": str(r.default),
+                         "export_config": str(r.best.config) if r.best else None,
+                         "wrong": [k for k, x in t.items() if x.status == "wrong"]})
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+        payload["models"][model] = {"shape": dims, "rows": rows, "geomean_shipped_over_flytune": geo,
+                                    "beyond_tie": beyond, "sweep_s": sweep_s, "max_evaluations": max(evals),
+                                    "total_evaluations": sum(evals)}
+        md += [f"## {model}: E={dims['E']} N={dims['N']} K={dims['K']} top-{dims['topk']}", "",
+               "| M | default | SGLang shipped | flytune | shipped / flytune | default / flytune | evaluations | "
+               "flytune config | shipped config |", "|---|---|---|---|---|---|---|---|---|"]
+        for row, r in zip(rows, results):
+            cell = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+            ratio = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+            md.append(f"| {row['M']} | {cell(row['default_us'])} | {cell(row['shipped_us'])} | "
+                      f"{cell(row['flytune_us'])} | {ratio(row['shipped_over_flytune'])} | "
+                      f"{ratio(row['default_over_flytune'])} | {row['evaluations']} | `{row['flytune_config']}` | "
+                      f"`{row['shipped_config'] or '-'}` |")
+        line = (f"{model}: geomean shipped / flytune {geo:.3f}x over {len(ratios)} batch sizes" if geo else
+                f"{model}: no shipped file for {dev.name} (nothing to compare against)")
+        line += (f"; slower than shipped beyond {TIE:.0%} at M={beyond}" if beyond else "; none slower beyond the "
+                 "tie band") + (f"; at most {max(evals)} evaluations per batch size ({max(evals) / SGLANG_EVALS:.1%} "
+                                f"of SGLang's {SGLANG_EVALS}); sweep {sweep_s:.0f} s")
+        summary.append(line)
+        md += ["", line, ""]
+        print(line, flush=True)
+    written = export(store, out / "sglang_exports", kernel="sglang_fused_moe")
+    store.close()
+    payload["exports"] = [str(p) for p in written]
+    payload["wall_s"] = time.perf_counter() - t_start
+    md += ["## Summary", ""] + [f"- {s}" for s in summary] + [
+        f"- exported in SGLang's layout: {', '.join(p.name for p in written)} (under sglang_exports/"
+        f"sglang_fused_moe/configs/); wall time {payload['wall_s']:.0f} s", ""]
+    if dev.backend == "interpreter":
+        md.append("(interpreter wall-clock times: they exercise the script, they say nothing about GPU speed)")
+    write(args.name, payload, "\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
