@@ -161,6 +161,7 @@ def main(argv=None) -> int:
         summary.append(line)
         md += ["", line, ""]
         print(line, flush=True)
+        write(args.name, payload, "\n".join(md + ["(partial: written after each model)"]))  # a timeout keeps these
     written = export(store, out / "sglang_exports", kernel="sglang_fused_moe")
     store.close()
     payload["exports"] = [str(p) for p in written]

@@ -44,7 +44,8 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
             "version": (best["source"] or "", best["toolchain"] or ""), "config": json.loads(best["config"]),
             "spec": spec,
             "prov": _clean({
-                "kernel": kname, "device": device, "arch": best["arch"], "toolchain": toolchain, "source": best["source"] or "",
+                "kernel": kname, "device": device, "arch": best["arch"], "toolchain": toolchain,
+                "source": best["source"] or "",
                 "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
                 "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
                 "rel_error": float(best["rel_error"]), "key": key, "shape": rest, "dtype": dtype,

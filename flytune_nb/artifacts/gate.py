@@ -76,8 +76,8 @@ def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
             continue
         # "…,device_name=D,dtype=T.json", "…,device_name=D.json" where the kernel writes no dtype part (MoE), and
         # either with a kernel's lower-case name suffix ("…_down.json").
-        names = {f for f in tdir.glob("*.json") if re.search(rf"device_name={re.escape(device_name)}(,|(_[a-z]+)?\.json$)",
-                                                                f.name)}
+        mine = re.compile(rf"device_name={re.escape(device_name)}(,|(_[a-z]+)?\.json$)")
+        names = {f for f in tdir.glob("*.json") if mine.search(f.name)}
         prov = read_provenance(tdir / PROVENANCE)
         # the kernel that wrote a file, as its provenance says (several kernels may share one folder), else the folder
         out += [(_kernel_of(prov.get(f.name, {}), kdir.name), f) for f in sorted(names)]

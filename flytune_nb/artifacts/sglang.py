@@ -57,7 +57,8 @@ def parse_name(name: str) -> dict | None:
     rest = m.group(4)
     dtype = re.search(r",dtype=([^,]+?)(?=,|$)", rest)
     block = re.search(r",block_shape=\[(\d+), (\d+)\]", rest)
-    return {"E": int(m.group(1)), "N": int(m.group(2)), "device": m.group(3), "dtype": dtype.group(1) if dtype else None,
+    return {"E": int(m.group(1)), "N": int(m.group(2)), "device": m.group(3),
+            "dtype": dtype.group(1) if dtype else None,
             "block_shape": [int(block.group(1)), int(block.group(2))] if block else None,
             "per_channel_quant": ",per_channel_quant=True" in rest, "down": bool(m.group(5))}
 

@@ -67,7 +67,7 @@ class KernelSpec:
     named_configs: Callable[[Shape, str, DeviceInfo], Mapping[str, Config]] | None = None
     # Where a config dir holds this kernel's triton_X_Y_Z/ folders (default: the kernel's name), a suffix for its
     # file names, and how a file's text is written (default: artifacts.files.render, knobs sorted). SGLang's MoE files
-    # live under <dir>/configs/, name a separately tuned down GEMM "…_down.json" and order the knobs as its tuner does.
+    # live under <dir>/configs/, name a separately tuned down GEMM "…_down.json" and order the knobs as SGLang's tuner.
     artifact_path: str = ""
     artifact_suffix: str = ""
     artifact_render: Callable[[dict], str] | None = None

@@ -10,8 +10,10 @@ from tests.conftest import PLUGINS
 
 
 def _with_named(spec, pick):
-    return dataclasses.replace(spec, named_configs=lambda shape, dtype, device: pick(spec.configs(shape, dtype, device),
-                                                                                     spec.default(shape, dtype, device)))
+    def named(shape, dtype, device):
+        return pick(spec.configs(shape, dtype, device), spec.default(shape, dtype, device))
+
+    return dataclasses.replace(spec, named_configs=named)
 
 
 def test_named_configs_are_measured_after_the_default_and_kept(dev, cpu_timer):
@@ -29,6 +31,10 @@ def test_named_configs_are_measured_after_the_default_and_kept(dev, cpu_timer):
     assert [t.config for t in one.trials] == [default, other]  # past the budget: always measured
     plain = search(toy, shape, "fp32", dev, cpu_timer, budget=3)
     assert plain.named == {} and plain.named_trials == {} and len(plain.trials) == 3
+    from flytune_nb.ui.report import summary_table
+
+    head = summary_table([r]).splitlines()[0]
+    assert "engine p50" in head and "engine p50" not in summary_table([plain])  # the CLI's summary shows them
 
 
 def test_the_sweep_engine_measures_and_keeps_them_too(tmp_path, dev):

@@ -32,6 +32,9 @@ def make_inputs(shape, dtype, device):
     x, w1, ids = inputs.pop("x"), inputs.pop("w1"), inputs["topk_ids"]
     M, topk = ids.shape
     act = torch.empty(M * topk, shape["N"], dtype=x.dtype, device=x.device)
+    if x.device.type == "meta":  # shapes only (memory checks, the precompile pool): nothing to compute
+        inputs["act"] = act
+        return inputs
     for e in range(w1.shape[0]):
         tok, slot = torch.where(ids == e)
         if tok.numel():
