@@ -173,8 +173,11 @@ def test_export_is_read_back_by_sglangs_own_lookup(sg, tmp_path, monkeypatch):
     from flytune_nb.artifacts.gate import files_for
 
     up_files = _sweep_and_export("sglang_fused_moe", tmp_path)
-    down_files = _sweep_and_export("sglang_fused_moe_down", tmp_path)
     root = tmp_path / "out" / "sglang_fused_moe"
+    # the documented order: the up file first, SGLang pointed at it, then the down GEMM (its BLOCK_SIZE_M pinned to
+    # the up config SGLang will run)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
+    down_files = _sweep_and_export("sglang_fused_moe_down", tmp_path)
     assert [p.relative_to(root).as_posix() for p in up_files + down_files] == [
         "configs/triton_3_6_0/E=4,N=64,device_name=CPU_interpreter.json",
         "configs/triton_3_6_0/E=4,N=64,device_name=CPU_interpreter_down.json"]
@@ -186,12 +189,12 @@ def test_export_is_read_back_by_sglangs_own_lookup(sg, tmp_path, monkeypatch):
     assert set(prov) == {up_files[0].name, down_files[0].name}
     assert prov[up_files[0].name]["5"]["shape"] == {"E": 4, "N": 64, "K": 32, "topk": 2}
 
+    down_table = json.loads(down_files[0].read_text())
+    assert all(down_table[m]["BLOCK_SIZE_M"] == table[m]["BLOCK_SIZE_M"] for m in table)
     _device_named(monkeypatch, sg)
-    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
     sg.config.get_moe_configs.cache_clear()
     try:
         assert sg.config.get_moe_configs(4, 64, None) == {int(m): c for m, c in table.items()}
-        down_table = json.loads(down_files[0].read_text())
         up, (dn, _) = sg.config.try_get_optimal_moe_config((4, 128, 32), (4, 32, 64), 2, None, 4,
                                                           return_down_config=True)
         assert up == table["5"] and dn == down_table["5"]  # nearest batch size to M=4 is 5, in both files
