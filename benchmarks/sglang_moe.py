@@ -1,35 +1,28 @@
-"""SGLang's own fused-MoE kernel, three configs side by side per batch size: flytune's searched config, the config
-SGLang ships for this GPU (its own folder, as SGLang resolves it) and SGLang's get_default_config — all launched on
-SGLang's kernel (kernels/sglang_fused_moe), all timed by one timer, interleaved.
+"""Does flytune's search on SGLang's own fused-MoE kernel match SGLang's shipped configs with a tenth of the evaluations?
+
+Three configs side by side per batch size, all launched on SGLang's kernel (kernels/sglang_fused_moe) and timed by
+one timer, interleaved: flytune's searched config, the config SGLang ships for this GPU (its own folder, resolved as
+SGLang resolves it) and SGLang's get_default_config.
 
 Per model (Mixtral-8x7B: E=8 N=14336 K=4096 top-2; Qwen3-30B-A3B: E=128 N=768 K=2048 top-8; tp=1) and SGLang's tuning
 batch sizes, one sweep (the default and the shipped entry first, then the strategy over SGLang's pruned space, at most
 --budget evaluations per batch size; SGLang's own script makes 1920), exported in SGLang's layout under
-$BENCH_OUT/sglang_exports/ (SGLANG_MOE_CONFIG_DIR=.../sglang_fused_moe reads them). Then each batch size's three
-configs re-timed --rounds times, alternating, fastest median of each kept. "flytune" is the best the search found
-*without* the shipped entry (it is the search's own result); "export" is what `flytune export` writes, the best of
-everything timed, shipped entry included.
+<out>/sglang_exports/ (SGLANG_MOE_CONFIG_DIR=<out>/sglang_exports/sglang_fused_moe reads them). Then each batch
+size's three configs re-timed --rounds times, alternating, fastest median of each kept. "flytune" is the best the
+search found *without* the shipped entry (the search's own result); "export" is what `flytune export` writes, the
+best of everything timed, shipped entry included.
 
 Reported: per M the three latencies, shipped / flytune and default / flytune, the evaluations; per model the geomean
 of shipped / flytune, the batch sizes where flytune is slower than shipped beyond the tie band, and the evaluations
-against SGLang's 1920. Targets: geomean >= 1.0, none beyond the band, <= 192 evaluations per batch size.
-
-    python benchmarks/sglang_moe.py                   # the H200 run, ~6 minutes (bf16)
-    python benchmarks/sglang_moe.py --smoke           # CPU: tiny shapes through the interpreter, fp16
+against SGLang's 1920. Targets: geomean >= 1.0, none beyond the band, <= 192 evaluations per batch size. Needs the
+sglang package (docs/sglang.md). --smoke: tiny shapes through the interpreter (fp16), the CPU check of this script.
 """
 from __future__ import annotations
 
-import argparse
 import math
-import os
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from common import environment, out_dir, write  # noqa: E402
+from benchmarks.common import environment, int_list, need_gpu, parser, results_dir, write
 
 MODELS = {"Mixtral-8x7B": {"E": 8, "N": 14336, "K": 4096, "topk": 2},
           "Qwen3-30B-A3B": {"E": 128, "N": 768, "K": 2048, "topk": 8}}
@@ -41,9 +34,10 @@ SHIPPED = "SGLang shipped"
 
 
 def _args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p = parser(__doc__, __file__)
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
-    p.add_argument("--m", default=None, help="batch sizes (default: SGLang's 18, 1..4096)")
+    p.add_argument("--m", type=int_list, default=None, metavar="M,...",
+                   help="batch sizes (default: SGLang's 18, 1..4096)")
     p.add_argument("--budget", type=int, default=20,
                    help="evaluations per batch size, default and shipped entry included (default 20)")
     p.add_argument("--strategy", default="auto", help="auto (surrogate when optuna imports, else random) | "
@@ -52,7 +46,7 @@ def _args(argv=None):
     p.add_argument("--rounds", type=int, default=2, help="side-by-side re-timings per config (default 2)")
     p.add_argument("--dtype", default=None, help="default bf16 (fp16 with --smoke)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, 2 batch sizes: the CPU check of this script")
-    p.add_argument("--name", default=os.environ.get("BENCH_NAME", "sglang_moe"), help="result file name")
+    p.add_argument("--name", default="sglang_moe", help="result file name (default: %(default)s)")
     return p.parse_args(argv)
 
 
@@ -77,6 +71,8 @@ def _us(t) -> str:
 
 def main(argv=None) -> int:
     args = _args(argv)
+    if not args.smoke:
+        need_gpu("sglang_moe")
     from flytune_nb.artifacts.export import export
     from flytune_nb.core.device import current_device
     from flytune_nb.core.registry import get_kernel
@@ -88,11 +84,11 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     dev = current_device()
     models = SMOKE if args.smoke else {k: MODELS[k] for k in args.models.split(",")}
-    ms = [int(v) for v in args.m.split(",")] if args.m else ([1, 5] if args.smoke else list(BATCH_SIZES))
+    ms = args.m or ([1, 5] if args.smoke else list(BATCH_SIZES))
     dtype = args.dtype or ("fp16" if args.smoke else "bf16")
     strategy = _strategy(args.strategy)
     spec = get_kernel("sglang_fused_moe")
-    out = out_dir()
+    out = results_dir(args.out)
     store = Store(out / f"{args.name}.db")
     timer = make_timer(dev) if not dev.is_gpu else make_timer(dev, rep_ms=args.rep_ms, warmup_ms=5.0)
     payload = {"env": environment(), "sglang": spec.extra["sglang_version"], "path": spec.extra["path"],
@@ -161,7 +157,7 @@ def main(argv=None) -> int:
         summary.append(line)
         md += ["", line, ""]
         print(line, flush=True)
-        write(args.name, payload, "\n".join(md + ["(partial: written after each model)"]))  # a timeout keeps these
+        write(args.name, payload, "\n".join(md + ["(partial: written after each model)"]), out)  # kept on a timeout
     written = export(store, out / "sglang_exports", kernel="sglang_fused_moe")
     store.close()
     payload["exports"] = [str(p) for p in written]
@@ -171,9 +167,5 @@ def main(argv=None) -> int:
         f"sglang_fused_moe/configs/); wall time {payload['wall_s']:.0f} s", ""]
     if dev.backend == "interpreter":
         md.append("(interpreter wall-clock times: they exercise the script, they say nothing about GPU speed)")
-    write(args.name, payload, "\n".join(md))
+    write(args.name, payload, "\n".join(md), out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

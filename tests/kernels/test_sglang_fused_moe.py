@@ -324,14 +324,13 @@ def test_without_sglang_both_kernels_are_listed_unavailable_fast(tmp_path):
 
 def test_benchmark_smoke_compares_searched_shipped_and_default(tmp_path, monkeypatch):
     """benchmarks/sglang_moe.py end to end on tiny shapes (the H200 run is the same code with real ones)."""
-    import runpy
+    from benchmarks.__main__ import main as bench
 
     shipped = {1: _entry(1), 8: {**_entry(8), "BLOCK_SIZE_M": 32}}
     _fake_shipped(tmp_path / "pkg", "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json", shipped)
     monkeypatch.setattr(files, "package_root", lambda: tmp_path / "pkg")
-    monkeypatch.setenv("BENCH_OUT", str(tmp_path / "res"))
-    mod = runpy.run_path(str(Path(REPO) / "benchmarks" / "sglang_moe.py"), run_name="sglang_moe_bench")
-    assert mod["main"](["--smoke", "--budget", "3", "--rounds", "1", "--strategy", "random"]) == 0
+    assert bench(["sglang_moe", "--smoke", "--budget", "3", "--rounds", "1", "--strategy", "random", "--out",
+                  str(tmp_path / "res")]) == 0
     res = json.loads((tmp_path / "res" / "sglang_moe.json").read_text())
     a, b = res["models"]["tiny-a"], res["models"]["tiny-b"]
     assert [r["M"] for r in a["rows"]] == [1, 5] and a["max_evaluations"] <= 3
