@@ -31,12 +31,13 @@ from flytune_nb.serve.tuned import TunedKernel, tuned  # noqa: E402
 from flytune_nb.strategies.loop import NoValidConfig, SearchResult, search  # noqa: E402
 
 __all__ = ["Config", "ConfigError", "DeviceInfo", "FlytuneError", "KernelSpec", "NoValidConfig", "RunError",
-           "SearchResult", "Store", "Sweep", "Trial", "TunedKernel", "UsageError", "current_device", "evaluate",
-           "get_kernel", "list_kernels", "lookup", "search", "tuned", "__version__"]
+           "SearchResult", "Store", "Sweep", "Trial", "TunedKernel", "UsageError", "adopt", "current_device",
+           "evaluate", "get_kernel", "list_kernels", "lookup", "prime", "search", "tuned", "__version__"]
 
 # Imported on first use: the sweep engine and the lookup pull in sqlite, the process machinery and the artifact code,
-# which a serving process that only calls tuned(...) never needs.
-_LAZY = {"Sweep": "flytune_nb.engine.sweep", "Store": "flytune_nb.engine.store", "lookup": "flytune_nb.serve.lookup"}
+# which a serving process that only calls tuned(...) never needs; adopt and prime reach into Triton's autotuner.
+_LAZY = {"Sweep": "flytune_nb.engine.sweep", "Store": "flytune_nb.engine.store", "lookup": "flytune_nb.serve.lookup",
+         "adopt": "flytune_nb.kit.adopt", "prime": "flytune_nb.serve.prime"}
 
 
 def __getattr__(name):

@@ -42,6 +42,12 @@ def compile_only(backend: str):
         _COMPILE_ONLY[0] = None
 
 
+def compiling_for() -> str | None:
+    """The backend ``compile_only`` is compiling for (its launches must compile only), or None: launch as usual.
+    Launchers that do not go through ``launch`` (an adopted autotuned kernel) read it."""
+    return _COMPILE_ONLY[0]
+
+
 def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
     """``fn[grid](*args, **meta, **config's launch options)``, with the compiled kernel remembered.
 
