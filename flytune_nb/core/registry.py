@@ -190,6 +190,10 @@ def _import_file(path: Path):
         pkg = types.ModuleType(_MODULES)
         pkg.__path__ = []
         sys.modules[_MODULES] = pkg
+    # As for a script, its folder is importable (appended, so it never shadows an installed package): the module it
+    # adopts a kernel from may sit beside it.
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
     spec = importlib.util.spec_from_file_location(modname, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[modname] = mod

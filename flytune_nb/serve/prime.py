@@ -149,10 +149,10 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
             report.mismatched.extend((m[0], pk.dtype, pk.key) for m in members)
     if report.coarse:
         worst = report.coarse[0]
-        warnings.warn(f"{spec.name}: {len(report.coarse)} autotuner key(s) cover tuned shapes with different "
-                      f"winners (e.g. {worst.key}: {worst.winners}); the autotuner keeps one config per key, so "
-                      f"each serves the one that won the largest share of the measured time", CoarseKeyWarning,
-                      stacklevel=2)
+        warnings.warn(f"{spec.name}: several tuned shapes share one autotuner key and their winners differ; each "
+                      f"key serves the winner of the largest share of the measured time (the autotuner keeps one "
+                      f"config per key): {len(report.coarse)} such keys, e.g. {worst.key}: {worst.winners}",
+                      CoarseKeyWarning, stacklevel=2)
     _write_disk(spec, adopted, report, groups, device, disk)
     return report
 

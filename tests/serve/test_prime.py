@@ -101,7 +101,7 @@ def test_a_coarse_key_serves_the_winner_of_the_largest_share_of_time(tmp_path, d
     space = spec.configs({"M": 1, "N": 64}, "fp32", dev)
     a, b = space[0], space[1]
     write_export(tmp_path, spec, {"N": 64}, "fp32", dev, {1: a, 2: a, 4: b}, p50={1: 0.001, 2: 0.001, 4: 0.005})
-    with pytest.warns(CoarseKeyWarning, match="cover tuned shapes with different winners"):
+    with pytest.warns(CoarseKeyWarning, match="share one autotuner key and their winners differ"):
         report = flytune_nb.prime(spec, tmp_path)
     (pk,) = report.keys
     assert pk.config == b and not pk.agreed and len(pk.shapes) == 3 and report.coarse == [pk]
