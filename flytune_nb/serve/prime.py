@@ -82,9 +82,10 @@ class PrimeReport:
         return "\n".join(lines)
 
 
-def adopted_spec(kernel) -> KernelSpec:
+def adopted_spec(kernel, exports: Path | None = None) -> KernelSpec:
     """The spec ``flytune_nb.adopt`` made for ``kernel``: that spec itself, a kernel name or module attribute the
-    registry knows, or the decorated kernel object (found among the specs adopted in this process)."""
+    registry knows, or the decorated kernel object (found among the specs adopted in this process; where several
+    adopt it, the one with exports under ``exports``)."""
     from flytune_nb.core import registry
 
     obj = kernel
@@ -106,6 +107,11 @@ def adopted_spec(kernel) -> KernelSpec:
         if not mine:
             raise UsageError(f"prime: no spec in this process adopts {getattr(at.base_fn, '__name__', at)}; "
                              f"import the module that adopts it first, or pass its SPEC")
+        if len({s.name for s in mine}) > 1 and exports is not None:
+            mine = [s for s in mine if (exports / s.name).is_dir()] or mine
+        if len({s.name for s in mine}) > 1:
+            raise UsageError(f"prime: several specs adopt {getattr(at.base_fn, '__name__', at)} "
+                             f"({', '.join(sorted({s.name for s in mine}))}); pass the one to serve")
         spec = mine[-1]
     if "adopted" not in spec.extra:
         raise UsageError(f"prime: {spec.name} is not an adopted @triton.autotune kernel (flytune_nb.adopt); folder "
@@ -122,7 +128,8 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
     from flytune_nb.core.device import current_device
     from flytune_nb.serve.lookup import config_dir
 
-    spec = adopted_spec(kernel)
+    root = Path(config_dir(exports_dir))
+    spec = adopted_spec(kernel, root)
     adopted = spec.extra["adopted"]
     device = device or current_device()
     report = PrimeReport(spec.name, device.name)
@@ -130,7 +137,7 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
     if not tc.tunes(at):
         report.note = "the decorator has a single config: the autotuner never searches"
         return report
-    tuned = _exported(spec, Path(config_dir(exports_dir)), device, report)
+    tuned = _exported(spec, root, device, report)
     groups: dict[tuple, list] = {}
     for shape, dtype, config, weight in tuned:
         inputs = _planning_inputs(spec, shape, dtype, device)

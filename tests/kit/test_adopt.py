@@ -240,3 +240,20 @@ def test_exports_and_the_regression_gate_work_on_an_adopted_kernel(tmp_path, cap
     out = capsys.readouterr().out
     assert "axpy_acc" in out and "2 configs checked on CPU_interpreter: 0 FAIL" in out
     assert not math.isnan(store.frame("axpy_acc")["p50"].iloc[0])
+
+
+def test_an_importable_module_names_its_spec_by_module_and_attribute(tmp_path, monkeypatch):
+    (tmp_path / "my_adopted_pkg.py").write_text(
+        f"import importlib.util\n"
+        f"_s = importlib.util.spec_from_file_location('adopted_src', {REF!r})\n"
+        f"_m = importlib.util.module_from_spec(_s); _s.loader.exec_module(_m)\n"
+        f"import flytune_nb\n"
+        f"ad = _m.AXPY.extra['adopted']\n"
+        f"SPEC = flytune_nb.adopt(ad.kernel, name='axpy_module', axes=('N',), dtypes=('fp32',),\n"
+        f"                        make_inputs=lambda s, d, dev: ad.make_inputs(s, d, dev), launch=ad.launch,\n"
+        f"                        reference=ad.reference)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_adopted_pkg
+
+    assert load_name(my_adopted_pkg.SPEC) == "my_adopted_pkg:SPEC"  # found in the module that made it
+    assert get_kernel("my_adopted_pkg:SPEC") is my_adopted_pkg.SPEC and get_kernel("axpy_module") is my_adopted_pkg.SPEC
