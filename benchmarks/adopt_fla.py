@@ -15,7 +15,9 @@ Per kernel and shape:
     python benchmarks/adopt_fla.py --tiny       # CPU smoke test: tiny shapes through Triton's interpreter
 
 fla's own disk cache of autotune results (FLA_CACHE_RESULTS, on by default) is turned off here so that the
-decorator really picks in this run instead of reading an earlier run's pick from ~/.triton/cache.
+decorator really picks in this run instead of reading an earlier run's pick from ~/.triton/cache, and so is its
+backend dispatch (FLA_DISABLE_BACKEND_DISPATCH=1), so that fla's functions reach these Triton kernels. A kernel that
+fails is reported in the results and the others still run.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ import warnings
 from pathlib import Path
 
 os.environ["FLA_CACHE_RESULTS"] = "0"  # before fla is imported (read at import); see the module doc
+# fla's @dispatch may route a call to another installed backend; the Triton kernels are what is measured here
+os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
@@ -116,7 +120,7 @@ def main(argv=None) -> int:
     p.add_argument("--name", default=os.environ.get("BENCH_NAME", "adopt_fla"), help="result file name")
     args = p.parse_args(argv)
 
-    from common import environment, write
+    from common import environment, out_dir, write
 
     import flytune_nb
     from flytune_nb import Sweep
@@ -130,54 +134,64 @@ def main(argv=None) -> int:
     dtype = args.dtype or ("fp32" if args.tiny else "bf16")
     work = Path(tempfile.mkdtemp(prefix="adopt-fla-"))
     t_start = time.perf_counter()
-    rows, served = [], []
+    rows, served, errors = [], [], []
     for kernel in [k.strip() for k in args.kernels.split(",") if k.strip()]:
-        attr, gpu_shapes, tiny_shapes = KERNELS[kernel]
-        shapes = tiny_shapes if args.tiny else gpu_shapes
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # fla's warnings about the device
-            spec = get_kernel(f"{REPO / 'examples' / 'fla_kernels.py'}:{attr}")
-        ad = spec.extra["adopted"]
-        store = Store(work / f"{kernel}.db")
-        t0 = time.perf_counter()
-        results = Sweep(spec, shapes, [dtype], db=store, isolate=not args.no_isolate, baselines=(),
-                        timer={"rep_ms": args.rep_ms} if dev.is_gpu else None).run()
-        sweep_s = time.perf_counter() - t0
-        for r in results:
-            shape = r.shape
-            theirs = decorator_pick(spec, kernel, shape, dtype, dev, tc)
-            ours = r.best.config
-            ours_trial = next(t for t in r.trials if t.config == ours)
-            their_trial = next((t for t in r.trials if t.config == theirs["config"]), None)
-            sbs = side_by_side(spec, shape, dtype, dev, ours, theirs["config"], args.rep_ms, args.rounds)
-            rows.append({
-                "kernel": kernel, "shape": shape, "dtype": dtype, "key": list(map(str, theirs["key"])),
-                "ours": str(ours), "theirs": str(theirs["config"]), "same": ours == theirs["config"],
-                "ours_ms": sbs["ours"], "theirs_ms": sbs["theirs"], "speedup": sbs["theirs"] / sbs["ours"],
-                "triton_ours_ms": (theirs["triton_ms"].get(ours) or [None])[0],
-                "triton_theirs_ms": (theirs["triton_ms"].get(theirs["config"]) or [None])[0],
-                "theirs_checked": their_trial.status if their_trial else "not in our space",
-                "ours_rel_error": ours_trial.rel_error, "configs": len(r.trials),
-                "decorator_bench_calls": theirs["bench_calls"], "decorator_tune_s": theirs["tune_s"],
-                "sweep_s_per_shape": sweep_s / len(results)})
-        # served: export, prime, fla's own function once per shape
-        export(store, work / "exports")
-        ad.autotuner.cache.clear()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # shapes sharing a coarser key: reported below
-            report = flytune_nb.prime(spec, work / "exports")
-        for r in results:
-            inputs = spec.make_inputs(r.shape, dtype, dev)
-            with tc.count_benchmarks(ad.autotuner, None if dev.is_gpu else wall_clock) as count:
-                fla_call(kernel, inputs)()
-            key = ad.key(inputs)
-            primed = next((k for k in report.keys if k.key == key), None)
-            served.append({"kernel": kernel, "shape": r.shape, "bench_calls": count.calls,
-                           "launched": str(ad.to_ours(ad.autotuner.best_config)),
-                           "primed": str(primed.config) if primed else None,
-                           "key_shared_by": len(primed.shapes) if primed else 0,
-                           "coarse_key_winners": len(primed.winners) if primed else 0})
+        try:
+            attr, gpu_shapes, tiny_shapes = KERNELS[kernel]
+            shapes = tiny_shapes if args.tiny else gpu_shapes
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # fla's warnings about the device
+                spec = get_kernel(f"{REPO / 'examples' / 'fla_kernels.py'}:{attr}")
+            ad = spec.extra["adopted"]
+            store = Store(work / f"{kernel}.db")
+            t0 = time.perf_counter()
+            results = Sweep(spec, shapes, [dtype], db=store, isolate=not args.no_isolate, baselines=(),
+                            timer={"rep_ms": args.rep_ms} if dev.is_gpu else None).run()
+            sweep_s = time.perf_counter() - t0
+            for r in results:
+                shape = r.shape
+                theirs = decorator_pick(spec, kernel, shape, dtype, dev, tc)
+                ours = r.best.config
+                ours_trial = next(t for t in r.trials if t.config == ours)
+                their_trial = next((t for t in r.trials if t.config == theirs["config"]), None)
+                sbs = side_by_side(spec, shape, dtype, dev, ours, theirs["config"], args.rep_ms, args.rounds)
+                rows.append({
+                    "kernel": kernel, "shape": shape, "dtype": dtype, "key": list(map(str, theirs["key"])),
+                    "ours": str(ours), "theirs": str(theirs["config"]), "same": ours == theirs["config"],
+                    "ours_ms": sbs["ours"], "theirs_ms": sbs["theirs"], "speedup": sbs["theirs"] / sbs["ours"],
+                    "triton_ours_ms": (theirs["triton_ms"].get(ours) or [None])[0],
+                    "triton_theirs_ms": (theirs["triton_ms"].get(theirs["config"]) or [None])[0],
+                    "theirs_checked": their_trial.status if their_trial else "not in our space",
+                    "ours_rel_error": ours_trial.rel_error, "configs": len(r.trials),
+                    "decorator_bench_calls": theirs["bench_calls"], "decorator_tune_s": theirs["tune_s"],
+                    "sweep_s_per_shape": sweep_s / len(results)})
+            # served: export, prime, fla's own function once per shape
+            export(store, work / "exports")
+            ad.autotuner.cache.clear()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # shapes sharing a coarser key: reported below
+                report = flytune_nb.prime(spec, work / "exports")
+            for r in results:
+                inputs = spec.make_inputs(r.shape, dtype, dev)
+                with tc.count_benchmarks(ad.autotuner, None if dev.is_gpu else wall_clock) as count:
+                    fla_call(kernel, inputs)()
+                key = ad.key(inputs)
+                primed = next((k for k in report.keys if k.key == key), None)
+                served.append({"kernel": kernel, "shape": r.shape, "bench_calls": count.calls,
+                               "launched": str(ad.to_ours(ad.autotuner.best_config)),
+                               "primed": str(primed.config) if primed else None,
+                               "key_shared_by": len(primed.shapes) if primed else 0,
+                               "coarse_key_winners": len(primed.winners) if primed else 0})
+        except Exception as e:  # noqa: BLE001 - one kernel's failure must not lose the others' results
+            import traceback
+
+            traceback.print_exc()
+            errors.append({"kernel": kernel, "error": f"{type(e).__name__}: {e}"[:500]})
     total_s = time.perf_counter() - t_start
+    if (work / "exports").is_dir():  # the exported winners come back with the results
+        import shutil
+
+        shutil.copytree(work / "exports", out_dir() / f"{args.name}_exports", dirs_exist_ok=True)
 
     def us(ms):
         return "-" if ms is None else f"{ms * 1e3:.2f}"
@@ -199,10 +213,11 @@ def main(argv=None) -> int:
     for s in served:
         md.append(f"| {s['kernel']} | {' '.join(f'{k}={v}' for k, v in s['shape'].items())} | {s['bench_calls']} | "
                   f"`{s['launched']}` | `{s['primed']}` | {s['key_shared_by']} ({s['coarse_key_winners']}) |")
-    ok = all(s["bench_calls"] == 0 and s["launched"] == s["primed"] for s in served)
+    ok = bool(served) and not errors and all(s["bench_calls"] == 0 and s["launched"] == s["primed"] for s in served)
     md += ["", f"served with zero benchmarks: {'yes' if ok else 'NO'}"]
-    write(args.name, {"environment": environment(), "rows": rows, "served": served, "total_s": total_s,
-                      "args": vars(args)}, "\n".join(md))
+    md += [f"FAILED {e['kernel']}: {e['error']}" for e in errors]
+    write(args.name, {"environment": environment(), "rows": rows, "served": served, "errors": errors,
+                      "total_s": total_s, "args": vars(args)}, "\n".join(md))
     return 0 if ok else 1
 
 
