@@ -4,12 +4,14 @@ The public API is what this module exports; the subpackages are by role:
 
 - ``core``: configs, the kernel-plugin contract (KernelSpec), dtypes, devices, the tuning key, shape grids, the
   kernel registry;
-- ``kit``: what kernel folders import to write spaces and launch (spaces, launch);
+- ``kit``: what kernel folders import to write spaces and launch (spaces, launch), and ``adopt``: an existing
+  ``@triton.autotune`` kernel as a KernelSpec in one call;
 - ``measure``: one trial (correctness, timing), memory checks, rooflines;
 - ``strategies``: search strategies (one function each) and the search loop;
 - ``engine``: sweeps over grids in isolated worker processes, the results store, events, the compile pool;
 - ``backends``: what knows a DSL's compiler (Triton today);
-- ``serve``: the run path with zero search (tuned, disk cache, artifact lookup);
+- ``serve``: the run path with zero search (tuned, disk cache, artifact lookup, and ``prime``: an adopted kernel's
+  own autotuner filled with the exported winners);
 - ``artifacts``: SGLang-format exports, provenance, the regression gate (``flytune check``);
 - ``analysis``: heuristic vs best, regret, re-scoring an edited heuristic;
 - ``ui``: the CLI, papermill batches, reports, and ``ui.notebook`` (the only package that imports ipywidgets/plotly);
@@ -31,12 +33,13 @@ from flytune_nb.serve.tuned import TunedKernel, tuned  # noqa: E402
 from flytune_nb.strategies.loop import NoValidConfig, SearchResult, search  # noqa: E402
 
 __all__ = ["Config", "ConfigError", "DeviceInfo", "FlytuneError", "KernelSpec", "NoValidConfig", "RunError",
-           "SearchResult", "Store", "Sweep", "Trial", "TunedKernel", "UsageError", "current_device", "evaluate",
-           "get_kernel", "list_kernels", "lookup", "search", "tuned", "__version__"]
+           "SearchResult", "Store", "Sweep", "Trial", "TunedKernel", "UsageError", "adopt", "current_device",
+           "evaluate", "get_kernel", "list_kernels", "lookup", "prime", "search", "tuned", "__version__"]
 
 # Imported on first use: the sweep engine and the lookup pull in sqlite, the process machinery and the artifact code,
-# which a serving process that only calls tuned(...) never needs.
-_LAZY = {"Sweep": "flytune_nb.engine.sweep", "Store": "flytune_nb.engine.store", "lookup": "flytune_nb.serve.lookup"}
+# which a serving process that only calls tuned(...) never needs; adopt and prime reach into Triton's autotuner.
+_LAZY = {"Sweep": "flytune_nb.engine.sweep", "Store": "flytune_nb.engine.store", "lookup": "flytune_nb.serve.lookup",
+         "adopt": "flytune_nb.kit.adopt", "prime": "flytune_nb.serve.prime"}
 
 
 def __getattr__(name):

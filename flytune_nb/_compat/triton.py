@@ -161,3 +161,301 @@ def cache_invalidating_env() -> dict:
     except ImportError:
         return {}
     return {k: str(v) for k, v in get_cache_invalidating_env_vars().items()}
+
+
+# -- @triton.autotune: the decorator's object, its key, its cache, its benchmarker ----------------------------------
+# Layout read in Triton's own runtime/autotuner.py of 3.2, 3.3, 3.4, 3.5, 3.6 and 3.9; tests/compat run the installed
+# one. What flytune_nb relies on, the same in all of them:
+# - ``Autotuner`` keeps the decorator's arguments as attributes (``AUTOTUNER_FIELDS``) and the wrapped object in ``fn``
+#   (a JITFunction, an InterpretedFunction, or an inner ``Heuristics`` whose ``fn`` leads on);
+# - ``run(*args, **kwargs)`` keys ``cache`` (a dict per object) on ``autotune_key``'s tuple, and only when the
+#   decorator has more than one config; on a miss it calls ``prune_configs(kwargs)`` (with ``nargs`` set), benchmarks
+#   each surviving config through ``do_bench``, keeps the fastest; on a hit it calls ``config.pre_hook`` if any, then
+#   ``fn.run(*args, **kwargs, **config.all_kwargs())``;
+# - ``do_bench`` is an attribute set in ``__init__`` (3.2, 3.3) or a cached_property (3.4+): an instance attribute of
+#   the same name shadows both.
+AUTOTUNER_LAYOUTS = {(3, 2), (3, 3), (3, 4), (3, 5), (3, 6), (3, 9)}
+AUTOTUNER_FIELDS = ("configs", "keys", "cache", "arg_names", "reset_to_zero", "restore_value", "fn",
+                    "early_config_prune", "perf_model", "configs_top_k", "prune_configs")
+# triton.Config fields other Triton releases add, with the value that means "not used": 3.2/3.3's warp
+# specialisation and 3.4+'s IR override. A config that sets one of them is outside what flytune_nb can carry.
+CONFIG_EXTRAS = {"ir_override": None, "num_buffers_warp_spec": 0, "num_consumer_groups": 0, "reg_dec_producer": 0,
+                 "reg_inc_consumer": 0}
+
+
+class AutotunerLayoutError(Exception):
+    """The object is not an autotuned kernel this module can read (its message says what is missing)."""
+
+
+def autotuner_layout_verified() -> bool:
+    return version() in AUTOTUNER_LAYOUTS
+
+
+def unwrap_autotuned(obj):
+    """(autotuner, outer layers, inner layers, jit function) for what ``@triton.autotune`` built, walking ``.fn`` from
+    the object a module exposes (outer ``@triton.heuristics`` first) down to the jit function."""
+    from triton.runtime.autotuner import Autotuner
+
+    outer, inner, at, o = [], [], None, obj
+    for _ in range(32):  # a decorator chain is a handful deep; a cycle is not a kernel
+        if isinstance(o, Autotuner):
+            if at is not None:
+                raise AutotunerLayoutError("two @triton.autotune decorators are stacked on one kernel")
+            at = o
+        elif type(o).__name__ in ("JITFunction", "InterpretedFunction"):
+            if at is None:
+                raise AutotunerLayoutError(f"{_name(obj)} is a jit function without @triton.autotune")
+            return at, outer, inner, o
+        elif at is None and not hasattr(o, "fn"):
+            raise AutotunerLayoutError(f"{_name(obj)} is a {type(o).__name__}, not a @triton.autotune kernel")
+        else:
+            (inner if at is not None else outer).append(o)
+        if not hasattr(o, "fn"):
+            break
+        o = o.fn
+    raise AutotunerLayoutError(f"{_name(obj)}: no jit function under its @triton.autotune")
+
+
+def _name(obj) -> str:
+    return getattr(obj, "__name__", None) or type(obj).__name__
+
+
+def read_autotuner(at) -> dict:
+    """The decorator's arguments as plain data. Raises AutotunerLayoutError naming any attribute this Triton's
+    Autotuner lacks (a layout other than the verified ones)."""
+    missing = [f for f in AUTOTUNER_FIELDS if not hasattr(at, f)]
+    if missing:
+        import triton
+
+        raise AutotunerLayoutError(
+            f"Triton {triton.__version__}'s Autotuner has no {', '.join(missing)}: flytune_nb reads the decorator of "
+            f"Triton {', '.join('.'.join(map(str, v)) for v in sorted(AUTOTUNER_LAYOUTS))}")
+    return {
+        "configs": list(at.configs), "keys": list(at.keys), "arg_names": list(at.arg_names),
+        "restore_value": list(at.restore_value or ()), "reset_to_zero": list(at.reset_to_zero or ()),
+        "early_config_prune": at.early_config_prune, "perf_model": at.perf_model, "top_k": at.configs_top_k,
+        "user_pre_hook": getattr(at, "user_defined_pre_hook", False),
+        "user_post_hook": getattr(at, "user_defined_post_hook", False),
+        "cache_results": bool(getattr(at, "cache_results", False)),  # the disk cache exists from 3.4 on
+    }
+
+
+def heuristic_names(layers) -> list[str]:
+    """The meta-parameters ``@triton.heuristics`` layers compute."""
+    from triton.runtime.autotuner import Heuristics
+
+    return [name for layer in layers if isinstance(layer, Heuristics) for name in layer.values]
+
+
+def config_fields(config) -> dict:
+    """One triton.Config as {"kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg", "pre_hook"} plus, under
+    "unsupported", the fields it sets that none of those carry."""
+    d = vars(config)
+    out = {k: d.get(k) for k in ("num_warps", "num_stages", "num_ctas", "maxnreg", "pre_hook")}
+    out["kwargs"] = dict(d.get("kwargs") or {})
+    out["unsupported"] = {k: v for k, v in d.items()
+                          if k not in out and k in CONFIG_EXTRAS and v != CONFIG_EXTRAS[k]} | {
+        k: v for k, v in d.items() if k not in out and k not in CONFIG_EXTRAS}
+    return out
+
+
+def triton_config(kwargs: dict, **options):
+    """A triton.Config with the options this Triton's Config accepts (None: Triton's default)."""
+    import inspect
+
+    import triton
+
+    accepted = inspect.signature(triton.Config.__init__).parameters
+    return triton.Config(dict(kwargs), **{k: v for k, v in options.items() if v is not None and k in accepted})
+
+
+def autotune_key(at, args: tuple, kwargs: dict) -> tuple:
+    """The tuple ``Autotuner.run`` keys its cache on for a call with ``args`` / ``kwargs`` (as the autotuner receives
+    them: after outer heuristics; ``grid`` and ``warmup`` are dropped as they are not arguments): the ``key``
+    arguments' values in ``key`` order, then ``str(dtype)`` of every argument that has one, in the order of
+    ``{**dict(zip(arg_names, args)), **kwargs}`` (positional first, then keywords in the order the caller wrote
+    them). A key name that is not passed is left out (a ValueError at decoration from 3.9 on)."""
+    named = {k: v for k, v in {**dict(zip(at.arg_names, args)), **kwargs}.items() if k in at.arg_names}
+    key = [named[k] for k in at.keys if k in named]
+    key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+    return tuple(key)
+
+
+def tunes(at) -> bool:
+    """Whether ``run`` consults the cache at all: with a single config it launches that one, keyless."""
+    return len(at.configs) > 1
+
+
+@contextlib.contextmanager
+def intercepted(at, run):
+    """Within the block, the autotuner's ``run`` is ``run(*args, grid=..., warmup=..., **kwargs)``: whatever reaches
+    it (``kernel[grid](...)``, outer heuristics, the library's own Python function) arrives there with exactly the
+    arguments the autotuner would get, and the autotuner itself does nothing. An instance attribute shadows the
+    class's method; removed afterwards."""
+    had = "run" in vars(at)
+    saved = vars(at).get("run")
+    at.run = run
+    try:
+        yield
+    finally:
+        if had:
+            at.run = saved
+        else:
+            del at.run
+
+
+def launch_config(at, args: tuple, kwargs: dict, config, *, warmup: bool | None = None):
+    """Launch one triton.Config bypassing the search, as ``Autotuner.run`` launches a cache hit: ``config.pre_hook``
+    on the full arguments first, then ``at.fn.run(*args, **kwargs, **config.all_kwargs())``. ``kwargs`` holds
+    ``grid`` and ``warmup`` as ``kernel[grid]`` passes them; ``warmup=True`` compiles without launching.
+    ``restore_value`` / ``reset_to_zero`` are not applied here (Triton applies them only while benchmarking)."""
+    kwargs = dict(kwargs)
+    if warmup is not None:
+        kwargs["warmup"] = warmup
+    clash = (kwargs.keys() - {"grid", "warmup"}) & config.kwargs.keys()
+    if clash:
+        raise ValueError(f"meta-parameters {', '.join(sorted(clash))} are given by the caller and by the "
+                         f"autotuner's config")
+    extra = config.all_kwargs()
+    if config.pre_hook is not None and not kwargs.get("warmup"):
+        config.pre_hook({**dict(zip(at.arg_names, args)), **{k: v for k, v in kwargs.items()
+                                                              if k not in ("grid", "warmup")}, **extra})
+    return at.fn.run(*args, **kwargs, **extra)
+
+
+def pruned_configs(at, args: tuple, kwargs: dict) -> list:
+    """The configs ``run`` would benchmark for this call: ``early_config_prune`` then ``perf_model`` / ``top_k``,
+    through the autotuner's own ``prune_configs`` with ``nargs`` set as ``run`` sets it (positional args only)."""
+    saved = getattr(at, "nargs", None)
+    at.nargs = dict(zip(at.arg_names, args))
+    try:
+        return list(at.prune_configs(dict(kwargs)))
+    finally:
+        at.nargs = saved
+
+
+def prime_cache(at, entries: dict) -> None:
+    """``entries``: {key tuple: triton.Config}. A call whose key is there launches that config and benchmarks
+    nothing (``run``: ``if key not in self.cache`` is false)."""
+    for key, config in entries.items():
+        at.cache[tuple(key)] = config
+
+
+class _CacheMiss(Exception):
+    pass
+
+
+def hits_cache(at, call) -> bool:
+    """Run ``call`` (which reaches ``at`` through its own code, on inputs that may live on the meta device) with the
+    autotuner's real ``run`` but nothing launched and nothing benchmarked: True when ``run`` found its key in the
+    cache, False when it would have tuned (it asked for the pruned configs, which only a miss does)."""
+    inner = at.fn
+    had_run, saved_run = "run" in vars(inner), vars(inner).get("run")
+    had_prune, saved_prune = "prune_configs" in vars(at), vars(at).get("prune_configs")
+
+    def miss(*_a, **_k):
+        raise _CacheMiss
+
+    inner.run = lambda *a, **k: None
+    at.prune_configs = miss
+    try:
+        call()
+        return True
+    except _CacheMiss:
+        return False
+    finally:
+        for obj, name, had, saved in ((inner, "run", had_run, saved_run), (at, "prune_configs", had_prune, saved_prune)):
+            if had:
+                setattr(obj, name, saved)
+            else:
+                delattr(obj, name)
+        at.nargs = None
+
+
+class BenchCount:
+    def __init__(self) -> None:
+        self.calls = 0
+
+
+@contextlib.contextmanager
+def count_benchmarks(at, benchmarker=None):
+    """Count the autotuner's benchmark calls (one per config it times) within the block. ``benchmarker``: what times
+    each call instead of the autotuner's own (``do_bench(kernel_call, quantiles=...)``); by default its own, resolved
+    when first needed exactly as the autotuner resolves it. An instance attribute ``do_bench`` shadows the 3.4+
+    cached_property and replaces the 3.2/3.3 attribute alike; the previous state is put back."""
+    had, saved = "do_bench" in vars(at), vars(at).get("do_bench")
+    count = BenchCount()
+
+    def counting(kernel_call, quantiles=None, **kw):
+        count.calls += 1
+        real = benchmarker
+        if real is None:
+            real = saved if had else _default_benchmarker(at)
+        return real(kernel_call, quantiles=quantiles, **kw)
+
+    at.do_bench = counting
+    try:
+        yield count
+    finally:
+        if had:
+            at.do_bench = saved
+        else:
+            del at.do_bench
+
+
+def _default_benchmarker(at):
+    custom = getattr(at, "_do_bench", None)  # autotune(do_bench=...) on 3.4+
+    if custom is not None:
+        return custom
+    from triton.runtime.driver import driver
+
+    return driver.active.get_benchmarker()
+
+
+def jit_function(at):
+    """The JITFunction under the autotuner (None under the interpreter, whose functions are not JITFunctions)."""
+    from triton.runtime.jit import JITFunction
+
+    fn = at.fn
+    while fn is not None and not isinstance(fn, JITFunction):
+        fn = getattr(fn, "fn", None)
+    return fn
+
+
+def disk_cache_supported(at) -> str:
+    """"" when Triton's on-disk autotune cache can hold an entry for ``at`` here, else why not."""
+    if not hasattr(at, "check_disk_cache"):
+        return "this Triton has no on-disk autotune cache (3.4 and newer have one)"
+    if jit_function(at) is None:
+        return "the kernel is not compiled (Triton's interpreter)"
+    return ""
+
+
+def disk_cache_entry(at, key: tuple, configs: list) -> tuple[str, str]:
+    """(cache key, file name) as ``Autotuner.check_disk_cache`` computes them for ``key`` and the pruned config list
+    ``configs`` in order (triton_key, the backend's hash for the current target, the jit function's cache key, the
+    cache-invalidating env, the key, each config's str). Needs the active driver's target."""
+    import hashlib
+
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.cache import triton_key
+    from triton.runtime.driver import driver
+
+    fn = jit_function(at)
+    parts = [triton_key(), make_backend(driver.active.get_current_target()).hash(), fn.cache_key,
+             str(sorted(get_cache_invalidating_env_vars().items())), str(key)] + [str(c) for c in configs]
+    return hashlib.sha256("-".join(parts).encode("utf-8")).hexdigest(), f"{fn.__name__[:150]}.autotune.json"
+
+
+def write_disk_entry(at, key: tuple, configs: list, winner, timing_ms: float) -> str:
+    """Write the entry ``check_disk_cache`` reads for (key, configs) as its own: ``{"key", "configs_timings":
+    [[winner's fields, [median, p20, p80]]]}`` through Triton's cache manager (atomic). The reader takes the fastest
+    of what is listed, so the winner alone is listed. Returns the file's path."""
+    import json
+
+    from triton.runtime.cache import get_cache_manager
+
+    cache_key, name = disk_cache_entry(at, key, configs)
+    body = {"key": list(key), "configs_timings": [[dict(vars(winner)), [timing_ms] * 3]]}
+    return get_cache_manager(cache_key).put(json.dumps(body, default=str), name, binary=False)

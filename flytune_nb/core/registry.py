@@ -1,13 +1,21 @@
 """Finds kernels: the built-in ``kernels/`` folder, folders named in ``FLYTUNE_KERNEL_PATH`` (os.pathsep-separated)
 and folders passed as ``paths=``. Each sub-folder holding the five parts is one kernel; it is imported only when asked
 for, as the package ``flytune_kernels.<name>`` so its files can import each other relatively.
+
+A kernel can also be a module attribute: ``"package.module:SPEC"`` or ``"path/to/file.py:SPEC"`` (what
+``flytune_nb.adopt`` returns, assigned at module level), accepted wherever a kernel name is, and in ``paths=`` (not in
+``FLYTUNE_KERNEL_PATH``, whose separator is ``:`` on POSIX). Its module is imported after ``ensure_backend()``, and
+the spec is then also known by its own name in this process, so stores and exported folders that record only the
+name find it. Worker processes load it by that reference (``load_name``).
 """
 from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import importlib.util
 import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -16,12 +24,17 @@ from typing import Iterable
 from flytune_nb.core.resources import KERNELS
 from flytune_nb.errors import KernelUnavailable, UsageError
 from flytune_nb.core.device import ensure_backend
-from flytune_nb.core.key import source_fingerprint
+from flytune_nb.core.key import code_tokens, source_fingerprint
 from flytune_nb.core.spec import KernelSpec
 
 BUILTIN_DIR = KERNELS  # shipped as package data
 PARTS = ("__init__.py", "kernel.py", "configs.py", "heuristic.py", "reference.py")
 _PACKAGE = "flytune_kernels"
+_MODULES = "flytune_kernel_modules"  # files named by path ("dir/file.py:SPEC") are imported under this package
+# "package.module:ATTR" or "some/file.py:ATTR"
+_REF = re.compile(r"^(?P<target>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|.+\.py):(?P<attr>[A-Za-z_]\w*)$")
+# Specs loaded by reference (or made by flytune_nb.adopt) in this process, by their own name.
+_BY_NAME: dict[str, KernelSpec] = {}
 
 
 class KernelNotFound(UsageError, LookupError):
@@ -32,8 +45,17 @@ class RegistryError(UsageError):
     pass
 
 
+def is_reference(name) -> bool:
+    """Whether ``name`` names a module attribute (``"package.module:SPEC"``, ``"file.py:SPEC"``), not a folder."""
+    return isinstance(name, str) and _REF.match(name) is not None
+
+
+def _references(paths) -> list[str]:
+    return [str(p) for p in (paths or []) if is_reference(str(p))]
+
+
 def search_path(paths: Iterable[str | os.PathLike] | None = None) -> list[Path]:
-    dirs = [Path(p) for p in (paths or [])]
+    dirs = [Path(p) for p in (paths or []) if not is_reference(str(p))]
     env = os.environ.get("FLYTUNE_KERNEL_PATH", "")
     dirs += [Path(p) for p in env.split(os.pathsep) if p.strip()]
     for d in dirs:
@@ -56,17 +78,141 @@ def discover(paths: Iterable[str | os.PathLike] | None = None) -> dict[str, Path
 
 
 def list_kernels(paths=None) -> list[str]:
-    return sorted(discover(paths))
+    """Folder kernels, and the kernels that references in ``paths`` name (those are imported to read their name)."""
+    return sorted(set(discover(paths)) | {load_reference(r, paths).name for r in _references(paths)})
 
 
 def get_kernel(name: str, paths=None) -> KernelSpec:
+    if is_reference(name):
+        return load_reference(name, paths)
     found = discover(paths)
-    if name not in found:
-        close = difflib.get_close_matches(name, found, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise KernelNotFound(f"unknown kernel {name!r}.{hint} Known: {', '.join(sorted(found)) or 'none'}. "
-                             f"Add folders with FLYTUNE_KERNEL_PATH or paths=.")
-    return load_folder(found[name])
+    if name in found:
+        return load_folder(found[name])
+    for ref in _references(paths):
+        spec = load_reference(ref, paths)
+        if spec.name == name:
+            return spec
+    if name in _BY_NAME:
+        return _BY_NAME[name]
+    known = sorted(set(found) | set(_BY_NAME))
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise KernelNotFound(f"unknown kernel {name!r}.{hint} Known: {', '.join(known) or 'none'}. "
+                         f"Add folders with FLYTUNE_KERNEL_PATH or paths=, or name a module attribute "
+                         f"('package.module:SPEC' or 'file.py:SPEC').")
+
+
+def loaded() -> list[KernelSpec]:
+    """The specs loaded by reference or made by flytune_nb.adopt in this process (the latest of each name)."""
+    return list(_BY_NAME.values())
+
+
+def remember(spec: KernelSpec) -> None:
+    """Make ``spec`` known by its name in this process (flytune_nb.adopt calls this for every spec it makes)."""
+    _BY_NAME[spec.name] = spec
+
+
+def load_reference(ref: str, paths=None) -> KernelSpec:
+    """The KernelSpec at ``"package.module:ATTR"`` or ``"file.py:ATTR"``. The module is imported after
+    ``ensure_backend()`` (TRITON_INTERPRET must be set before its kernels are decorated); a file is imported afresh
+    when its code changed, as a folder is. The spec keeps the reference it was loaded by (``load_name``)."""
+    m = _REF.match(ref)
+    if m is None:
+        raise RegistryError(f"{ref!r} is not a module attribute ('package.module:SPEC' or 'file.py:SPEC')")
+    target, attr = m["target"], m["attr"]
+    ensure_backend()
+    if target.endswith(".py"):
+        path = Path(target).resolve()
+        if not path.is_file():
+            raise RegistryError(f"{ref}: no file {path}")
+        module, ref = _import_file(path), f"{path}:{attr}"
+    else:
+        module = _import_module(target, ref)
+    kspec = getattr(module, attr, None)
+    if not isinstance(kspec, KernelSpec):
+        what = "nothing" if kspec is None else f"a {type(kspec).__name__}"
+        raise RegistryError(f"{ref}: {module.__name__}.{attr} is {what}, not a KernelSpec (assign "
+                            f"{attr} = flytune_nb.adopt(...) or KernelSpec(...) at module level)")
+    folder = discover(paths).get(kspec.name)
+    if folder is not None:
+        raise RegistryError(f"kernel {kspec.name!r} is defined twice: {folder} and {ref}; give one another name")
+    if not kspec.fingerprint:
+        object.__setattr__(kspec, "fingerprint", _file_fingerprint(Path(module.__file__)))
+    kspec.extra.setdefault("origin", ref)
+    _BY_NAME[kspec.name] = kspec
+    return kspec
+
+
+def load_name(spec: KernelSpec) -> str:
+    """What a worker process loads ``spec`` by: its folder kernel's name, or the module attribute it lives at (for a
+    spec that was not loaded by reference, found in the module that made it, e.g. ``from my_kernels import SPEC``).
+    A spec made in ``__main__`` (a notebook, a script) has no name another process can import: UsageError."""
+    origin = spec.extra.get("origin")
+    if origin:
+        return origin
+    module_name = spec.extra.get("module")
+    if not module_name:
+        return spec.name
+    module = sys.modules.get(module_name)
+    attr = next((k for k, v in vars(module).items() if v is spec), None) if module is not None else None
+    if module_name == "__main__" or attr is None:
+        raise UsageError(f"{spec.name}: made in {module_name} where another process cannot import it; worker "
+                         f"processes load kernels by name, so assign it at module level in a .py file and name it "
+                         f"('my_kernels.py:SPEC'), or run in this process (isolate=False)")
+    file = getattr(module, "__file__", None)
+    ref = f"{Path(file).resolve()}:{attr}" if module_name.startswith(_MODULES + ".") and file else f"{module_name}:{attr}"
+    spec.extra["origin"] = ref
+    return ref
+
+
+def _import_module(target: str, ref: str):
+    try:
+        return importlib.import_module(target)
+    except KernelUnavailable as e:
+        raise KernelUnavailable(f"{ref}: {e}") from None
+    except UsageError:  # e.g. flytune_nb.adopt refusing what it was given: its message names the problem
+        raise
+    except ModuleNotFoundError as e:
+        if e.name and (target == e.name or target.startswith(e.name + ".")):
+            raise RegistryError(f"{ref}: no module {e.name!r} (is it installed, or on sys.path?)") from None
+        raise RegistryError(f"{ref} failed to import: {type(e).__name__}: {e}") from e
+    except Exception as e:  # a module that does not import is reported by name, not as a traceback
+        raise RegistryError(f"{ref} failed to import: {type(e).__name__}: {e}") from e
+
+
+def _import_file(path: Path):
+    fingerprint = _file_fingerprint(path)
+    modname = f"{_MODULES}.{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}_{fingerprint[:8]}"
+    mod = sys.modules.get(modname)
+    if mod is not None:
+        return mod
+    if _MODULES not in sys.modules:
+        pkg = types.ModuleType(_MODULES)
+        pkg.__path__ = []
+        sys.modules[_MODULES] = pkg
+    # As for a script, its folder is importable (appended, so it never shadows an installed package): the module it
+    # adopts a kernel from may sit beside it.
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
+    spec = importlib.util.spec_from_file_location(modname, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except KernelUnavailable as e:
+        sys.modules.pop(modname, None)
+        raise KernelUnavailable(f"{path.name}: {e}") from None
+    except UsageError:
+        sys.modules.pop(modname, None)
+        raise
+    except Exception as e:  # noqa: BLE001 - reported by name, not as a traceback
+        sys.modules.pop(modname, None)
+        raise RegistryError(f"{path} failed to import: {type(e).__name__}: {e}") from e
+    return mod
+
+
+def _file_fingerprint(path: Path) -> str:
+    return hashlib.sha256(code_tokens(path.read_bytes())).hexdigest()[:16]
 
 
 def load_folder(folder: Path) -> KernelSpec:

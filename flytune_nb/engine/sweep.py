@@ -21,7 +21,7 @@ from flytune_nb.core.device import DeviceInfo
 from flytune_nb.measure.memory import ShapeTooLarge
 from flytune_nb.engine.events import Emitter, ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.core.shapes import parse_grid
-from flytune_nb.core.registry import get_kernel
+from flytune_nb.core.registry import get_kernel, load_name
 from flytune_nb.engine.store import Store
 from flytune_nb.strategies import SEEDED, get_strategy
 from flytune_nb.engine.tasks import trial_from_dict
@@ -60,20 +60,28 @@ class Sweep:
             if self.spec.source_dir is not None:
                 self.paths = tuple(dict.fromkeys(self.paths + (str(self.spec.source_dir.parent),)))
             if isolate or ray is not None:
-                # Workers load kernels by name from their folder; a spec object built or edited in this process
-                # (dataclasses.replace, a notebook edit) exists only here.
+                # Workers load kernels by name, from their folder or the module attribute they live at; a spec
+                # object built or edited in this process (dataclasses.replace, a notebook edit) exists only here.
                 try:
-                    same = get_kernel(self.spec.name, list(self.paths)) is self.spec
+                    same = get_kernel(load_name(self.spec), list(self.paths)) is self.spec
                 except LookupError:
                     same = False
                 if not same:
                     raise UsageError(f"{self.spec.name}: a spec object that is not its folder's SPEC can only run "
                                      f"in this process (isolate=False); workers load kernels by name")
         self._override = not isinstance(kernel, str) and not isolate and ray is None
-        # What tasks are asked to load: the kernel's name, or for a spec object run in this process a name of this
-        # sweep's own under which it registers that object, so two such sweeps of one kernel (a notebook running an
-        # edited heuristic beside the original) never swap specs.
-        self._task_kernel = f"{self.spec.name}@sweep-{id(self):x}" if self._override else self.spec.name
+        # What other processes load: the kernel's folder name or its module attribute ("pkg.mod:SPEC"); None for a
+        # spec run in this process that no other process can import (made in a notebook): nothing precompiles it.
+        try:
+            self._load_name = load_name(self.spec)
+        except UsageError:
+            if not self._override:
+                raise
+            self._load_name = None
+        # What tasks are asked to load: that, or for a spec object run in this process a name of this sweep's own
+        # under which it registers that object, so two such sweeps of one kernel (a notebook running an edited
+        # heuristic beside the original) never swap specs.
+        self._task_kernel = f"{self.spec.name}@sweep-{id(self):x}" if self._override else str(self._load_name)
         self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
         if not self.shapes:
@@ -208,7 +216,7 @@ class Sweep:
     def _precompiler(self):
         """A started precompile pool, or None. Decided before planning (so the pool's start overlaps it): on by
         default where Triton compiles for a GPU, never through the interpreter or on Ray."""
-        if self.precompile is False or self.ray is not None:
+        if self.precompile is False or self.ray is not None or self._load_name is None:
             return None
         from flytune_nb.core.device import interpreting
 
@@ -223,7 +231,7 @@ class Sweep:
         if self.gpus:  # compile for the first GPU of the sweep; the binaries are the same for identical GPUs
             env = {"HIP_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES": str(self.gpus[0])}
         pc = Precompiler(env=env, reserve=len(self.gpus) if self.gpus else 1)  # a core per timing worker
-        pc.warm(self.spec.name, self.paths)
+        pc.warm(self._load_name, self.paths)
         return pc
 
     def _timer(self, fidelity: str) -> tuple:
@@ -254,7 +262,7 @@ class Sweep:
         if precompiler is not None:
             todo = [c.to_dict() for c in dict.fromkeys([default, *named.values()] + space) if (c, "full") not in stored]
             if todo:
-                batch = precompiler.submit(spec.name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
+                batch = precompiler.submit(self._load_name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
                                            device=plan["device"], target=plan.get("target"))
 
         def evaluate(config: Config, fidelity: str = "full") -> Trial:

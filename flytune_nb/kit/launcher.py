@@ -42,9 +42,9 @@ def compile_only(backend: str):
         _COMPILE_ONLY[0] = None
 
 
-def compiling_only() -> str | None:
-    """The backend of an enclosing ``compile_only`` block (None outside one): for a kernel whose launches go through
-    another project's launcher, which must then compile and not launch as well."""
+def compiling_for() -> str | None:
+    """The backend ``compile_only`` is compiling for (its launches must compile only), or None: launch as usual.
+    Launchers that do not go through ``launch`` (an adopted autotuned kernel, SGLang's own kernels) read it."""
     return _COMPILE_ONLY[0]
 
 

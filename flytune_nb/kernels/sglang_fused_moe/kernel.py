@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from flytune_nb.kit import Config, KernelUnavailable
-from flytune_nb.kit.launcher import compiling_only
+from flytune_nb.kit.launcher import compiling_for
 
 # The knobs SGLang's launcher splats into the kernel (**config); USE_TMA is popped by fused_experts_impl and is never
 # a launch argument, so it is dropped here too.
@@ -197,7 +197,7 @@ def moe_align(topk_ids: torch.Tensor, block_m: int, num_experts: int):
 
 def align(topk_ids: torch.Tensor, block_m: int, num_experts: int):
     sg = sglang()
-    if sg.native_align and compiling_only() in (None, "interpreter"):  # (compiling: meta inputs, nothing to sort)
+    if sg.native_align and compiling_for() in (None, "interpreter"):  # (compiling: meta inputs, nothing to sort)
         return sg.fused_moe.moe_align_block_size(topk_ids, block_m, num_experts)[:3]
     return moe_align(topk_ids, block_m, num_experts)
 
@@ -293,7 +293,7 @@ def _compile_only():
 
 def run(inputs: dict, config: Config) -> torch.Tensor | None:
     cfg = launch_dict(config)
-    if compiling_only() not in (None, "interpreter"):
+    if compiling_for() not in (None, "interpreter"):
         with _compile_only():  # the precompile pool: compile both GEMMs' kernels, launch nothing
             two_launches(inputs, cfg)
         return None

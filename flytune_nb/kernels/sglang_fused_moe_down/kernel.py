@@ -35,12 +35,12 @@ def base() -> types.SimpleNamespace:
 
 
 def run(inputs: dict, config):
-    from flytune_nb.kit.launcher import compiling_only
+    from flytune_nb.kit.launcher import compiling_for
 
     k = base().kernel
     cfg = k.launch_dict(config)
     ids = inputs["topk_ids"]
-    compiling = compiling_only() not in (None, "interpreter")  # the precompile pool: compile, launch nothing
+    compiling = compiling_for() not in (None, "interpreter")  # the precompile pool: compile, launch nothing
     with k._compile_only() if compiling else contextlib.nullcontext():
         aligned = k.align(ids, cfg["BLOCK_SIZE_M"], inputs["w2"].shape[0])
         out = k.down_gemm(inputs["act"], inputs["w2"], inputs["topk_weights"], ids, aligned, cfg)

@@ -1,0 +1,259 @@
+"""flytune_nb.adopt: a KernelSpec read from an existing @triton.autotune decorator, swept like a folder kernel (worker
+processes load it by its module attribute), with one clear error for each input it cannot use."""
+import math
+import os
+
+import pytest
+import torch
+import triton
+
+from flytune_nb import Sweep, adopt
+from flytune_nb.core.config import Config
+from flytune_nb.core.registry import KernelNotFound, RegistryError, get_kernel, list_kernels, load_name
+from flytune_nb.errors import UsageError
+from flytune_nb.kit.adopt import AdoptError, _Knobs
+from flytune_nb.measure.trial import evaluate
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REF = f"{HERE}/adopted.py"
+
+
+def load(attr):
+    return get_kernel(f"{REF}:{attr}")
+
+
+def test_the_decorator_gives_the_space_the_key_and_the_in_place_tensors(dev):
+    spec = load("AXPY")
+    ad = spec.extra["adopted"]
+    assert spec.name == "axpy_acc" and spec.mutates == ("acc",) and spec.outputs == () and spec.zeroes == ()
+    # prune_configs_by keeps BLOCK <= 64: 4 of the decorator's 6 configs, in its order, stages as it wrote them
+    assert [str(c) for c in spec.configs({"N": 100}, "fp32", dev)] == [
+        "BLOCK=16,num_stages=1,num_warps=1", "BLOCK=16,num_stages=3,num_warps=4",
+        "BLOCK=32,num_stages=1,num_warps=1", "BLOCK=32,num_stages=3,num_warps=4"]
+    assert spec.default({"N": 100}, "fp32", dev) == Config({"BLOCK": 16}, num_warps=1, num_stages=1)
+    # the key the autotuner builds: n, then each tensor's dtype (the heuristic's EVEN is no argument of the key)
+    assert ad.key(spec.make_inputs({"N": 96}, "fp16", dev)) == (96, "torch.float16", "torch.float16")
+    assert load("TOTAL").zeroes == ("out",) and load("SCALE").outputs == ("y",)
+    assert "key ['n'], 6 configs; pruned per shape" in spec.description and "in place: acc" in spec.description
+
+
+def test_an_isolated_sweep_loads_the_adopted_kernel_by_name_and_checks_every_config(tmp_path):
+    spec = load("SCALE")
+    assert load_name(spec) == f"{REF}:SCALE"
+    results = Sweep(spec, "M=4 N=40,64", ["fp32"], db=tmp_path / "r.db").run()  # isolate=True: worker processes
+    for r in results:
+        # SKIP=1 leaves the last block NaN (poisoned): wrong, never the best; SKIP=0 is right
+        statuses = sorted((t.config["SKIP"], t.status) for t in r.trials)
+        assert statuses == [(0, "ok")] * 4 + [(1, "wrong")] * 4
+        assert r.best.config["SKIP"] == 0 and r.best.ok
+
+
+def test_in_place_kernels_stay_correct_across_timed_reps(dev, cpu_timer):
+    spec = load("AXPY")
+    t = evaluate(spec, {"N": 100}, "fp32", spec.default({"N": 100}, "fp32", dev), dev, cpu_timer)
+    assert t.ok and t.rel_error < 1e-6  # restore_value -> mutates: acc restored before every rep
+    total = load("TOTAL")
+    trials = [evaluate(total, {"N": 100}, "fp32", c, dev, cpu_timer) for c in total.configs({"N": 100}, "fp32", dev)]
+    assert [t.status for t in trials] == ["ok", "ok"] and max(t.rel_error for t in trials) < 1e-6
+
+
+def test_a_space_too_large_to_time_goes_to_a_search_strategy(tmp_path):
+    results = Sweep(load("SCALE"), "M=2 N=64", ["fp32"], db=tmp_path / "r.db", strategy="random", budget=3,
+                    isolate=False).run()
+    assert 1 <= len(results[0].trials) <= 4  # the default plus at most the budget, of 8 configs
+
+
+def test_a_key_coarser_than_the_axes_is_said(dev):
+    spec = load("SCALE")  # keyed on NB = cdiv(M*N, 1024), not on M or N
+    assert spec.extra["coarse_axes"] == ("M", "N")
+    assert "its key does not change with M, N" in spec.description
+    assert load("AXPY").extra["coarse_axes"] == ()
+
+
+def test_the_registry_knows_adopted_kernels_by_reference_and_by_name(tmp_path, capsys):
+    from flytune_nb.ui.cli import main
+
+    spec = load("AXPY")
+    assert get_kernel("axpy_acc") is spec  # known by name once loaded
+    assert "axpy_acc" in list_kernels([f"{REF}:AXPY"])
+    assert main(["kernels", "--path", f"{REF}:TOTAL"]) == 0
+    assert "total_adopted" in capsys.readouterr().out
+    with pytest.raises(RegistryError, match="is a Heuristics, not a KernelSpec"):
+        get_kernel(f"{REF}:axpy_acc")
+    with pytest.raises(RegistryError, match="no module 'not_installed_here'"):
+        get_kernel("not_installed_here.kernels:SPEC")
+    with pytest.raises(KernelNotFound, match="module attribute"):
+        get_kernel("no_such_kernel_anywhere")
+
+
+def test_a_spec_made_in_main_runs_in_process_only(dev, tmp_path):
+    base = load("AXPY")
+    ad = base.extra["adopted"]
+    spec = adopt(ad.kernel, axes=("N",), dtypes=("fp32",), make_inputs=ad.make_inputs, launch=ad.launch,
+                 reference=ad.reference, name="axpy_here")
+    spec.extra["module"] = "__main__"  # as in a notebook cell
+    with pytest.raises(UsageError, match="made in __main__ where another process cannot import it"):
+        Sweep(spec, "N=64", ["fp32"])
+    r = Sweep(spec, "N=64", ["fp32"], isolate=False, db=tmp_path / "r.db").run()[0]
+    assert r.best.ok and all(t.ok for t in r.trials)
+
+
+def test_knobs_that_are_not_integers_round_trip():
+    hook = lambda nargs: None  # noqa: E731
+    configs = [triton.Config({"BLOCK": b, "EVEN": e, "ACT": a, "MODE": "fast"}, num_warps=4, num_stages=2,
+                             num_ctas=c, maxnreg=r) for b, e, a, c, r in
+               ((64, True, "silu", 1, None), (128, False, "gelu", 2, 128))]
+    configs.append(triton.Config({"BLOCK": 32, "EVEN": True, "ACT": "gelu", "MODE": "fast"}, pre_hook=hook))
+    knobs = _Knobs(configs, "k")
+    ours = [knobs.ours(c) for c in configs]
+    # bool -> 0/1; a varying string -> the index of its value; a constant string is no knob; num_ctas=1 left out
+    assert ours[0].to_dict() == {"ACT": 0, "BLOCK": 64, "EVEN": 1, "num_stages": 2, "num_warps": 4}
+    assert ours[1].to_dict() == {"ACT": 1, "BLOCK": 128, "EVEN": 0, "maxnreg": 128, "num_ctas": 2, "num_stages": 2,
+                                 "num_warps": 4}
+    back = knobs.theirs(ours[1])
+    assert back.kwargs == {"BLOCK": 128, "EVEN": False, "ACT": "gelu", "MODE": "fast"}
+    assert type(back.kwargs["EVEN"]) is bool
+    assert (back.num_ctas, back.maxnreg, back.num_stages) == (2, 128, 2)
+    with pytest.raises(AdoptError, match="ACT='relu', a value none of the decorator's configs has"):
+        knobs.ours(triton.Config({"BLOCK": 64, "EVEN": True, "ACT": "relu", "MODE": "fast"}))
+
+
+def test_a_config_pre_hook_runs_before_its_launch(dev):
+    base = load("SCALE")
+    ad = base.extra["adopted"]
+    at = ad.autotuner
+    seen = []
+    hooked = triton.Config({"BLOCK": 32, "SKIP": False}, num_warps=1, pre_hook=lambda nargs: seen.append(
+        (nargs["BLOCK"], nargs["n"], nargs["num_warps"])))
+    saved = list(at.configs)
+    at.configs[:] = [hooked] + saved[1:]
+    try:
+        spec = adopt(ad.kernel, axes=("M", "N"), dtypes=("fp32",), make_inputs=ad.make_inputs, launch=ad.launch,
+                     reference=ad.reference, name="scale_hooked")
+        config = spec.configs({"M": 2, "N": 32}, "fp32", dev)[0]
+        assert spec.extra["adopted"].to_triton(config) is hooked  # the decorator's own object, hook and all
+        inputs = spec.make_inputs({"M": 2, "N": 32}, "fp32", dev)
+        (y,) = spec.run(inputs, config)
+        assert seen == [(32, 64, 1)] and torch.equal(y, 2 * inputs["x"])
+        twin = triton.Config({"BLOCK": 32, "SKIP": False}, num_warps=1, pre_hook=lambda nargs: None)
+        at.configs[:] = [hooked, twin]
+        with pytest.raises(AdoptError, match="differ only in their pre_hook"):
+            adopt(ad.kernel, axes=("M", "N"), make_inputs=ad.make_inputs, launch=ad.launch,
+                  reference=ad.reference, name="scale_twins")
+    finally:
+        at.configs[:] = saved
+
+
+# -- bad input: one clear message, nothing written -------------------------------------------------------------------
+def _adopt(attr, **changes):
+    ad = load(attr).extra["adopted"]
+    kw = dict(axes=("N",) if attr != "SCALE" else ("M", "N"), dtypes=("fp32",), make_inputs=ad.make_inputs,
+              launch=ad.launch, reference=ad.reference, name="bad_one")
+    return adopt(changes.pop("kernel", ad.kernel), **{**kw, **changes})
+
+
+def test_a_decorator_that_cannot_be_read(monkeypatch):
+    from flytune_nb._compat import triton as tc
+
+    with pytest.raises(AdoptError, match="is a jit function without @triton.autotune"):
+        _adopt("AXPY", kernel=load("AXPY").extra["adopted"].jit)
+    with pytest.raises(AdoptError, match="is a dict, not a @triton.autotune kernel"):
+        _adopt("AXPY", kernel={})
+    monkeypatch.setattr(tc, "AUTOTUNER_FIELDS", tc.AUTOTUNER_FIELDS + ("cache_layout_of_the_future",))
+    with pytest.raises(AdoptError, match=r"Autotuner has no cache_layout_of_the_future: flytune_nb reads the "
+                                         r"decorator of Triton 3\.2, 3\.3"):
+        _adopt("AXPY")
+    with pytest.raises(AdoptError, match="'package.module:attribute'"):
+        adopt("no_colon_here", axes=("N",), make_inputs=None, launch=None, reference=None)
+
+
+def test_a_launch_that_does_not_call_the_kernel():
+    with pytest.raises(AdoptError, match=r"axpy_acc: launch\(kernel, inputs\) never called axpy_acc"):
+        _adopt("AXPY", launch=lambda kernel, inputs: None)
+    with pytest.raises(AdoptError, match=r"launch\(kernel, inputs\) raised KeyError: 'nope'"):
+        _adopt("AXPY", launch=lambda kernel, inputs: inputs["nope"])
+
+
+def test_a_reference_with_other_output_shapes():
+    with pytest.raises(AdoptError, match=r"reference's 'acc' has shape \(4096, 2\), but the kernel writes "
+                                         r"inputs\['acc'\] of shape \(4096,\)"):
+        _adopt("AXPY", reference=lambda i: {"acc": torch.zeros(i["acc"].shape[0], 2, device=i["acc"].device)})
+    with pytest.raises(AdoptError, match="reference returns 'out', which is not a tensor of the inputs"):
+        _adopt("AXPY", reference=lambda i: {"out": i["acc"]})
+    with pytest.raises(AdoptError, match=r"must return \{input name: expected tensor\}"):
+        _adopt("AXPY", reference=lambda i: i["acc"])
+
+
+def test_a_key_argument_missing_from_the_call():
+    def launch(kernel, inputs):  # NB, the key, left out: the autotuner would key every call alike
+        n = inputs["x"].numel()
+        kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](inputs["x"], inputs["y"], n)
+
+    with pytest.raises(AdoptError, match=r"key argument NB of @triton.autotune\(key=\['NB'\]\) not passed by "
+                                         r"launch; the autotuner would leave it out of its key"):
+        _adopt("SCALE", launch=launch)
+
+
+def test_in_place_tensors_must_be_inputs():
+    def launch(kernel, inputs):  # acc handed over as a copy: restore_value could not be honoured
+        n = inputs["x"].numel()
+        kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](inputs["x"], inputs["acc"].clone(), n, 2.0)
+
+    with pytest.raises(AdoptError, match="restore_value names 'acc', but launch passes it a tensor that is not one "
+                                         "of the inputs"):
+        _adopt("AXPY", launch=launch)
+
+
+def test_an_autotuner_hook_is_refused():
+    at = triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"],
+                         pre_hook=lambda nargs, reset_only=False: None)(load("AXPY").extra["adopted"].jit)
+    with pytest.raises(AdoptError, match=r"autotune\(pre_hook=..., post_hook=...\) replaces restore_value"):
+        _adopt("AXPY", kernel=at)
+
+
+def test_bad_adoption_from_the_command_line_writes_nothing(tmp_path, capsys):
+    from flytune_nb.ui.cli import main
+
+    bad = tmp_path / "bad_adopt.py"
+    bad.write_text(open(REF).read().replace("reference=lambda i: {\"y\": 2 * i[\"x\"].double()}",
+                                            "reference=lambda i: {\"y\": i[\"x\"][:1]}"))
+    db = tmp_path / "never.db"
+    assert main(["sweep", f"{bad}:SCALE", "--grid", "M=2 N=64", "--dtype", "fp32", "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "reference's 'y' has shape (1, 64), but the kernel writes" in err
+    assert "Traceback" not in err and not db.exists()
+
+
+def test_exports_and_the_regression_gate_work_on_an_adopted_kernel(tmp_path, capsys):
+    from flytune_nb.artifacts.export import export
+    from flytune_nb.engine.store import Store
+    from flytune_nb.ui.cli import main
+
+    store = Store(tmp_path / "r.db")
+    Sweep(load("AXPY"), "N=64,100", ["fp32"], db=store, isolate=False).run()
+    files = export(store, tmp_path / "exports")
+    assert [f.name for f in files] == ["device_name=CPU_interpreter,dtype=fp32.json"]
+    table = {int(k): v for k, v in __import__("json").loads(files[0].read_text()).items()}
+    assert sorted(table) == [64, 100] and all(set(c) == {"BLOCK", "num_stages", "num_warps"} for c in table.values())
+    # interpreter timings are noise: the floor keeps the gate to correctness here
+    assert main(["check", str(tmp_path / "exports"), "--path", f"{REF}:AXPY", "--min-delta-us", "1e9"]) == 0
+    out = capsys.readouterr().out
+    assert "axpy_acc" in out and "2 configs checked on CPU_interpreter: 0 FAIL" in out
+    assert not math.isnan(store.frame("axpy_acc")["p50"].iloc[0])
+
+
+def test_an_importable_module_names_its_spec_by_module_and_attribute(tmp_path, monkeypatch):
+    (tmp_path / "my_adopted_pkg.py").write_text(
+        f"import importlib.util\n"
+        f"_s = importlib.util.spec_from_file_location('adopted_src', {REF!r})\n"
+        f"_m = importlib.util.module_from_spec(_s); _s.loader.exec_module(_m)\n"
+        f"import flytune_nb\n"
+        f"ad = _m.AXPY.extra['adopted']\n"
+        f"SPEC = flytune_nb.adopt(ad.kernel, name='axpy_module', axes=('N',), dtypes=('fp32',),\n"
+        f"                        make_inputs=lambda s, d, dev: ad.make_inputs(s, d, dev), launch=ad.launch,\n"
+        f"                        reference=ad.reference)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_adopted_pkg
+
+    assert load_name(my_adopted_pkg.SPEC) == "my_adopted_pkg:SPEC"  # found in the module that made it
+    assert get_kernel("my_adopted_pkg:SPEC") is my_adopted_pkg.SPEC and get_kernel("axpy_module") is my_adopted_pkg.SPEC

@@ -1,0 +1,214 @@
+"""flytune_nb.prime: the unmodified decorated kernel, called by its own code, launches the exported winner for every
+primed key and benchmarks nothing; any other key is tuned by the decorator exactly as before."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import pytest
+import torch
+import triton
+
+import flytune_nb
+from flytune_nb import Sweep
+from flytune_nb._compat import triton as tc
+from flytune_nb.artifacts.export import export
+from flytune_nb.artifacts.files import PROVENANCE, file_name, render, triton_dir_name
+from flytune_nb.core.config import Config
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.engine.store import Store
+from flytune_nb.errors import UsageError
+from flytune_nb.serve.prime import CoarseKeyWarning
+
+ADOPTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kit", "adopted.py")
+
+
+def wall_clock(kernel_call, quantiles=None, **_):
+    """The interpreter's stand-in for Triton's benchmarker (which asks the GPU driver): one call, wall time."""
+    t = time.perf_counter()
+    kernel_call()
+    ms = (time.perf_counter() - t) * 1e3
+    return [ms] * len(quantiles) if quantiles else ms
+
+
+def load(attr):
+    spec = get_kernel(f"{ADOPTED}:{attr}")
+    spec.extra["adopted"].autotuner.cache.clear()  # the kernel object outlives each test
+    return spec
+
+
+def write_export(root, spec, rest, dtype, device, table, p50=None):
+    """A hand-written export: {batch: Config} plus provenance (best latency per entry when ``p50`` gives one)."""
+    folder = root / spec.name / triton_dir_name(triton.__version__)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = file_name(spec, rest, device.name, dtype)
+    (folder / name).write_text(render({m: c.to_dict() for m, c in table.items()}))
+    prov = {str(m): {"shape": rest, "dtype": dtype, **({"best_p50_ms": p50[m]} if p50 else {})} for m in table}
+    (folder / PROVENANCE).write_text(json.dumps({name: prov}))
+
+
+def axpy_call(kernel, n):
+    """How a library calls the kernel, written independently of the adopted launch."""
+    x, acc = torch.randn(n), torch.randn(n)
+    want = acc + 2 * x
+    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, acc, n, 2.0)
+    return acc, want
+
+
+def test_primed_keys_launch_the_winner_with_zero_benchmarks_and_other_keys_tune_as_before(tmp_path, dev):
+    spec = load("AXPY")
+    store = Store(tmp_path / "r.db")
+    results = Sweep(spec, "N=64,100", ["fp32"], db=store, isolate=False).run()
+    export(store, tmp_path / "exports")
+    ad = spec.extra["adopted"]
+    at, kernel = ad.autotuner, ad.kernel
+    report = flytune_nb.prime(kernel, tmp_path / "exports")  # the decorated kernel object itself
+    assert sorted(k.key for k in report.keys) == [(64, "torch.float32", "torch.float32"),
+                                                 (100, "torch.float32", "torch.float32")]
+    assert not report.mismatched and not report.coarse and len(report.files) == 1
+    for r in results:
+        n = r.shape["N"]
+        with tc.count_benchmarks(at, wall_clock) as count:
+            acc, want = axpy_call(kernel, n)
+        assert count.calls == 0 and torch.allclose(acc, want)
+        assert at.best_config is ad.to_triton(r.best.config)  # the exported winner, the decorator's own object
+    with tc.count_benchmarks(at, wall_clock) as count:  # never tuned: the decorator's own search, unchanged
+        acc, want = axpy_call(kernel, 50)
+    assert count.calls == 4 and torch.allclose(acc, want)  # 6 configs, 2 pruned by its prune_configs_by
+    assert (50, "torch.float32", "torch.float32") in at.cache
+    assert "primed from 1 files" in report.summary()
+
+
+def test_prime_takes_the_spec_its_reference_or_its_name(tmp_path, dev):
+    spec = load("AXPY")
+    cfg = spec.configs({"N": 64}, "fp32", dev)[-1]
+    write_export(tmp_path, spec, {}, "fp32", dev, {64: cfg})
+    for handle in (spec, f"{ADOPTED}:AXPY", "axpy_acc"):
+        spec.extra["adopted"].autotuner.cache.clear()
+        report = flytune_nb.prime(handle, tmp_path)
+        assert [k.config for k in report.keys] == [cfg]
+    with pytest.raises(UsageError, match="not an adopted @triton.autotune kernel"):
+        flytune_nb.prime("rmsnorm", tmp_path)
+    empty = flytune_nb.prime(spec, tmp_path / "nowhere")
+    assert empty.keys == [] and "no exported configs for axpy_acc" in empty.note
+
+
+def test_a_coarse_key_serves_the_winner_of_the_largest_share_of_time(tmp_path, dev):
+    spec = load("SCALE")  # keyed on NB = cdiv(M*N, 1024): M=1, 2, 4 at N=64 share one key
+    space = spec.configs({"M": 1, "N": 64}, "fp32", dev)
+    a, b = space[0], space[1]
+    write_export(tmp_path, spec, {"N": 64}, "fp32", dev, {1: a, 2: a, 4: b}, p50={1: 0.001, 2: 0.001, 4: 0.005})
+    with pytest.warns(CoarseKeyWarning, match="share one autotuner key and their winners differ"):
+        report = flytune_nb.prime(spec, tmp_path)
+    (pk,) = report.keys
+    assert pk.config == b and not pk.agreed and len(pk.shapes) == 3 and report.coarse == [pk]
+    assert pk.winners == {str(a): [{"M": 1, "N": 64}, {"M": 2, "N": 64}], str(b): [{"M": 4, "N": 64}]}
+    # without latencies each shape is one vote
+    spec.extra["adopted"].autotuner.cache.clear()
+    write_export(tmp_path / "votes", spec, {"N": 64}, "fp32", dev, {1: a, 2: a, 4: b})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CoarseKeyWarning)
+        assert flytune_nb.prime(spec, tmp_path / "votes").keys[0].config == a
+    x = torch.randn(4, 64)
+    y = torch.full_like(x, float("nan"))
+    at = spec.extra["adopted"].autotuner
+    with tc.count_benchmarks(at, wall_clock) as count:
+        spec.extra["adopted"].kernel[lambda m: (triton.cdiv(256, m["BLOCK"]),)](x, y, 256, 1)
+    assert count.calls == 0 and torch.equal(y, 2 * x)
+
+
+def test_a_key_the_installed_triton_builds_otherwise_is_reported_not_primed(tmp_path, dev, monkeypatch):
+    spec = load("AXPY")
+    write_export(tmp_path, spec, {}, "fp32", dev, {64: spec.configs({"N": 64}, "fp32", dev)[0]})
+    real = tc.autotune_key
+    monkeypatch.setattr(tc, "autotune_key", lambda at, a, k: real(at, a, k) + ("drift",))
+    report = flytune_nb.prime(spec, tmp_path)
+    assert report.keys == [] and report.mismatched == [({"N": 64}, "fp32", (64, "torch.float32", "torch.float32",
+                                                                             "drift"))]
+    assert not spec.extra["adopted"].autotuner.cache and "NOT primed" in report.summary()
+
+
+def test_the_disk_cache_is_left_alone_where_triton_cannot_read_it(tmp_path, dev):
+    spec = load("AXPY")
+    write_export(tmp_path, spec, {}, "fp32", dev, {64: spec.configs({"N": 64}, "fp32", dev)[0]})
+    assert flytune_nb.prime(spec, tmp_path).disk == ""  # "auto": this kernel does not read it
+    forced = flytune_nb.prime(spec, tmp_path, disk=True)
+    if dev.backend == "interpreter":
+        assert forced.disk == "not written: the kernel is not compiled (Triton's interpreter)"
+
+
+def test_a_single_config_decorator_has_nothing_to_prime(tmp_path, dev):
+    import triton.language as tl
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
+    @triton.jit
+    def one(x, n, BLOCK: tl.constexpr):
+        pass
+
+    spec = flytune_nb.adopt(one, axes=("N",), dtypes=("fp32",), name="single_config",
+                            make_inputs=lambda s, d, dev: {"x": torch.randn(s["N"], device=dev.torch_device)},
+                            launch=lambda k, i: k[(1,)](i["x"], i["x"].numel()),
+                            reference=lambda i: {"x": i["x"].double()})
+    assert "single config" in flytune_nb.prime(spec, tmp_path).note
+
+
+DISK_KERNEL = '''
+import triton, triton.language as tl
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b in (128, 256, 512) for w in (2, 4)],
+                 key=["n"], cache_results=True)
+@triton.jit
+def double(x, y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + offs, 2 * tl.load(x + offs, mask=offs < n), mask=offs < n)
+'''
+
+DISK_ADOPT = '''
+import torch, triton, flytune_nb
+from disk_kernel import double
+SPEC = flytune_nb.adopt(double, axes=("N",), dtypes=("fp32",),
+    make_inputs=lambda s, d, dev: {"x": torch.randn(s["N"], device=dev.torch_device),
+                                   "y": torch.empty(s["N"], device=dev.torch_device)},
+    launch=lambda k, i: k[lambda m: (triton.cdiv(i["x"].numel(), m["BLOCK"]),)](i["x"], i["y"], i["x"].numel()),
+    reference=lambda i: {"y": 2 * i["x"].double()})
+'''
+
+# A process that never imports flytune_nb: its autotuner reads Triton's disk cache and benchmarks nothing.
+DISK_READER = '''
+import json, torch, triton
+from disk_kernel import double
+calls = []
+bench = double.do_bench
+double.do_bench = lambda fn, quantiles=None, **kw: calls.append(1) or bench(fn, quantiles=quantiles, **kw)
+x = torch.randn(8192, device="cuda"); y = torch.empty_like(x)
+double[lambda m: (triton.cdiv(8192, m["BLOCK"]),)](x, y, 8192)
+torch.cuda.synchronize()
+print(json.dumps({"calls": len(calls), "best": str(double.best_config), "ok": bool(torch.equal(y, 2 * x))}))
+'''
+
+
+@pytest.mark.gpu
+def test_a_process_that_never_imports_flytune_reads_the_primed_entry_from_tritons_disk_cache(tmp_path, dev):
+    (tmp_path / "disk_kernel.py").write_text(DISK_KERNEL)
+    (tmp_path / "disk_adopt.py").write_text(DISK_ADOPT)
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton_cache"), "PYTHONPATH": f"{tmp_path}:" +
+           os.environ.get("PYTHONPATH", "")}
+    sys.path.insert(0, str(tmp_path))
+    os.environ["TRITON_CACHE_DIR"] = env["TRITON_CACHE_DIR"]
+    try:
+        spec = get_kernel(f"{tmp_path / 'disk_adopt.py'}:SPEC")
+        winner = Config({"BLOCK": 256}, num_warps=2, num_stages=3)  # not what the first config would give
+        write_export(tmp_path / "exports", spec, {}, "fp32", dev, {8192: winner}, p50={8192: 0.004})
+        report = flytune_nb.prime(spec, tmp_path / "exports")
+        assert report.keys[0].disk and report.disk == "", report.summary()
+    finally:
+        sys.path.remove(str(tmp_path))
+        del os.environ["TRITON_CACHE_DIR"]
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(DISK_READER)], env=env, capture_output=True,
+                         text=True, cwd=tmp_path, timeout=300)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"calls": 0, "best": "BLOCK: 256, num_warps: 2, num_ctas: 1, num_stages: 3, maxnreg: None",
+                   "ok": True}, out.stderr[-2000:]
