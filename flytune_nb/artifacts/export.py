@@ -11,9 +11,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from flytune_nb import backends
 from flytune_nb.artifacts.files import (
     BUILTIN_DIR, LOCK, PROVENANCE, ArtifactError, atomic_write, file_name, kernel_dir, read_provenance, read_table,
-    render_for, triton_dir_name)
+    render_for)
 from flytune_nb.core.device import INTERPRETER_NAME
 
 
@@ -36,7 +37,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
         toolchain = json.loads(best["toolchain"] or "{}")
         rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
-        path = (kernel_dir(spec, out_dir) / triton_dir_name(toolchain.get("triton", "0"))
+        path = (kernel_dir(spec, out_dir) / backends.of(spec).config_dir_name(toolchain)
                 / file_name(spec, rest, device, dtype))
         d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
         candidates.append({

@@ -63,15 +63,16 @@ def parse_name(name: str) -> tuple[dict, str, str | None]:
 
 
 def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
-    """(kernel, file) for every artifact of this device, in the folder lookup would read (the running Triton's,
-    else the newest)."""
-    from flytune_nb.serve.lookup import triton_dir
+    """(kernel, file) for every artifact of this device, in the folder lookup would read (the running Triton's, or
+    FlyDSL's for a FlyDSL kernel, else the newest)."""
+    from flytune_nb.serve.lookup import version_dir
 
     out = []
     for kdir in sorted(p for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")):
-        tdir, _ = triton_dir(kdir)
+        tdir, _ = version_dir(kdir)
         if tdir is None:  # a kernel whose files sit one folder deeper (SGLang's MoE layout: <kernel>/configs/)
-            tdir = next((t for sub in sorted(kdir.iterdir()) if sub.is_dir() for t in [triton_dir(sub)[0]] if t), None)
+            tdir = next((t for sub in sorted(kdir.iterdir()) if sub.is_dir() for t in [version_dir(sub)[0]] if t),
+                        None)
         if tdir is None:
             continue
         # "…,device_name=D,dtype=T.json", "…,device_name=D.json" where the kernel writes no dtype part (MoE), and

@@ -1,4 +1,5 @@
-"""Compile a config without a GPU: what the precompile pool's processes do.
+"""Triton as a flytune backend (the protocol in flytune_nb.backends), and compiling a config without a GPU: what
+the precompile pool's processes do.
 
 Measured on the H200 host (2026-11-30, benchmarks/results/NVIDIA_H200/startup_profile.md): a pool process that compiles
 by launching, or only by asking Triton's CUDA driver for the current device, initialises CUDA and creates a context.
@@ -19,6 +20,43 @@ import contextlib
 
 from flytune_nb._compat.triton import (
     active_driver, build_cuda_utils, gpu_target, launch_enter_hook, set_launch_enter_hook)
+
+# The backend protocol (flytune_nb.backends): Triton launches everywhere, through its interpreter without a GPU.
+LABEL = "Triton"
+DEVICE_BACKENDS = ("cuda", "hip", "interpreter")
+DEVICE_NAMES = ("NVIDIA GPUs", "AMD GPUs", "the CPU interpreter")
+ELSEWHERE = ""
+ISOLATED = False  # Triton's launch errors are exceptions; a worker is the safer default, not a requirement
+CONFIG_DIR_PREFIX = "triton_"
+
+
+def toolchain() -> dict[str, str]:
+    """The tuning key's toolchain part: flytune_nb, Triton, torch, CUDA/HIP versions (core/key.py keeps the rule,
+    read late so that a test's patch of it counts)."""
+    from flytune_nb.core import key
+
+    return key.toolchain()
+
+
+def codegen_env() -> dict[str, str]:
+    from flytune_nb.core import key
+
+    return key.codegen_env()
+
+
+def config_dir_name(toolchain: dict) -> str:
+    """SGLang's version folder for files tuned with ``toolchain``: ``triton_3_6_0``."""
+    from flytune_nb.artifacts.files import triton_dir_name
+
+    return triton_dir_name(toolchain.get("triton", "0"))
+
+
+def running_config_dir_name() -> str:
+    import triton
+
+    from flytune_nb.artifacts.files import triton_dir_name
+
+    return triton_dir_name(triton.__version__)
 
 
 class _CompileOnlyDriver:

@@ -116,6 +116,7 @@ def _docstring_starts(tree) -> set:
 
 
 def toolchain() -> dict[str, str]:
+    """Triton's toolchain part of the key (a kernel of another backend gets its backend's)."""
     import torch
     import triton
 
@@ -164,6 +165,11 @@ class TuningKey:
 
 def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, Any] | None,
              device: DeviceInfo) -> TuningKey:
+    # The toolchain part and the codegen env come from the kernel's backend (flytune_nb.backends): Triton's are
+    # toolchain() and codegen_env() above, so a Triton kernel's key is what it always was.
+    from flytune_nb import backends
+
+    backend = backends.of(spec)
     return TuningKey(
         kernel=spec.name,
         shape=tuple((a, int(shape[a])) for a in spec.axes),
@@ -172,6 +178,6 @@ def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, An
         device=device.name,
         arch=device.arch,
         source=spec.fingerprint or source_fingerprint(spec.source_dir),
-        toolchain=tuple(toolchain().items()),
-        env=tuple(codegen_env().items()),
+        toolchain=tuple(backend.toolchain().items()),
+        env=tuple(backend.codegen_env().items()),
     )

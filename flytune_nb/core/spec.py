@@ -71,6 +71,9 @@ class KernelSpec:
     artifact_path: str = ""
     artifact_suffix: str = ""
     artifact_render: Callable[[dict], str] | None = None
+    # The DSL the kernel is written in (flytune_nb.backends: "triton" or "flydsl"): the toolchain part of its tuning
+    # key, the devices it launches on, the version folder of its exported files.
+    backend: str = "triton"
 
     def canonical(self, config):
         """``config`` without the optional knobs that are at their default (``TMA=0`` -> no TMA), the name the
@@ -89,6 +92,10 @@ class KernelSpec:
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").isalnum():
             raise SpecError(f"kernel name must be letters, digits and '_', got {self.name!r}")
+        from flytune_nb.backends import NAMES
+
+        if self.backend not in NAMES:
+            raise SpecError(f"{self.name}: backend must be one of {', '.join(NAMES)}, got {self.backend!r}")
         if self.batch_axis not in self.axes:
             raise SpecError(f"{self.name}: batch axis {self.batch_axis!r} is not one of its axes {self.axes}")
         object.__setattr__(self, "axes", tuple(self.axes))

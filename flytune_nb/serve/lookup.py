@@ -1,9 +1,9 @@
 """Runtime lookup of exported configs: the serving path, with zero search.
 
 ``lookup(spec, shape, dtype)`` -> (config, source) where source is ``artifact`` or ``default``. Nearest batch size by
-absolute distance (ties: the smaller). No directory for the running Triton -> the newest ``triton_*`` present, with a
-warning. A missing, malformed or foreign file -> the heuristic default with one warning (per file), never an
-exception. Device names are restricted to ``[A-Za-z0-9._-]`` and the resolved path must stay under the config dir.
+absolute distance (ties: the smaller). No directory for the running Triton (FlyDSL, for a FlyDSL kernel) -> the
+newest ``triton_*`` (``flydsl_*``) present, with a warning. A missing, malformed or foreign file -> the heuristic
+default with one warning (per file), never an exception. Device names are restricted to ``[A-Za-z0-9._-]`` and the resolved path must stay under the config dir.
 
 Parsed tables are cached per (kernel, non-batch shape, dtype, device, dir), so a hit is a dict lookup plus a bisect.
 """
@@ -24,7 +24,6 @@ from flytune_nb.artifacts.files import (
     file_name,
     kernel_dir,
     read_table,
-    triton_dir_name,
 )
 from flytune_nb.core.config import Config, ConfigError, HIP_OPTIONS
 
@@ -52,12 +51,22 @@ def version_key(name: str) -> tuple:
 def triton_dir(kdir: Path) -> tuple[Path | None, str]:
     """(folder to read, the running Triton's folder name): ``triton_<running version>`` under a kernel's config
     folder if present, else the newest ``triton_*`` there, else None. Lookup warns when it is not the running one."""
-    import triton
+    return version_dir(kdir, "triton")
 
-    running = triton_dir_name(triton.__version__)
+
+def version_dir(kdir: Path, backend: str | None = None) -> tuple[Path | None, str]:
+    """``triton_dir`` for the kernel's backend (``flydsl_<version>`` for a FlyDSL kernel). ``backend`` None: the one
+    whose folders ``kdir`` holds (Triton's when it holds both or neither)."""
+    from flytune_nb import backends
+
+    if backend is None:
+        backend = next((n for n in backends.NAMES if any(d.is_dir() for d in kdir.glob(
+            backends.get(n).CONFIG_DIR_PREFIX + "*"))), backends.DEFAULT)
+    b = backends.get(backend)
+    running = b.running_config_dir_name()
     if (kdir / running).is_dir():
         return kdir / running, running
-    present = sorted((d for d in kdir.glob("triton_*") if d.is_dir()), key=lambda d: version_key(d.name))
+    present = sorted((d for d in kdir.glob(b.CONFIG_DIR_PREFIX + "*") if d.is_dir()), key=lambda d: version_key(d.name))
     return (present[-1] if present else None), running
 
 
@@ -118,7 +127,7 @@ class Lookup:
         if not SAFE.match(device_name):
             raise ArtifactError(f"device name {device_name!r} is not a safe file-name part")
         kdir = kernel_dir(spec, root)
-        want, running = triton_dir(kdir)
+        want, running = version_dir(kdir, spec.backend)
         if want is None:
             warnings.warn(f"no exported configs for {spec.name} under {root}; using the heuristic default",
                           ArtifactWarning, stacklevel=4)

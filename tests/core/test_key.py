@@ -99,3 +99,17 @@ def test_codegen_env_axis(spec, monkeypatch):
     monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")
     monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
     assert _key(spec) == before
+
+
+def test_a_triton_kernels_key_is_what_it_was_before_backends_existed(spec):
+    """The toolchain part now comes from the kernel's backend; for a Triton kernel it is still key.toolchain() and
+    key.codegen_env(), so every stored trial and committed export keeps its key. The digest of fixed fields is
+    pinned: the key's shape (its fields, their order, the hash) has not moved either."""
+    from flytune_nb.core.key import TuningKey, codegen_env, toolchain
+
+    assert spec.backend == "triton"
+    k = make_key(spec, {"M": 8, "N": 64}, "bf16", _inputs(), interpreter_device())
+    assert k.toolchain == tuple(toolchain().items()) and k.env == tuple(codegen_env().items())
+    fixed = TuningKey("rmsnorm", (("M", 8), ("N", 64)), "bf16", (("x", "bfloat16", (2, 1)),), "NVIDIA_H200", "sm_90",
+                      "0123456789abcdef", (("flytune_nb", "0.1.0"), ("triton", "3.6.0")), ())
+    assert fixed.digest == "ccda08cd7b0d03b1809b2315"  # the digest stored keys were made with
