@@ -25,6 +25,9 @@ class DeviceInfo:
     total_memory: int  # bytes; 0 when unknown
     torch_device: str = "cpu"  # where inputs are allocated: "cuda:0" or "cpu"
     smem_bytes: int = 0  # shared memory (LDS) one block may use, opt-in maximum; 0 when unknown (interpreter)
+    # torch's own name for the GPU ("AMD Instinct MI300X"), before normalising: FlyDSL's offline configs are
+    # identified by it. "" when unknown (the interpreter, a device described by hand).
+    raw_name: str = ""
 
     @property
     def is_gpu(self) -> bool:
@@ -64,6 +67,7 @@ def from_properties(props: Any, *, hip: bool, index: int = 0) -> DeviceInfo:
         total_memory=int(getattr(props, "total_memory", 0) or 0),
         torch_device=f"cuda:{index}",
         smem_bytes=smem,
+        raw_name=str(props.name),
     )
 
 

@@ -22,7 +22,7 @@ from flytune_nb.measure.trial import Trial
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY, kernel TEXT, grid TEXT, dtypes TEXT, strategy TEXT, budget INTEGER,
-  device TEXT, started TEXT, finished TEXT);
+  device TEXT, started TEXT, finished TEXT, device_info TEXT);
 CREATE TABLE IF NOT EXISTS trials (
   id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, dtype TEXT, config TEXT, fidelity TEXT,
   status TEXT, reason TEXT, p20 REAL, p50 REAL, p80 REAL, rel_error REAL, compile_s REAL, reps INTEGER,
@@ -86,22 +86,37 @@ class Store:
 
     def _migrate(self) -> None:
         """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
-        have = {row[1] for row in self._db.execute("PRAGMA table_info(trials)")}
-        for column, decl in (("is_default", "INTEGER DEFAULT 0"), ("source", "TEXT")):
+        for table, column, decl in (("trials", "is_default", "INTEGER DEFAULT 0"), ("trials", "source", "TEXT"),
+                                    ("runs", "device_info", "TEXT")):
+            have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
-                self._db.execute(f"ALTER TABLE trials ADD COLUMN {column} {decl}")
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
         self._db.close()
 
     # -- runs ----------------------------------------------------------------------------------------------------
-    def start_run(self, kernel: str, grid, dtypes, strategy: str, budget, device: str) -> str:
+    def start_run(self, kernel: str, grid, dtypes, strategy: str, budget, device: str,
+                  device_info: dict | None = None) -> str:
+        """``device_info``: the sweep's DeviceInfo as a dict (its raw torch name and CU count identify FlyDSL's
+        offline configs at export)."""
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         with self._lock:
-            self._db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,NULL)",
-                             (run_id, kernel, json.dumps(grid), json.dumps(list(dtypes)), strategy, budget, device,
-                              _now()))
+            self._db.execute(
+                "INSERT INTO runs (run_id, kernel, grid, dtypes, strategy, budget, device, started, finished, "
+                "device_info) VALUES (?,?,?,?,?,?,?,?,NULL,?)",
+                (run_id, kernel, json.dumps(grid), json.dumps(list(dtypes)), strategy, budget, device, _now(),
+                 json.dumps(device_info, sort_keys=True) if device_info is not None else None))
         return run_id
+
+    def run_devices(self) -> dict[str, dict]:
+        """run id -> the DeviceInfo dict its sweep recorded (runs from before stores kept it are left out)."""
+        with self._lock:
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+            if "device_info" not in columns:  # an older store opened read-only (not migrated)
+                return {}
+            rows = self._db.execute("SELECT run_id, device_info FROM runs WHERE device_info IS NOT NULL").fetchall()
+        return {run_id: json.loads(info) for run_id, info in rows}
 
     def finish_run(self, run_id: str) -> None:
         with self._lock:

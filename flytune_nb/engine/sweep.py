@@ -138,7 +138,7 @@ class Sweep:
                 self.store = Store(self._db if self._db is not None else ":memory:")
             device = plans[0]["device"]
             self.run_id = self.store.start_run(self.spec.name, [dict(s) for s in self.shapes], self.dtypes,
-                                               self.strategy_name, self.budget, device["name"])
+                                               self.strategy_name, self.budget, device["name"], device_info=device)
             jobs: queue.Queue = queue.Queue()
             for p in plans:
                 jobs.put(p)

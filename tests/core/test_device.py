@@ -18,6 +18,8 @@ def test_hip_properties():
     assert (d.backend, d.name, d.arch, d.sm_count, d.l2_bytes) == ("hip", "AMD_Instinct_MI300X", "gfx942", 304,
                                                                    4194304)
     assert d.smem_bytes == 65536  # LDS
+    assert d.raw_name == "AMD Instinct MI300X"  # torch's own name, which FlyDSL's offline configs are keyed by
+    assert from_properties(H200, hip=False).raw_name == "NVIDIA H200" and interpreter_device().raw_name == ""
 
 
 def test_interpreter_label():

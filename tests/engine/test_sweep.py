@@ -1,4 +1,5 @@
 """The sweep engine: results store, resume, kill -9, fault isolation, scale-out lanes."""
+import dataclasses
 import math
 import os
 import signal
@@ -52,6 +53,26 @@ def test_in_process_sweep_fills_the_store_and_reads_as_a_dataframe(tmp_path):
     base = Store(db).frame("toy", table="baselines")
     assert list(base["name"]) == ["torch_eager"] * 2 and (base["p50"] > 0).all()
     assert results[0].baselines["torch_eager"]["status"] == "ok"
+    # the run records the device it measured on, raw name included (FlyDSL's offline configs are keyed by it)
+    devices = Store(db).run_devices()
+    assert list(devices.values()) == [dataclasses.asdict(current_device())]
+
+
+def test_a_store_from_before_runs_recorded_their_device_still_opens(tmp_path):
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as c:
+        c.executescript("CREATE TABLE runs (run_id TEXT PRIMARY KEY, kernel TEXT, grid TEXT, dtypes TEXT, "
+                        "strategy TEXT, budget INTEGER, device TEXT, started TEXT, finished TEXT);"
+                        "CREATE TABLE trials (id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, "
+                        "dtype TEXT, config TEXT, fidelity TEXT, status TEXT, reason TEXT, p20 REAL, p50 REAL, "
+                        "p80 REAL, rel_error REAL, compile_s REAL, reps INTEGER, method TEXT, device TEXT, arch TEXT, "
+                        "toolchain TEXT, key TEXT, created TEXT, UNIQUE(key, config, fidelity));"
+                        "INSERT INTO runs VALUES ('r0', 'toy', '[]', '[]', 'exhaustive', NULL, 'X', 't', NULL);")
+    assert Store(db, readonly=True).run_devices() == {}  # read-only: not migrated, and no device to report
+    store = Store(db)  # writable: migrated, the old run kept without a device
+    assert store.run_devices() == {}
+    run = store.start_run("toy", [], [], "exhaustive", None, "X", device_info={"name": "X", "raw_name": "X x"})
+    assert store.run_devices() == {run: {"name": "X", "raw_name": "X x"}}
 
 
 def test_rerun_resumes_without_measuring_again(tmp_path):
