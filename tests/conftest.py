@@ -83,3 +83,43 @@ def timer(dev):
     from flytune_nb.measure.timer import make_timer
 
     return make_timer(dev, reps=2, rep_ms=20, warmup_ms=5)
+
+
+# -- FlyDSL (the optional backend) -----------------------------------------------------------------------------------
+# `make test` installs flytune_nb[flydsl]; .ci/run also installs Debian's lld-22 and sets FLYTUNE_REQUIRE_FLYDSL=1,
+# so that there a missing FlyDSL or linker fails the FlyDSL tests instead of skipping them.
+def _flydsl_missing(what: str):
+    if os.environ.get("FLYTUNE_REQUIRE_FLYDSL", "0") not in ("", "0"):
+        pytest.fail(f"FLYTUNE_REQUIRE_FLYDSL=1 but {what}")
+    pytest.skip(what)
+
+
+@pytest.fixture(scope="session")
+def flydsl_installed():
+    from flytune_nb.backends import flydsl
+
+    if not flydsl.available():
+        _flydsl_missing("flydsl is not installed (pip install 'flytune_nb[flydsl]')")
+    return flydsl
+
+
+@pytest.fixture(scope="session")
+def flydsl_compiler(flydsl_installed, request):
+    """FlyDSL able to compile gfx942 / gfx950 code objects on this machine: ROCM_PATH at a folder holding
+    llvm/bin/ld.lld (a link to lld >= 22; no root needed), and FlyDSL's disk cache under pytest's cache folder
+    (reused across runs, never ~/.flydsl). Workers inherit both."""
+    from flytune_nb.errors import RunError
+
+    saved = {k: os.environ.get(k) for k in ("ROCM_PATH", "FLYDSL_RUNTIME_CACHE_DIR")}
+    try:
+        root = flydsl_installed.linker_root(request.config.cache.mkdir("flydsl-rocm"))
+    except RunError as e:
+        _flydsl_missing(str(e))
+    os.environ["ROCM_PATH"] = str(root)
+    os.environ["FLYDSL_RUNTIME_CACHE_DIR"] = str(request.config.cache.mkdir("flydsl-cache"))
+    yield flydsl_installed
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -12,6 +12,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from flytune_nb import backends
+from flytune_nb.artifacts import flydsl
 from flytune_nb.artifacts.files import (
     BUILTIN_DIR, LOCK, PROVENANCE, ArtifactError, atomic_write, file_name, kernel_dir, read_provenance, read_table,
     render_for)
@@ -84,8 +85,11 @@ def _merge(entry: dict, table: dict, old_prov: dict) -> tuple[dict, dict]:
 
 def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[tuple[Path, str, str]]:
     """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
-    ``export``."""
+    ``export``, FlyDSL offline configs included."""
     out = []
+    for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths):
+        path = entry["path"]
+        out.append((path, entry["text"], path.read_text() if path.exists() else ""))
     for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
         path = entry["path"]
         old = path.read_text() if path.exists() else ""
@@ -110,9 +114,12 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -
     """Write the winners of every (kernel, non-batch shape, device, dtype) found in ``store``. Returns the files.
     Entries already in a file for other batch sizes are kept (merged); the same batch size is replaced. Interpreter
     timings are refused for the repository's committed exports/ (BUILTIN_DIR): they say nothing about GPU speed, and
-    `flytune export` writes there by default."""
+    `flytune export` writes there by default. A FlyDSL kernel's winners also become FlyDSL offline configs, one per
+    exact key, under ``<out_dir>/flydsl_autotune/`` (flytune_nb.artifacts.flydsl); those are refused unless they were
+    timed on an AMD GPU. Everything is checked before anything is written."""
     plan = plan_export(store, out_dir, kernel=kernel, paths=paths)
     refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})
+    fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths)
     written = []
     for entry in plan:
         path = entry["path"]
@@ -130,7 +137,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -
             atomic_write(path, render_for(entry["spec"], table))
             atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
         written.append(path)
-    return written
+    return written + flydsl.write_planned(fly)
 
 
 def _clean(d: dict) -> dict:

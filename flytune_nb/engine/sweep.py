@@ -69,6 +69,13 @@ class Sweep:
                 if not same:
                     raise UsageError(f"{self.spec.name}: a spec object that is not its folder's SPEC can only run "
                                      f"in this process (isolate=False); workers load kernels by name")
+        from flytune_nb import backends
+
+        backend = backends.of(self.spec)
+        if backend.ISOLATED and not isolate and ray is None:
+            raise UsageError(f"{self.spec.name} is a {backend.LABEL} kernel: its trials run in worker processes only "
+                             f"(a launch that faults aborts the process it runs in, which no exception can catch); "
+                             f"drop isolate=False (--no-isolate)")
         self._override = not isinstance(kernel, str) and not isolate and ray is None
         # What other processes load: the kernel's folder name or its module attribute ("pkg.mod:SPEC"); None for a
         # spec run in this process that no other process can import (made in a notebook): nothing precompiles it.
@@ -210,8 +217,19 @@ class Sweep:
                                      f"{first_line(e)}") from e
                 if d.get("too_large"):
                     raise ShapeTooLarge(d["too_large"])
+                if not plans:
+                    self._check_device(DeviceInfo(**d["device"]))
                 plans.append({**d, "shape": shape, "dtype": dtype, "index": len(plans)})
         return plans
+
+    def _check_device(self, device: DeviceInfo) -> None:
+        """A kernel whose DSL cannot launch on the workers' device (FlyDSL anywhere but an AMD GPU) is refused with
+        one message before anything is written, instead of failing (or aborting) on every config."""
+        from flytune_nb import backends
+
+        reason = backends.cannot_launch(self.spec, device)
+        if reason:
+            raise UsageError(reason)
 
     def _precompiler(self):
         """A started precompile pool, or None. Decided before planning (so the pool's start overlaps it): on by

@@ -174,3 +174,51 @@ def _warps(elems: int, stages, params: dict, device: DeviceInfo, max_elems_per_t
         if (ept >= 1 or warps == 1) and ept <= max_elems_per_thread:
             out += [Config(params, num_warps=warps, num_stages=s) for s in stages]
     return out
+
+
+# Row kernels written for AMD's CDNA GPUs (the FlyDSL norms): one workgroup per row, the row held in registers.
+WAVE = 64  # CDNA (gfx942, gfx950) runs 64-lane waves
+
+
+def vector_widths(N: int, dtype: str) -> list[int]:
+    """Elements per vector access along a row of N: a 16-byte and an 8-byte vector where they divide N (accesses never
+    straddle a row's end), else the widest power of two that does (1 at least)."""
+    es = itemsize(dtype)
+    out = [v for v in (16 // es, 8 // es) if v >= 1 and N % v == 0]
+    if not out:
+        v = max(1, 16 // es)
+        while N % v:
+            v //= 2
+        out = [v]
+    return list(dict.fromkeys(out))
+
+
+def cached_per_thread(N: int, threads: int, vec: int) -> int:
+    """Row elements each thread keeps in registers: whole vectors, the ragged last one included."""
+    return -(-N // (threads * vec)) * vec
+
+
+def wave_row_space(shape: dict, dtype: str, *, max_cached: int = 32,
+                   waves_per_eu=(None, 2, 4, 8)) -> list[Config]:
+    """(BLOCK_THREADS, VEC) x waves_per_eu for a one-workgroup-per-row kernel: BLOCK_THREADS a power of two from one
+    wave to 1024, VEC from ``vector_widths``; kept while each thread caches at most ``max_cached`` elements (32:
+    bf16 N=4096 compiles to 13-64 VGPRs without a spill on gfx942 and gfx950, 80 VGPRs at 64 elements) and at least
+    half the threads have a vector to load. A row too wide for that keeps 1024 threads (it spills, but it is
+    right). ``waves_per_eu`` is a compile hint FlyDSL always takes (its kernels only run on AMD); None leaves it to
+    the compiler. No num_warps or num_stages: FlyDSL has neither."""
+    N, out = shape["N"], []
+    for vec in vector_widths(N, dtype):
+        fits = [t for t in pow2_between(WAVE, 1024)
+                if cached_per_thread(N, t, vec) <= max_cached and (t == WAVE or t * vec <= 2 * N)]
+        for threads in fits or [1024]:
+            out += [Config({"BLOCK_THREADS": threads, "VEC": vec}, num_warps=None, num_stages=None, waves_per_eu=w)
+                    for w in waves_per_eu]
+    return out
+
+
+def wave_row_threads(N: int, vec: int, cached: int) -> int:
+    """The fewest threads (a power of two, one wave to 1024) at which each caches at most ``cached`` elements."""
+    threads = WAVE
+    while threads < 1024 and cached_per_thread(N, threads, vec) > cached:
+        threads *= 2
+    return threads

@@ -50,6 +50,10 @@ class _KernelFailed(Exception):
 
 
 def classify(exc: BaseException) -> str:
+    # An exception may say which failure it is (a backend's compile error: flytune_nb.backends.flydsl).
+    status = getattr(exc, "trial_status", None)
+    if status in STATUSES:
+        return status
     names = {c.__name__ for c in type(exc).__mro__}
     text = str(exc).lower()
     if names & {"CompilationError", "OutOfResources", "PTXASError"} or "out of resource" in text or "ptxas" in text:

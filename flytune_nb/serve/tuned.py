@@ -42,6 +42,11 @@ class TunedKernel:
         self.listener = listener
         self.artifact_lookup = artifact_lookup
         self._memory: dict[tuple, tuple[Config, str]] = {}
+        from flytune_nb import backends
+
+        # Why this kernel cannot launch on this device (FlyDSL off an AMD GPU: its launch would abort this process),
+        # or None. Resolving a config (config_for) works anywhere.
+        self._cannot_launch = backends.cannot_launch(spec, self.device)
         self.last_source: str | None = None
         self.last_result: SearchResult | None = None
 
@@ -56,6 +61,8 @@ class TunedKernel:
             config = hit[0]
         else:
             config = self._miss(inputs, fast)
+        if self._cannot_launch:
+            raise UsageError(self._cannot_launch)
         try:
             if self.spec.zeroes:
                 self.spec.reset(inputs, None)  # zero the accumulators on the real call, not only while benchmarking
@@ -115,6 +122,8 @@ class TunedKernel:
         return result
 
     def _search(self, shape: dict, dtype: str, inputs: dict, key) -> SearchResult:
+        if self._cannot_launch:
+            raise UsageError(self._cannot_launch)
         timer = self.timer or make_timer(self.device)
         result = search(self.spec, shape, dtype, self.device, timer, inputs=inputs, restore=self.restore,
                         listener=self.listener)
