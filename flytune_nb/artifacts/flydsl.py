@@ -227,7 +227,15 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=()) -> list[dict]:
         values = art.key_values(shape, dtype)
         ident = identity(art.name, values, {"name": dev.get("raw_name", ""), "arch": dev.get("arch"),
                                              "compute_units": dev.get("sm_count")})
-        body = body_of(Config.from_json(best["config"]), tuple(art.key))
+        config = Config.from_json(best["config"])
+        body = body_of(config, tuple(art.key))
+        from flytune_nb.core.device import DeviceInfo
+
+        want = spec.default(shape, dtype, DeviceInfo(**dev)).to_dict()
+        missing, extra = spec.knob_mismatch({k: v for k, v in body.items() if k not in COMPILER_HINTS}, want)
+        if missing or extra:
+            raise ArtifactError(f"not written: {kname}'s winner {config} for {shape} {dtype} does not have the "
+                                f"kernel's knobs ({', '.join(sorted(want))}): FlyDSL would ignore it")
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
         d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else None
         prov = {"kernel": kname, "shape": shape, "dtype": dtype, "device": dev.get("name"),
@@ -247,7 +255,8 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=()) -> list[dict]:
         if len({json.dumps(c["body"], sort_keys=True) for c in mine}) > 1:
             shapes = ", ".join(f"{c['prov']['shape']} {c['prov']['dtype']}" for c in mine)
             raise ArtifactError(f"not written: {newest['prov']['kernel']}'s winners for {shapes} differ but share one "
-                                f"FlyDSL identity ({path.name}): its artifact key names too few axes to tell them apart")
+                                f"FlyDSL identity ({path.name}): its artifact key names too few axes to tell them "
+                                f"apart")
         prov = {k: v for k, v in newest["prov"].items() if k != "last_id"}
         out.append({"path": path, "text": newest["text"], "prov": prov})
     return out

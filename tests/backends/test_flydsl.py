@@ -254,7 +254,7 @@ def test_the_precompile_pool_compiles_a_flydsl_kernel_on_meta_inputs(flydsl_comp
     assert len(flydsl_compiler._COMPILED) == 1
 
 
-# -- launching: only on AMD GPUs, only in workers ------------------------------------------------------------------------
+# -- launching: only on AMD GPUs, only in workers ---------------------------------------------------------------------
 def test_a_flydsl_sweep_off_an_amd_gpu_is_refused_before_anything_is_written(tmp_path, flydsl_installed):
     from flytune_nb.engine.sweep import Sweep
 
