@@ -57,4 +57,14 @@ PY
   "${PIP[@]}" "${rest[@]}"
   "${PIP[@]}" --no-deps "$sglang_pin"
 fi
-"$VENV/bin/python" -c 'import torch, triton, flytune_nb; print(f"bootstrap: flytune_nb {flytune_nb.__version__}, torch {torch.__version__}, triton {triton.__version__}")'
+# FlyDSL, for the FlyDSL kernels and their tests (make test uses it). Where pip finds no flydsl wheel for this
+# platform the FlyDSL kernels are listed as unavailable and their tests skip; FLYTUNE_FLYDSL=0 skips the install.
+if [ "${FLYTUNE_FLYDSL:-1}" != 0 ]; then
+  "${PIP[@]}" -e '.[flydsl]' || echo "bootstrap: flydsl could not be installed here; the FlyDSL kernels and tests are skipped"
+fi
+"$VENV/bin/python" -c 'import importlib.metadata as md, torch, triton, flytune_nb
+try:
+    fly = "flydsl " + md.version("flydsl")
+except md.PackageNotFoundError:
+    fly = "no flydsl"
+print(f"bootstrap: flytune_nb {flytune_nb.__version__}, torch {torch.__version__}, triton {triton.__version__}, {fly}")'

@@ -8,6 +8,7 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 
 from flytune_nb.core.config import Config  # noqa: E402
+from flytune_nb.core.device import current_device  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
 from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted  # noqa: E402
 from flytune_nb.engine.sweep import Sweep  # noqa: E402
@@ -69,6 +70,22 @@ def test_progress_label_counts_and_shows_best_so_far():
     rc(TrialDone("rmsnorm", best, 0, 4, best))
     assert (rc.bar.value, rc.bar.max) == (1, 4)
     assert "1 of 4" in rc.label.value and "best so far 5.00 us" in rc.label.value and "ETA" in rc.label.value
+
+
+def test_a_flydsl_kernel_is_in_the_picker_and_says_where_it_runs():
+    """The workbench lists FlyDSL kernels like any other (their space size from the spec alone: FlyDSL is not
+    imported); off an AMD GPU the picker says before Run that they launch on AMD GPUs only."""
+    from flytune_nb.backends import flydsl
+
+    if not flydsl.available():
+        pytest.skip("flydsl is not installed")
+    picker = KernelPicker("flydsl_rmsnorm")
+    assert "flydsl_rmsnorm" in picker.dropdown.options and picker.dropdown.value == "flydsl_rmsnorm"
+    assert "32 configs at M=4096 N=4096" in picker.info.value
+    if current_device().backend != "hip":
+        assert "launches on AMD GPUs (ROCm) only" in picker.info.value
+    picker.dropdown.value = "rmsnorm"
+    assert "launches on" not in picker.info.value
 
 
 def test_grid_editor_previews_work_and_explains_bad_input():

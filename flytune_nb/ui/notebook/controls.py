@@ -11,6 +11,7 @@ import time
 
 import ipywidgets as W
 
+from flytune_nb.backends import cannot_launch
 from flytune_nb.core.device import current_device
 from flytune_nb.core.dtypes import DtypeError, canonical, parse_list
 from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
@@ -62,6 +63,9 @@ class KernelPicker(W.VBox):
                                f"{', '.join(s.dtypes)}; {n} configs at "
                                f"{' '.join(f'{k}={v}' for k, v in example.items())}. "
                                f"{html.escape(s.description)}</small>")
+            elsewhere = cannot_launch(s, current_device())  # a FlyDSL kernel off an AMD GPU: said before Run
+            if elsewhere:
+                self.info.value += "<br>" + error_html(elsewhere)
         except Exception as e:  # noqa: BLE001 - a broken plugin is shown, not raised
             self.info.value = error_html(str(e))
 
