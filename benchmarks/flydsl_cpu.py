@@ -1,14 +1,14 @@
-"""What the FlyDSL kernels cost on a machine without an AMD GPU: listing them (`flytune kernels`, which must not
-import FlyDSL), importing FlyDSL, and compiling every config of both kernels for gfx942 and gfx950 with the resources
-each compiles to. CPU-only (needs flydsl and ld.lld >= 22): run anywhere, e.g.
+"""What do the FlyDSL kernels cost without an AMD GPU: listing them, importing FlyDSL, compiling every config? (no GPU)
 
-    python benchmarks/flydsl_cpu.py [--repeat 5] [--skip-compile]
+Measures, on the host alone (FlyDSL kernels never launch here): `flytune kernels` in a fresh process, which must not
+import FlyDSL, against `import torch` and `import torch, flydsl.compiler, flydsl.expr`; then every config of both
+FlyDSL kernels at M=4096 N=4096 bf16 compiled for gfx942 and gfx950 (compile_report: FlyDSL's caches bypassed), with
+the VGPRs, LDS and distinct code objects they compile to. Needs flydsl and ld.lld >= 22. Filed under this machine's
+device name (CPU_interpreter without a GPU).
 """
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -16,9 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import write
+from benchmarks.common import REPO, environment, env_line, parser, write
 
-REPO = Path(__file__).resolve().parent.parent
 KERNELS = ("flydsl_rmsnorm", "flydsl_fused_add_rmsnorm")
 
 
@@ -34,11 +33,16 @@ def wall(code: str, repeat: int) -> tuple[float, str]:
     return statistics.median(times), last
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5, help="fresh processes per import/listing timing")
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--repeat", type=int, default=5, help="fresh processes per import/listing timing (default 5)")
     ap.add_argument("--skip-compile", action="store_true", help="only the listing and import timings")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    from flytune_nb.backends import flydsl
+
+    flydsl.require()
     listed = ("import sys, io, contextlib; from flytune_nb.ui.cli import main\n"
               "with contextlib.redirect_stdout(io.StringIO()): main(['kernels'])\n"
               "print(any(m == 'flydsl' or m.startswith('flydsl.') for m in sys.modules))")
@@ -48,19 +52,17 @@ def main() -> None:
                                                                args.repeat),
             "flytune kernels (all kernels, FlyDSL's listed)": wall(listed, args.repeat)}
     imported = rows["flytune kernels (all kernels, FlyDSL's listed)"][1]
-    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    payload = {"date": date, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-               "python": platform.python_version(), "load_1min": os.getloadavg()[0],
+    env = environment()
+    payload = {"env": env, "flydsl": flydsl.version(), "load_1min": os.getloadavg()[0],
                "wall_s": {k: round(v[0], 3) for k, v in rows.items()}, "listing_imported_flydsl": imported == "True"}
-    md = ["# FlyDSL kernels on a CPU machine", "",
-          f"{date}; {platform.machine()}, {os.cpu_count()} cores (1-min load {os.getloadavg()[0]:.1f} at start), Python "
-          f"{platform.python_version()}; median of {args.repeat} fresh processes", "",
+    md = ["# FlyDSL kernels on a machine without an AMD GPU", "", env_line(env) + f", flydsl {flydsl.version()}", "",
+          f"{env['cpu_count']} cores, 1-min load {os.getloadavg()[0]:.1f} at start; median of {args.repeat} fresh "
+          f"processes", "",
           "| what | wall |", "|---|---|"]
     md += [f"| {k} | {v[0]:.2f} s |" for k, v in rows.items()]
     md += ["", f"`flytune kernels` imported FlyDSL: {imported}"]
 
     if not args.skip_compile:
-        from flytune_nb.backends import flydsl
         from flytune_nb.core.device import interpreter_device
         from flytune_nb.core.registry import get_kernel
 
@@ -90,7 +92,7 @@ def main() -> None:
                           f"{min(c['lds'] for c in rs)}-{max(c['lds'] for c in rs)} B | "
                           f"{sum(not c['ok'] for c in rs)} | {len({c['code_object'] for c in rs})} |")
         md += ["", f"total compile time {sum(c['s'] for c in compiles):.1f} s"]
-    write("flydsl_cpu", payload, "\n".join(md))
+    write("flydsl_cpu", payload, "\n".join(md), out=args.out)
 
 
 if __name__ == "__main__":
