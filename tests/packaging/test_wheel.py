@@ -21,9 +21,11 @@ from tests.conftest import REPO
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     root = tmp_path_factory.mktemp("wheel")
+    # pip must not see the checkout (a PYTHONPATH pointing at it shows its egg-info as installed already)
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     dist = root / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                    REPO], check=True, capture_output=True, timeout=300)
+                    REPO], check=True, capture_output=True, timeout=300, env=clean)
     wheel = next(dist.glob("flytune_nb-*.whl"))
     env_dir = root / "venv"
     venv.create(env_dir, with_pip=False)
@@ -32,7 +34,7 @@ def installed(tmp_path_factory):
                                capture_output=True, text=True, check=True).stdout.strip())
     (site / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300, env=clean)
     work = root / "work"  # a user's folder: not the checkout, no kernels/ or exports/ beside it
     work.mkdir()
     env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(root), "TRITON_INTERPRET": "1",
