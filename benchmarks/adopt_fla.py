@@ -1,6 +1,7 @@
-"""fla-core's own @triton.autotune kernels, adopted (examples/fla_kernels.py): flytune's pick vs the decorator's own
-pick, measured side by side in one run, then served back to fla's unmodified functions with zero benchmarks.
+"""Does flytune's pick for fla-core's @triton.autotune kernels beat the decorator's, then serve with zero benchmarks?
 
+fla-core's kernels are adopted as they are (examples/fla_kernels.py); flytune's pick and the decorator's own pick are
+measured side by side in one run, then served back to fla's unmodified functions.
 Per kernel and shape:
 - ours: an exhaustive sweep of the decorator's configs (isolated worker, precompile pool, every config checked
   against torch), the fastest correct config;
@@ -11,8 +12,8 @@ Per kernel and shape:
 - served: the sweep exported, ``flytune_nb.prime`` from it, fla's function called again: benchmark calls (0 expected)
   and the config launched.
 
-    python benchmarks/adopt_fla.py              # the H200 grid (bf16), about 2 minutes
-    python benchmarks/adopt_fla.py --tiny       # CPU smoke test: tiny shapes through Triton's interpreter
+    python -m benchmarks adopt_fla              # the H200 grid (bf16), about 2 minutes
+    python -m benchmarks adopt_fla --smoke      # CPU check: tiny shapes through Triton's interpreter
 
 fla's own disk cache of autotune results (FLA_CACHE_RESULTS, on by default) is turned off here so that the
 decorator really picks in this run instead of reading an earlier run's pick from ~/.triton/cache, and so is its
@@ -21,7 +22,6 @@ fails is reported in the results and the others still run.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -33,10 +33,8 @@ os.environ["FLA_CACHE_RESULTS"] = "0"  # before fla is imported (read at import)
 # fla's @dispatch may route a call to another installed backend; the Triton kernels are what is measured here
 os.environ.setdefault("FLA_DISABLE_BACKEND_DISPATCH", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(REPO))
 
-# kernel -> (attribute in examples/fla_kernels.py, shapes on the GPU, shapes for --tiny). l2norm and rmsnorm: D=128
+# kernel -> (attribute in examples/fla_kernels.py, shapes on the GPU, shapes for --smoke). l2norm and rmsnorm: D=128
 # (a head) and 512 (their largest fused D), T from a decode batch to a long prefill (l2norm's key buckets T by 65536,
 # rmsnorm's by 2048); the conv update: a decode step (N sequences, one token each) at D=4096, W=4.
 KERNELS = {
@@ -104,23 +102,23 @@ def side_by_side(spec, shape, dtype, dev, ours, theirs, rep_ms: float, rounds: i
     best = {"ours": float("inf"), "theirs": float("inf")}
     for _ in range(rounds):
         for who, cfg in (("ours", ours), ("theirs", theirs)):
-            p50 = timer.measure(lambda: spec.run(inputs, cfg), spec.rep_setup(inputs, snap)).p50
+            p50 = timer.measure(lambda cfg=cfg: spec.run(inputs, cfg), spec.rep_setup(inputs, snap)).p50
             best[who] = min(best[who], p50)
     return best
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from benchmarks.common import environment, parser, results_dir, write
+
+    p = parser(__doc__, __file__)
     p.add_argument("--kernels", default=",".join(KERNELS), help=f"comma-separated, of {', '.join(KERNELS)}")
-    p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default bf16; fp32 with --tiny)")
-    p.add_argument("--tiny", action="store_true", help="tiny shapes (the CPU smoke test through the interpreter)")
+    p.add_argument("--dtype", default=None, help="bf16 | fp16 | fp32 (default bf16; fp32 with --smoke)")
+    p.add_argument("--smoke", action="store_true", help="tiny shapes through the interpreter: the CPU check")
     p.add_argument("--rep-ms", type=float, default=25.0, help="GPU timing budget per config in ms (default 25)")
     p.add_argument("--rounds", type=int, default=3, help="alternating re-timings of the two picks (default 3)")
     p.add_argument("--no-isolate", action="store_true", help="sweep in this process (no worker processes)")
-    p.add_argument("--name", default=os.environ.get("BENCH_NAME", "adopt_fla"), help="result file name")
+    p.add_argument("--name", default="adopt_fla", help="result file name (default: %(default)s)")
     args = p.parse_args(argv)
-
-    from common import environment, out_dir, write
 
     import flytune_nb
     from flytune_nb import Sweep
@@ -131,14 +129,14 @@ def main(argv=None) -> int:
     from flytune_nb.engine.store import Store
 
     dev = current_device()
-    dtype = args.dtype or ("fp32" if args.tiny else "bf16")
+    dtype = args.dtype or ("fp32" if args.smoke else "bf16")
     work = Path(tempfile.mkdtemp(prefix="adopt-fla-"))
     t_start = time.perf_counter()
     rows, served, errors = [], [], []
     for kernel in [k.strip() for k in args.kernels.split(",") if k.strip()]:
         try:
             attr, gpu_shapes, tiny_shapes = KERNELS[kernel]
-            shapes = tiny_shapes if args.tiny else gpu_shapes
+            shapes = tiny_shapes if args.smoke else gpu_shapes
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # fla's warnings about the device
                 spec = get_kernel(f"{REPO / 'examples' / 'fla_kernels.py'}:{attr}")
@@ -191,7 +189,7 @@ def main(argv=None) -> int:
     if (work / "exports").is_dir():  # the exported winners come back with the results
         import shutil
 
-        shutil.copytree(work / "exports", out_dir() / f"{args.name}_exports", dirs_exist_ok=True)
+        shutil.copytree(work / "exports", results_dir(args.out) / f"{args.name}_exports", dirs_exist_ok=True)
 
     def us(ms):
         return "-" if ms is None else f"{ms * 1e3:.2f}"
@@ -217,7 +215,8 @@ def main(argv=None) -> int:
     md += ["", f"served with zero benchmarks: {'yes' if ok else 'NO'}"]
     md += [f"FAILED {e['kernel']}: {e['error']}" for e in errors]
     write(args.name, {"environment": environment(), "rows": rows, "served": served, "errors": errors,
-                      "total_s": total_s, "args": vars(args)}, "\n".join(md))
+                      "total_s": total_s, "args": {k: str(v) for k, v in vars(args).items()}},
+          "\n".join(md), out=args.out)
     return 0 if ok else 1
 
 

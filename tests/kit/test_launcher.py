@@ -201,16 +201,19 @@ def test_cuda_launcher_that_needs_scratch_keeps_tritons_wrapper():
     that needs none is called at the launcher's C entry, with the cooperative-grid and PDL flags it was built with."""
     from flytune_nb._compat.triton import compiled_launcher
 
+    def c_entry(*args):  # a sentinel of our own: another library may have replaced builtins.print
+        return args
+
     class CudaLauncher:
         global_scratch_size, profile_scratch_size = 256, 0
-        launch, launch_cooperative_grid, launch_pdl = print, False, True
+        launch, launch_cooperative_grid, launch_pdl = staticmethod(c_entry), False, True
 
     kernel = SimpleNamespace(run=CudaLauncher(), function="fn", packed_metadata="pm")
     call, function, mid = compiled_launcher(kernel)
     assert call is kernel.run and mid == ("pm", None, None, None)
     CudaLauncher.global_scratch_size = 0
     call, function, mid = compiled_launcher(kernel)
-    assert call is print and function == "fn" and mid == (False, True, None, None, "pm", None, None, None)
+    assert call is c_entry and function == "fn" and mid == (False, True, None, None, "pm", None, None, None)
 
 
 def test_compile_only_compiles_as_triton_would_launch_and_launches_nothing(rt):
