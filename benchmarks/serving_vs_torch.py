@@ -244,7 +244,8 @@ def run_rows(dev, timers, compiles, smoke: bool) -> dict:
     ok_rows = [r for r in rows if r["correct"]]
     worst = min(ok_rows, key=lambda r: r["speedup"]) if ok_rows else None
     return {"rows": rows, "geomean": _geo(r["speedup"] for r in ok_rows),
-            "worst": worst["speedup"] if worst else math.nan, "worst_shape": worst and (worst["kernel"], worst["shape"]),
+            "worst": worst["speedup"] if worst else math.nan,
+            "worst_shape": worst and (worst["kernel"], worst["shape"]),
             "wrong": sum(not r["correct"] for r in rows)}
 
 
@@ -295,9 +296,9 @@ def run_regret(dev, timers, compiles, smoke: bool, limit: int) -> dict:
 def markdown(env, res, wall_s: float, smoke: bool) -> str:
     lines = [f"# Serving calls vs torch{' (smoke: tiny shapes, interpreter timings)' if smoke else ''}",
              f"{env['device']} ({env['arch']}), {env['date']}, torch {env['torch']}, triton {env['triton']}, "
-             f"flytune_nb {env['flytune_nb']}. bf16. Ours through flytune_nb.tuned. Medians of Triton's do_bench_cudagraph (graph) and do_bench (L2 "
-             f"flushed), us; ratios are torch's time over ours; source: where tuned() found the config (artifact: a committed "
-             f"export; default: the heuristic). {wall_s:.0f} s.", ""]
+             f"flytune_nb {env['flytune_nb']}. bf16. Ours through flytune_nb.tuned. Medians of Triton's "
+             "do_bench_cudagraph (graph) and do_bench (L2 flushed), us; ratios are torch's time over ours; source: "
+             "where tuned() found the config (artifact: a committed export; default: the heuristic). {wall_s:.0f} s.", ""]
     if "gemm" in res:
         g = res["gemm"]
         lines += ["## GEMM vs cuBLAS: per M bucket (targets: geomean >= 0.95x, none below 0.90x, both modes)", "",
@@ -320,7 +321,8 @@ def markdown(env, res, wall_s: float, smoke: bool) -> str:
                   "(targets: none below 0.97x, geomean >= 1.10x)", "",
                   f"Geomean {r0['geomean']:.3f}x over {len(r0['rows'])} shapes; worst {r0['worst']:.3f}x at "
                   f"{_s(r0['worst_shape'])}; wrong outputs: {r0['wrong']}.", "",
-                  "| kernel | M | N | source | ours | eager | compile | speedup | share of copy BW* | correct | config |",
+                  "| kernel | M | N | source | ours | eager | compile | speedup | share of copy BW* | correct "
+                  "| config |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in r0["rows"]:
             tbps = r["bytes"] / (r["ours_graph"] * 1e-3) / 1e12
@@ -337,7 +339,8 @@ def markdown(env, res, wall_s: float, smoke: bool) -> str:
                   "| kernel | shapes | geomean | worst | worst shape | default failed |", "|---|---|---|---|---|---|"]
         lines += [f"| {k} | {v['shapes']} | {v['geomean']:.3f} | {v['worst']:.3f} | {_s(v['worst_shape'])} | "
                   f"{v['default_fails']} |" for k, v in rg["per_kernel"].items()]
-        lines += ["", "| kernel | shape | regret | default (us) | best (us) | best config |", "|---|---|---|---|---|---|"]
+        lines += ["", "| kernel | shape | regret | default (us) | best (us) | best config |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {r['kernel']} | {_s(r['shape'])} | {r['regret']:.3f} | {r['default_ms'] * 1e3:.2f} | "
                   f"{r['best_ms'] * 1e3:.2f} | `{r['best']}` |" for r in rg["rows"]]
     return "\n".join(lines)

@@ -283,8 +283,8 @@ class Rule:
 
         emit(self.root, 1)
         if uses_hand:
-            lines += ["", "", "# -- the hand-written rule, as kernels/{}/heuristic.py has it (comments dropped) --".format(
-                self.kernel), _hand_source(self.hand)]
+            lines += ["", "", f"# -- the hand-written rule, as kernels/{self.kernel}/heuristic.py has it (comments "
+                      "dropped) --", _hand_source(self.hand)]
         return "\n".join(lines) + "\n"
 
 

@@ -22,8 +22,8 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   8 warps with 5 stages (M=512, N=4096: 33.0 us, the sweep's best, against 46.0 on 4 warps and 3 stages); else
   128x64x128 tiles on 4 warps, 4 stages when those fill >= 90% and 128x128 ones make at most one round (M=256,
   N=4096: 128 tiles, 25.0 us, the best of the store's 32 timed there; at M=512, N=14336 128x256 tiles were 99.3 us
-  against 101.5 for the best narrower tile). Otherwise no tile size fills the rounds and the iterations are shared out evenly instead
-  (STREAM_K=1): on 128x256 tiles when there are at least half as many as SMs (M=256, N=14336: 112 tiles, 58.0 us
+  against 101.5 for the best narrower tile). Otherwise no tile size fills the rounds and the iterations are shared
+  out evenly instead (STREAM_K=1): on 128x256 tiles when there are at least half as many as SMs (M=256, N=14336: 112 tiles, 58.0 us
   without stream-K, 0.82x cuBLAS), else on 128x128 tiles (M=256, N=6144: 48 of 128x256).
 - M > 128 elsewhere (no TMA): 128x128x64 tiles on 4 warps, 3 stages, grouped by 8 row tiles so neighbouring programs
   reuse w's panel in L2 (the classic 128x256 on 8 warps was 1.14-1.17x behind on the exhaustive H200 sweeps at

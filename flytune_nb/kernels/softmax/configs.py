@@ -7,7 +7,8 @@ instead of twice. Looped blocks from 256 up to half the row, where pipelining (n
 
 SPLIT_N (kernel.py): offered for rows over 16 KiB when there are fewer rows than SMs (a vocabulary softmax at decode
 batch sizes), on 1-4K-element blocks with 4 or 8 warps, splits 2..128 such that every program has at least half a
-block and the grid stays within two programs per SM. bf16 on the H200: M=1, N=152064: 94 configs (40 split); M=64: 66 (12).
+block and the grid stays within two programs per SM. bf16 on the H200: M=1, N=152064: 94 configs (40 split); M=64:
+66 (12).
 """
 from __future__ import annotations
 

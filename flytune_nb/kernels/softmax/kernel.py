@@ -8,9 +8,10 @@ wide rows never spill; pass one asks L2 to keep the row (evict_last), pass two l
 vocabulary widths (N=152064 bf16: 297 KiB a row) the re-read is an L2 hit.
 
 SPLIT_N > 1 (a vocabulary row at decode batch sizes: one program per row would stream 297 KiB from one SM): each of
-the row's SPLIT_N programs reduces its chunk (an equal share of the row, in BLOCK_N blocks) to a (max, sum of exp) pair; a second launch
-combines the row's pairs (sum of s_c * exp(m_c - max)) and each program writes its chunk. The pairs live in a
-per-stream scratch buffer (flytune_nb.kit.scratch), written in full by the first launch before the second reads it.
+the row's SPLIT_N programs reduces its chunk (an equal share of the row, in BLOCK_N blocks) to a (max, sum of exp)
+pair; a second launch combines the row's pairs (sum of s_c * exp(m_c - max)) and each program writes its chunk. The
+pairs live in a per-stream scratch buffer (flytune_nb.kit.scratch), written in full by the first launch before the
+second reads it.
 
 -inf entries (masked logits) are exact: a lane or a chunk that has seen only -inf so far carries max -inf and sum 0,
 never exp(-inf - -inf) = NaN; a row that is all -inf gives NaN, as torch.softmax does.
