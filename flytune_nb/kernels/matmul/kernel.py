@@ -21,8 +21,8 @@ Two knobs spread K over more programs when the output tiles alone would leave SM
 
 Both reduce a tile cut between programs the same deterministic way, in one launch: every program that holds part of
 a tile stores its fp32 partial in a scratch buffer, then increments the tile's arrival counter (acq_rel); the one
-that arrives last sums all parts in a fixed order (by split, or by program id), stores the tile in the output dtype
-and resets the counter to zero. Nothing waits on another program (no spin, so no deadlock when programs are not all
+that arrives last reads all parts back (its own too) and sums them in a fixed order (by split, or by program id),
+stores the tile in the output dtype and resets the counter to zero. Nothing waits on another program (no spin, so no deadlock when programs are not all
 resident, e.g. beside NCCL kernels), nothing accumulates with atomics (the same inputs give the same bits every
 call), and no memset precedes the launch: the counters stay zero between calls (flytune_nb.kit.scratch).
 
@@ -55,7 +55,7 @@ def _last_to_arrive(acc, WS, LOCKS, tile, part_slot, BLOCK_SIZE_M: tl.constexpr,
     """Store this program's partial of ``tile`` in slot ``part_slot`` of the scratch and count it in; True for the
     program whose part completes the tile (it then reads the others)."""
     offs = tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)[None, :]
-    tl.store(WS + part_slot.to(tl.int64) * (BLOCK_SIZE_M * BLOCK_SIZE_N) + offs, acc)
+    tl.store(WS + tl.cast(part_slot, tl.int64) * (BLOCK_SIZE_M * BLOCK_SIZE_N) + offs, acc)
     tl.debug_barrier()  # every thread's part is stored before the release below publishes it
     return tl.atomic_add(LOCKS + tile, 1, sem="acq_rel", scope="gpu")
 
@@ -64,7 +64,7 @@ def _last_to_arrive(acc, WS, LOCKS, tile, part_slot, BLOCK_SIZE_M: tl.constexpr,
 def _read_part(WS, part_slot, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
     offs = tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)[None, :]
     # .cg: from L2, where the other SMs' stores landed; this SM's L1 may hold the slot from an earlier call
-    return tl.load(WS + part_slot.to(tl.int64) * (BLOCK_SIZE_M * BLOCK_SIZE_N) + offs, cache_modifier=".cg")
+    return tl.load(WS + tl.cast(part_slot, tl.int64) * (BLOCK_SIZE_M * BLOCK_SIZE_N) + offs, cache_modifier=".cg")
 
 
 @triton.jit
@@ -107,19 +107,18 @@ def matmul_kernel(A, W, C, WS, LOCKS, M, N, K, stride_am, stride_ak, stride_wn, 
 
     rows = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
     cols = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = C + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     c_mask = (rows[:, None] < M) & (cols[None, :] < N)
     if SPLIT_K == 1:
-        tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=c_mask)
+        tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(C.dtype.element_ty), mask=c_mask)
     else:
         if _last_to_arrive(acc, WS, LOCKS, tile, pid, BLOCK_SIZE_M, BLOCK_SIZE_N) == SPLIT_K - 1:
-            total = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-            for s in tl.static_range(SPLIT_K):  # split order, whoever arrived last: the same sum every call
-                if s == split:
-                    total += acc
-                else:
-                    total += _read_part(WS, tile * SPLIT_K + s, BLOCK_SIZE_M, BLOCK_SIZE_N)
-            tl.store(c_ptrs, total.to(C.dtype.element_ty), mask=c_mask)
+            # split order, whoever arrived last: the same sum every call. Its own part is read back too, so the
+            # sum never mixes the accumulator's MMA layout with the loads' (a layout change through shared memory)
+            total = _read_part(WS, tile * SPLIT_K, BLOCK_SIZE_M, BLOCK_SIZE_N)
+            for s in tl.static_range(1, SPLIT_K):
+                total += _read_part(WS, tile * SPLIT_K + s, BLOCK_SIZE_M, BLOCK_SIZE_N)
+            tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, total.to(C.dtype.element_ty),
+                     mask=c_mask)
             tl.atomic_xchg(LOCKS + tile, 0)  # zero again for the next call
 
 
@@ -197,14 +196,12 @@ def matmul_stream_k_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
             # slot 2p: the tile program p starts in (its range's first); 2p + 1: the one it ends in
             slot = 2 * pid + (it != start).to(tl.int64)
             if _last_to_arrive(acc, WS, LOCKS, tile, slot, BLOCK_SIZE_M, BLOCK_SIZE_N) == p_last - p_first:
-                out = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-                for q in range(p_first, p_last + 1):  # program order, whoever arrived last
-                    if q == pid:
-                        out += acc
-                    else:
-                        q_starts_here = (q * total // programs) >= first_it
-                        out += _read_part(WS, 2 * q + (1 - q_starts_here.to(tl.int64)), BLOCK_SIZE_M,
-                                          BLOCK_SIZE_N)
+                # program order, whoever arrived last; its own part read back like the others (one layout). The
+                # first program's part is the one it ends in (slot 1) unless it starts inside this tile too.
+                first_starts_here = (p_first * total // programs) >= first_it
+                out = _read_part(WS, 2 * p_first + 1 - first_starts_here.to(tl.int64), BLOCK_SIZE_M, BLOCK_SIZE_N)
+                for q in range(p_first + 1, p_last + 1):  # every later one starts inside this tile: slot 0
+                    out += _read_part(WS, 2 * q, BLOCK_SIZE_M, BLOCK_SIZE_N)
                 c_desc.store([off_m, off_n], out.to(c_desc.dtype))
                 tl.atomic_xchg(LOCKS + tile, 0)
         it += k1 - k0
