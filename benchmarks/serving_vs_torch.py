@@ -165,23 +165,35 @@ def run_gemm(dev, timers, compiles, smoke: bool) -> dict:
         compiles.submit("matmul", shape, [_tuned_config(op, spec, shape, dev)])
     rows = []
     for shape, group in shapes:
-        compiles.wait("matmul", shape)
-        inputs = spec.make_inputs(shape, DTYPE, dev)
-        a, w, out = inputs["a"], inputs["w"], inputs["out"]
-        ours = lambda: op(a=a, w=w, out=out)  # noqa: E731
-        theirs = lambda: spec.baseline(inputs)  # noqa: E731
-        ok = _correct(spec, inputs, lambda i: op(**i))
-        row = {"shape": shape, "group": group, "config": str(op.config_for(inputs)),
-               "source": SOURCES.get(("matmul", tuple(shape.items())), op.last_source),
-               "correct": ok}
-        ours(), theirs()
-        row.update(ours_graph=timers.graph(ours), cublas_graph=timers.graph(theirs), ours_flushed=timers.flushed(ours),
-                   cublas_flushed=timers.flushed(theirs))
-        rows.append(row)
-        print(f"gemm {shape}: graph {row['cublas_graph'] / row['ours_graph']:.2f}x, flushed "
-              f"{row['cublas_flushed'] / row['ours_flushed']:.2f}x ({row['source']}) {'' if ok else 'WRONG'}",
-              flush=True)
-        del inputs, a, w, out
+        try:
+            rows.append(_gemm_row(spec, op, shape, group, dev, timers, compiles))
+        except Exception as e:  # noqa: BLE001 - a shape that fails is a result (a loss), not the end of the run
+            rows.append({"shape": shape, "group": group, "error": f"{type(e).__name__}: {str(e)[:300]}",
+                         "correct": False})
+            print(f"gemm {shape}: FAILED {rows[-1]['error']}", flush=True)
+    return _gemm_summary(rows)
+
+
+def _gemm_row(spec, op, shape, group, dev, timers, compiles) -> dict:
+    compiles.wait("matmul", shape)
+    inputs = spec.make_inputs(shape, DTYPE, dev)
+    a, w, out = inputs["a"], inputs["w"], inputs["out"]
+    ours = lambda: op(a=a, w=w, out=out)  # noqa: E731
+    theirs = lambda: spec.baseline(inputs)  # noqa: E731
+    ok = _correct(spec, inputs, lambda i: op(**i))
+    row = {"shape": shape, "group": group, "config": str(op.config_for(inputs)),
+           "source": SOURCES.get(("matmul", tuple(shape.items())), op.last_source),
+           "correct": ok}
+    ours(), theirs()
+    row.update(ours_graph=timers.graph(ours), cublas_graph=timers.graph(theirs), ours_flushed=timers.flushed(ours),
+               cublas_flushed=timers.flushed(theirs))
+    print(f"gemm {shape}: graph {row['cublas_graph'] / row['ours_graph']:.2f}x, flushed "
+          f"{row['cublas_flushed'] / row['ours_flushed']:.2f}x ({row['source']}) {'' if ok else 'WRONG'}",
+          flush=True)
+    return row
+
+
+def _gemm_summary(rows: list) -> dict:
     buckets = []
     for name, lo, hi in BUCKETS:
         for mode in ("graph", "flushed"):
@@ -222,25 +234,37 @@ def run_rows(dev, timers, compiles, smoke: bool) -> dict:
         spec, op = get_kernel(kernel), ops[kernel]
         for m, n in shapes:
             shape = {"M": m, "N": n}
-            compiles.wait(kernel, shape)
-            inputs = spec.make_inputs(shape, DTYPE, dev)
-            call = {k: v for k, v in inputs.items()}
-            ours = lambda: op(**call)  # noqa: E731
-            ok = _correct(spec, inputs, lambda i: op(**i))
-            eager = timers.graph(lambda: spec.baseline(inputs))
-            compiled_fn = static_compiled(spec.baseline) if dev.is_gpu else spec.baseline
-            for _ in range(3):
-                compiled_fn(inputs)
-            compiled = timers.graph(lambda: compiled_fn(inputs))
-            mine = timers.graph(ours)
-            row = {"kernel": kernel, "shape": shape, "config": str(op.config_for(call)),
-                   "source": SOURCES.get((kernel, tuple(shape.items())), op.last_source),
-                   "correct": ok, "ours_graph": mine, "eager_graph": eager, "compile_graph": compiled,
-                   "speedup": min(eager, compiled) / mine, "bytes": spec.bytes(shape, DTYPE)}
-            rows.append(row)
-            print(f"{kernel} {shape}: {row['speedup']:.2f}x the better of eager/compile ({row['source']}) "
-                  f"{'' if ok else 'WRONG'}", flush=True)
-            del inputs, call
+            try:
+                rows.append(_row(kernel, spec, op, shape, dev, timers, compiles))
+            except Exception as e:  # noqa: BLE001 - a failing shape is a result (a loss), not the end of the run
+                rows.append({"kernel": kernel, "shape": shape, "error": f"{type(e).__name__}: {str(e)[:300]}",
+                             "correct": False})
+                print(f"{kernel} {shape}: FAILED {rows[-1]['error']}", flush=True)
+    return _rows_summary(rows)
+
+
+def _row(kernel, spec, op, shape, dev, timers, compiles) -> dict:
+    compiles.wait(kernel, shape)
+    inputs = spec.make_inputs(shape, DTYPE, dev)
+    call = {k: v for k, v in inputs.items()}
+    ours = lambda: op(**call)  # noqa: E731
+    ok = _correct(spec, inputs, lambda i: op(**i))
+    eager = timers.graph(lambda: spec.baseline(inputs))
+    compiled_fn = static_compiled(spec.baseline) if dev.is_gpu else spec.baseline
+    for _ in range(3):
+        compiled_fn(inputs)
+    compiled = timers.graph(lambda: compiled_fn(inputs))
+    mine = timers.graph(ours)
+    row = {"kernel": kernel, "shape": shape, "config": str(op.config_for(call)),
+           "source": SOURCES.get((kernel, tuple(shape.items())), op.last_source),
+           "correct": ok, "ours_graph": mine, "eager_graph": eager, "compile_graph": compiled,
+           "speedup": min(eager, compiled) / mine, "bytes": spec.bytes(shape, DTYPE)}
+    print(f"{kernel} {shape}: {row['speedup']:.2f}x the better of eager/compile ({row['source']}) "
+          f"{'' if ok else 'WRONG'}", flush=True)
+    return row
+
+
+def _rows_summary(rows: list) -> dict:
     ok_rows = [r for r in rows if r["correct"]]
     worst = min(ok_rows, key=lambda r: r["speedup"]) if ok_rows else None
     return {"rows": rows, "geomean": _geo(r["speedup"] for r in ok_rows),
@@ -287,9 +311,10 @@ def run_regret(dev, timers, compiles, smoke: bool, limit: int) -> dict:
     for kernel in held:
         rs = [r["regret"] for r in rows if r["kernel"] == kernel]
         worst = max((r for r in rows if r["kernel"] == kernel), key=lambda r: r["regret"], default=None)
-        per[kernel] = {"shapes": len(rs), "geomean": _geo(rs), "worst": worst["regret"] if worst else math.nan,
-                       "worst_shape": worst["shape"] if worst else None,
-                       "default_fails": sum(math.isinf(r["default_ms"]) for r in rows if r["kernel"] == kernel)}
+        fails = sum(math.isinf(r["default_ms"]) for r in rows if r["kernel"] == kernel)
+        per[kernel] = {"shapes": len(rs), "geomean": math.inf if fails else _geo(rs),  # a failing default: a loss
+                       "worst": worst["regret"] if worst else math.nan,
+                       "worst_shape": worst["shape"] if worst else None, "default_fails": fails}
     return {"rows": rows, "per_kernel": per}
 
 
@@ -309,6 +334,10 @@ def markdown(env, res, wall_s: float, smoke: bool) -> str:
                   "correct | config |", "|---|---|---|---|---|---|---|---|---|"]
         for r in g["rows"]:
             s = r["shape"]
+            if "error" in r:
+                lines.append(f"| {s['M']} | {s['N']} | {s['K']} | {r['group']} | - | FAILED | FAILED | NO | "
+                             f"{r['error']} |")
+                continue
             lines.append(f"| {s['M']} | {s['N']} | {s['K']} | {r['group']} | {r['source']} | "
                          f"{r['ours_graph'] * 1e3:.1f} / {r['cublas_graph'] * 1e3:.1f} "
                          f"({r['cublas_graph'] / r['ours_graph']:.2f}x) | {r['ours_flushed'] * 1e3:.1f} / "
@@ -325,6 +354,10 @@ def markdown(env, res, wall_s: float, smoke: bool) -> str:
                   "| config |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in r0["rows"]:
+            if "error" in r:
+                lines.append(f"| {r['kernel']} | {r['shape']['M']} | {r['shape']['N']} | - | FAILED | | | | | NO | "
+                             f"{r['error']} |")
+                continue
             tbps = r["bytes"] / (r["ours_graph"] * 1e-3) / 1e12
             lines.append(f"| {r['kernel']} | {r['shape']['M']} | {r['shape']['N']} | {r['source']} | "
                          f"{r['ours_graph'] * 1e3:.2f} | {r['eager_graph'] * 1e3:.2f} | {r['compile_graph'] * 1e3:.2f} "
