@@ -83,7 +83,8 @@ def test_a_store_without_that_kernel_is_one_clear_error(tmp_path):
     from flytune_nb.engine.sweep import Sweep
 
     db = tmp_path / "s.db"
-    Sweep("rmsnorm", "M=1,8 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    one = Config({"BLOCK_N": 256}, num_warps=1, num_stages=1)
+    Sweep("rmsnorm", "M=1,8 N=256", ["fp32"], configs=[one], db=db, isolate=False, baselines=()).run()
     data = F.from_store(db, "rmsnorm")
     assert len(data) == 2 and all(math.isfinite(s.best) for s in data)
     with pytest.raises(F.FitError, match="no timed softmax sweeps"):

@@ -55,10 +55,10 @@ def _split_config(bm, bn, bk, split):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-@pytest.mark.parametrize("shape", [{"M": 1, "N": 48, "K": 200},  # ragged K: the masked loop in every split
-                                   {"M": 37, "N": 100, "K": 256},  # even K, ragged M and N, 4 x 4 tiles
-                                   {"M": 5, "N": 40, "K": 64}])  # 2 K steps for up to 8 splits: empty splits
-@pytest.mark.parametrize("split", [2, 3, 8])
+@pytest.mark.parametrize("shape,split", [({"M": 1, "N": 48, "K": 200}, 2),  # ragged K: the masked loop in each split
+                                         ({"M": 1, "N": 48, "K": 200}, 8),
+                                         ({"M": 37, "N": 100, "K": 256}, 3),  # even K, ragged M and N, 3 x 4 tiles
+                                         ({"M": 5, "N": 40, "K": 64}, 8)])  # 2 K steps for 8 splits: empty ones
 def test_split_k_reduces_every_tile_exactly_once(shape, dtype, split, dev, cpu_timer):
     """SPLIT_K against the fp64 reference (the trial poisons the output first, so an unwritten tile fails), and the
     arrival counters are all zero again afterwards: the next call starts from a clean slate without a memset."""
@@ -83,8 +83,7 @@ def test_split_k_is_deterministic_and_equals_the_unsplit_sum_closely(dev):
     assert compare(first, whole.double(), spec.tol("fp16")).ok
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-@pytest.mark.parametrize("programs", [3, 7])
+@pytest.mark.parametrize("programs,dtype", [(3, "bf16"), (7, "fp16")])
 def test_stream_k_is_correct_for_any_program_count(dtype, programs, dev, cpu_timer, monkeypatch):
     """The stream-K persistent kernel with 3 and 7 programs (a described device: the interpreter has 2 cores) on
     ragged shapes: tiles cut between two programs, tiles spread over three or more (fewer iterations per program

@@ -158,7 +158,7 @@ def test_softmax_over_masked_logits_is_exact(config, dev):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-@pytest.mark.parametrize("N,block,split", [(1000, 128, 2), (1000, 64, 8), (4096, 256, 4), (300, 256, 4)])
+@pytest.mark.parametrize("N,block,split", [(1000, 128, 2), (1000, 128, 8), (4096, 512, 4), (300, 256, 4)])
 def test_split_row_softmax_is_correct(N, block, split, dtype, dev, cpu_timer):
     """A row over SPLIT_N programs, two launches: ragged last blocks (1000 = 7.8 blocks of 128), chunks of whole
     blocks, even rows (EVEN: no masks), and more splits than blocks (300 over 4: chunks past the row are empty and
