@@ -1,7 +1,6 @@
-"""The kernels as a serving user calls them, against torch, in one run on one GPU: the numbers the kernel targets are
-stated in.
+"""Called as a serving user calls them, do our kernels match torch, and how close is their heuristic default to a small search on unswept model shapes?
 
-Each of our kernels is called through ``flytune_nb.tuned(...)`` (the committed export when lookup finds one, else the
+Against cuBLAS for GEMM, the better of eager and static torch.compile for the row kernels. The numbers the kernel targets are stated in, measured side by side in one run on one GPU. Each of our kernels is called through ``flytune_nb.tuned(...)`` (the committed export when lookup finds one, else the
 heuristic default; the ``source`` column says which) and timed with Triton's own timers, independent of flytune's:
 ``do_bench_cudagraph`` (graph replay, as a serving engine runs decode: no L2 flush between calls) and ``do_bench``
 (events, L2 flushed between calls). Every output is checked against the fp64 reference once.
@@ -15,19 +14,18 @@ heuristic default; the ``source`` column says which) and timed with Triton's own
   and hidden sizes, and vocabularies), the heuristic default against the best of a small targeted search (the
   default and its neighbours in the pruned space: one knob a step away, an optional knob toggled), graph replay.
 
-Usage: python benchmarks/serving_vs_torch.py [--only gemm,rows,regret] [--neighbours 6] [--rep-ms 20]
-       python benchmarks/serving_vs_torch.py --smoke   (tiny shapes; runs on the CPU interpreter too)
-Results: benchmarks/results/<device>/serving_vs_torch.{json,md} ($BENCH_OUT instead of benchmarks/results).
+Usage: python -m benchmarks serving_vs_torch [--only gemm,rows,regret] [--neighbours 6] [--rep-ms 20] [--out DIR]
+       python -m benchmarks serving_vs_torch --smoke   (tiny shapes; runs on the CPU interpreter too)
+~4 minutes on an H200 (compiles run ahead in a process pool). Results: benchmarks/results/<device>/serving_vs_torch.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
 from dataclasses import asdict
 
-from common import environment, out_dir, static_compiled, write
+from benchmarks.common import env_line, environment, need_gpu, parser, static_compiled, write
 
 GEMM_NK = {"committed": [(4096, 4096), (14336, 4096)],
            "unswept": [(11008, 4096), (4096, 11008), (6144, 4096), (28672, 4096)]}
@@ -341,8 +339,7 @@ def run_regret(dev, timers, compiles, smoke: bool, limit: int) -> dict:
 
 def markdown(env, res, wall_s: float, smoke: bool) -> str:
     lines = [f"# Serving calls vs torch{' (smoke: tiny shapes, interpreter timings)' if smoke else ''}",
-             f"{env['device']} ({env['arch']}), {env['date']}, torch {env['torch']}, triton {env['triton']}, "
-             f"flytune_nb {env['flytune_nb']}. bf16. Ours through flytune_nb.tuned. Medians of Triton's "
+             f"{env_line(env)}. bf16. Ours through flytune_nb.tuned. Medians of Triton's "
              "do_bench_cudagraph (graph) and do_bench (L2 flushed), us; ratios are torch's time over ours; source: "
              f"where tuned() found the config (artifact: a committed export; default: the heuristic). "
              f"{wall_s:.0f} s.", ""]
@@ -424,8 +421,7 @@ def _s(x) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter,
-                                epilog=__doc__.split("\n\n", 1)[1])
+    p = parser(__doc__, __file__)
     p.add_argument("--only", default="gemm,rows,regret", help="comma-separated sections: gemm, rows, regret")
     p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU interpreter too): checks the machinery")
     p.add_argument("--rep-ms", type=float, default=20.0, help="timing budget per measurement (ms), headline tables")
@@ -439,10 +435,10 @@ def main(argv=None) -> int:
 
     from flytune_nb.core.device import current_device, ensure_backend
 
+    if not args.smoke:
+        need_gpu("serving_vs_torch")  # the full run times H200-sized shapes; --smoke runs on the CPU
     ensure_backend()
     dev = current_device()
-    if not dev.is_gpu and not args.smoke:
-        p.error("no GPU here: the full run times H200-sized shapes; use --smoke on the CPU")
     timers, compiles = Timers(dev, args.rep_ms), Compiles(dev)
     t0 = time.perf_counter()
     res = {}
@@ -457,9 +453,8 @@ def main(argv=None) -> int:
         compiles.close()
     wall = time.perf_counter() - t0
     env = environment()
-    (out_dir() / dev.name).mkdir(parents=True, exist_ok=True)
-    write(f"{dev.name}/{args.name}", {"env": env, "wall_s": wall, "smoke": args.smoke, **res},
-          markdown(env, res, wall, args.smoke))
+    write(args.name, {"env": env, "wall_s": wall, "smoke": args.smoke, **res}, markdown(env, res, wall, args.smoke),
+          out=args.out)
     return 0
 
 

@@ -10,7 +10,7 @@
   single pass at N=4096, 5120 and 8192 (45.6 against 46.1 us at 5120; 70.3 at 8192); at M=32768, N=4096 Inductor's
   looped kernel ran 255.6 us against our single pass's 264.7.
 - Wider rows: a looped 4 KiB block, 4 warps, 2 stages.
-The thresholds are what analysis/fit.py found on the H200 sweeps (benchmarks/heuristic_fit.py).
+The thresholds are what analysis/fit.py found on the H200 sweeps (python -m benchmarks heuristic_fit).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ The looped form (BLOCK_N < N) is Inductor's two-pass reduction: pass one reads x
 (evict_last), and sums the squares of their rounded sum; pass two reads them again (evict_first: last use), recomputes
 the same sum, and writes the residual and y. Nothing is written before the norm is known, so pass two never reads
 back what pass one stored a moment earlier. Inductor's kernel of this form (2048-wide blocks, 16 warps) ran 255.6 us
-at M=32768, N=4096 against 264.7 for our single pass (benchmarks/results/row_variants.md). EVEN (BLOCK_N divides
+at M=32768, N=4096 against 264.7 for our single pass (benchmarks/results/NVIDIA_H200/row_variants.md). EVEN (BLOCK_N divides
 N) drops the column masks.
 """
 from __future__ import annotations

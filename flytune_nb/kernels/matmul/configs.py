@@ -34,7 +34,7 @@ from flytune_nb.kit.spaces import (
     block_k_options, group_options, has_tma, next_pow2, split_k_options, tile_fits, wave_use, with_hip_knobs)
 
 BM, BN = (16, 32, 64, 128, 256), (32, 64, 128, 256)
-TMA_FROM_M = 128  # TMA=2 is crossed in above this M only: at M=16 and 64 it was level with pointers (gemm_paths_s6a)
+TMA_FROM_M = 128  # TMA=2 only above this M: at M=16 and 64 it was level with pointers (NVIDIA_H200/gemm_paths.md)
 SPLIT_K_UP_TO_M = 128  # above it, Hopper balances K on the persistent path (STREAM_K); elsewhere the tiles fill
 SPLIT_STAGES = (3, 4)  # a split's K loop is 2-16 steps: two depths keep the split configs to ~1/3 of a decode space
 STREAM_K_BELOW = 0.9  # wave use under which a persistent config is also offered as stream-K

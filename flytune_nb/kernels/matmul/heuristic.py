@@ -13,7 +13,7 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
 - 64 < M <= 128: one 128-row tile (8 warps): BK=64 with 4 stages, or BK=128 with 5 stages when BN=32 (N=4096,
   M=96/128: 22.3-22.5 us against 37.3 with BK=64). A rule capping BM at 64 (BN 64) was 1.86x the best at M=96/128,
   N=14336 on the H200: two 64-row tiles read w's 117 MB twice. SPLIT_K as above where the tiles under-fill.
-- M > 128 on Hopper (the persistent TMA path, TMA=2; gemm_paths_s6a: 0.94-0.98x cuBLAS from M=1024 against
+- M > 128 on Hopper (the persistent TMA path, TMA=2; benchmarks/results/NVIDIA_H200/gemm_paths.md: 0.94-0.98x cuBLAS from M=1024 against
   0.77-0.82x for pointer tiles), by how well each tile size fills the SMs' rounds (kit.spaces.wave_use):
   128x256x64 on 8 warps, 3 stages (4 would not fit beside the output tile the TMA store stages) when its tiles fill
   >= 90% (M=1024/4096, N=4096: the fastest of 13 tiles x 3 paths); else 128x128x64 on 4 warps, 4 stages when those

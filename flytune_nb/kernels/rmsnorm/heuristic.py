@@ -8,8 +8,8 @@ Rule:
   per thread to cover HBM latency without spilling (N=4096 bf16 -> 8 warps; N=1024 -> 2 warps; at most 16); at
   M <= 128 there are fewer rows than SMs, each row's program is alone on its SM, and half that (16 bytes, up to 32
   warps) spreads its loads over more threads. The split at M=128 is what analysis/fit.py found on the H200 sweeps
-  (benchmarks/results/h200_sweeps.db, 72 bf16 shapes): regret 1.005 against 1.017 for the 32-byte rule everywhere,
-  each N held out of the fit in turn (benchmarks/heuristic_fit.py);
+  (benchmarks/results/NVIDIA_H200/stores/h200_sweeps.db, 72 bf16 shapes): regret 1.005 against 1.017 for the 32-byte rule everywhere,
+  each N held out of the fit in turn (python -m benchmarks heuristic_fit);
 - otherwise a looped 8 KiB block with 8 warps and 2 stages, so the next chunk's load overlaps the current FMA.
 """
 from __future__ import annotations
