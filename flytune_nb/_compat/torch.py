@@ -11,6 +11,16 @@ def cuda_device_getter():
     return getattr(torch._C, "_cuda_getDevice", None)
 
 
+def cuda_stream_getter():
+    """``index -> raw handle of that CUDA device's current stream``: torch's C getter where this torch has it (what
+    Triton's own launcher asks), else the public ``torch.cuda.current_stream(index).cuda_stream``, which builds a
+    Stream object on every call. Per-stream scratch buffers (flytune_nb.kit.scratch) ask on every launch."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: torch.cuda.current_stream(index).cuda_stream
+
+
 def has_gpu_sleep() -> bool:
     return hasattr(torch.cuda, "_sleep")
 

@@ -105,6 +105,27 @@ def block_k_options(K: int, device: DeviceInfo, choices=(16, 32, 64, 128, 256)) 
     return out
 
 
+def wave_use(tiles: int, sms: int) -> float:
+    """The share of the SMs' rounds that ``tiles`` equal programs keep busy, one per SM at a time: 448 tiles on 132
+    SMs take 4 rounds for 3.39 of work (0.85); 896 take 7 for 6.79 (0.97); 112 fill 0.85 of one."""
+    sms = max(sms, 1)
+    return tiles / (sms * -(-tiles // sms)) if tiles > 0 else 0.0
+
+
+SPLITS = (2, 4, 8, 16)
+
+
+def split_k_options(tiles: int, k_steps: int, sms: int, *, partial_bytes: int, weight_bytes: int,
+                    splits=SPLITS) -> list[int]:
+    """SPLIT_K values worth timing for a tile grid that leaves SMs idle (``tiles`` < ``sms``): each split keeps at
+    least two K steps (a pipeline needs something to overlap), the splits fill at most four waves (beyond that the
+    tiles already did), and the fp32 partials (``partial_bytes`` per split) stay under a quarter of the weight's
+    bytes, which the split exists to stream faster. None where the tiles fill the SMs already."""
+    if tiles >= sms:
+        return []
+    return [s for s in splits if k_steps // s >= 2 and tiles * s <= 4 * sms and s * partial_bytes <= weight_bytes / 4]
+
+
 def group_options(tiles_m: int, groups=(1, 8, 16, 32)) -> list[int]:
     """GROUP_SIZE_M values that give distinct tile orders: only 1 with a single row of tiles; otherwise 1, those
     below the number of row tiles, and the smallest at or above it (every such value gives the same column-major

@@ -99,6 +99,11 @@ def test_the_stand_in_driver_swap_restores_the_driver_it_found():
 def test_torch_and_cpython_internals_are_where_compat_reads_them():
     assert torch_compat.has_gpu_sleep() and callable(torch.cuda._sleep)
     assert torch_compat.cuda_device_getter() is getattr(torch._C, "_cuda_getDevice", None)  # None: a CPU build
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # None on a CPU build: the public fallback
+    if raw is not None:
+        assert torch_compat.cuda_stream_getter() is raw
+    else:
+        assert callable(torch_compat.cuda_stream_getter())
     if os.name == "posix":
         data = stdlib.environ_bytes()
         assert data is not None and data[b"PATH"] == os.environ["PATH"].encode()

@@ -139,3 +139,72 @@ def test_a_heuristic_writing_an_optional_knob_at_its_default_gives_the_spaces_na
     picked = explicit.default({"M": 4, "N": 200}, "fp32", dev)
     assert picked == Config({"BLOCK_N": 256}, num_warps=1, num_stages=1)
     assert picked in explicit.configs({"M": 4, "N": 200}, "fp32", dev)
+
+
+@pytest.mark.parametrize("config", [Config({"BLOCK_N": 128}, num_warps=1, num_stages=2),  # looped, one program a row
+                                    Config({"BLOCK_N": 128, "SPLIT_N": 4}, num_warps=1, num_stages=1)])
+def test_softmax_over_masked_logits_is_exact(config, dev):
+    """Masked logits (-inf at every 4th column, as a sampler's vocabulary mask writes them): the lanes of a looped or
+    split row that only ever see -inf hold max -inf and sum 0, not exp(-inf + inf) = NaN. The looped form used to
+    return NaN for the whole row here."""
+    spec = get_kernel("softmax")
+    x = torch.randn(3, 1000) * 4
+    x[:, ::4] = float("-inf")
+    x[2, :500] = float("-inf")  # a whole first chunk of -inf: that chunk's (max, sum) is (-inf, 0)
+    out = spec.run({"x": x}, config)
+    assert not out.isnan().any()
+    assert compare(out, spec.reference({"x": x}), spec.tol("fp32")).ok
+    assert (out[:, ::4] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("N,block,split", [(1000, 128, 2), (1000, 128, 8), (4096, 512, 4), (300, 256, 4)])
+def test_split_row_softmax_is_correct(N, block, split, dtype, dev, cpu_timer):
+    """A row over SPLIT_N programs, two launches: ragged last blocks (1000 = 7.8 blocks of 128), chunks of whole
+    blocks, even rows (EVEN: no masks), and more splits than blocks (300 over 4: chunks past the row are empty and
+    contribute (-inf, 0))."""
+    spec = get_kernel("softmax")
+    t = evaluate(spec, {"M": 3, "N": N}, dtype, Config({"BLOCK_N": block, "SPLIT_N": split}, num_warps=2,
+                                                        num_stages=1), dev, cpu_timer)
+    assert t.ok, (t.status, t.reason)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("N,block", [(1024, 256), (1024, 1024), (768, 256), (768, 512)])
+def test_even_and_ragged_blocks_are_correct(kernel, dtype, N, block, dev, cpu_timer):
+    """BLOCK_N dividing N takes the unmasked loads and stores (EVEN: 1024/256, 1024/1024 single pass, 768/256);
+    768/512 the masked ones; each against the fp64 reference (outputs poisoned first, so a skipped column fails)."""
+    spec = get_kernel(kernel)
+    t = evaluate(spec, {"M": 3, "N": N}, dtype, Config({"BLOCK_N": block}, num_warps=2, num_stages=1), dev,
+                 cpu_timer)
+    assert t.ok, (t.status, t.reason)
+
+
+def test_fused_add_looped_writes_the_residual_once_and_normalises_the_stored_one(dev):
+    """The looped form (Inductor's two passes) recomputes x + r in pass two and writes the residual there only: the
+    residual and y are those of the single pass, bit for bit, and both match the fp64 reference."""
+    spec = get_kernel("fused_add_rmsnorm")
+    inputs = spec.make_inputs({"M": 4, "N": 1024}, "bf16", dev)
+    a = {k: v.clone() for k, v in inputs.items()}
+    b = {k: v.clone() for k, v in inputs.items()}
+    y1, r1 = spec.run(a, Config({"BLOCK_N": 1024}, num_warps=4, num_stages=1))
+    y2, r2 = spec.run(b, Config({"BLOCK_N": 256}, num_warps=4, num_stages=2))
+    assert torch.equal(r1, r2) and torch.equal(y1, y2)
+    y_ref, r_ref = spec.reference(inputs)
+    assert compare(r1, r_ref, spec.tol("bf16")).ok and compare(y1, y_ref, spec.tol("bf16")).ok
+
+
+def test_softmax_vocabulary_rows_default_to_one_pass_or_a_split_row():
+    """A 32000-token row (64 KiB bf16) in one pass on 32 warps; 152064 tokens at decode sizes split so the grid
+    covers the SMs (M=1: 128 programs of 1188 columns); at M >= SMs one looped program a row."""
+    from tests.conftest import H200
+
+    spec = get_kernel("softmax")
+    assert spec.default({"M": 1, "N": 32000}, "bf16", H200) == Config({"BLOCK_N": 32768}, num_warps=32, num_stages=1)
+    for M in (1, 16, 64):
+        c = spec.default({"M": M, "N": 152064}, "bf16", H200)
+        assert c["BLOCK_N"] == 2048 and c["SPLIT_N"] >= 2 and M * c["SPLIT_N"] >= 128
+        assert c in spec.configs({"M": M, "N": 152064}, "bf16", H200)
+    big = spec.default({"M": 4096, "N": 152064}, "bf16", H200)
+    assert big.get("SPLIT_N") is None and big["BLOCK_N"] == 2048

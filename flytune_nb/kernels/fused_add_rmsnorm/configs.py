@@ -6,8 +6,8 @@ and re-reads it in pass two, which makes pipelining (num_stages 2-3) worth searc
 """
 from __future__ import annotations
 
-from flytune_nb.config import Config
-from flytune_nb.spaces import row_space
+from flytune_nb.kit import Config
+from flytune_nb.kit.spaces import row_space
 
 MAX_SINGLE_PASS_BYTES = 32 * 1024
 MAX_ELEMS_PER_THREAD = 32

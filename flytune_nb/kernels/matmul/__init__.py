@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from flytune_nb.dtypes import itemsize, to_torch
-from flytune_nb.spec import KernelSpec
+from flytune_nb.kit import KernelSpec, itemsize, to_torch
 
 from .configs import configs
 from .heuristic import default
@@ -54,7 +53,9 @@ SPEC = KernelSpec(
     dtype_from="a",
     bytes=lambda s, d: (s["M"] * s["K"] + s["N"] * s["K"] + s["M"] * s["N"]) * itemsize(d),
     flops=lambda s, d: 2 * s["M"] * s["N"] * s["K"],
-    description="GEMM a @ w.T (bf16/fp16, fp32 accumulate), grouped tile order; SGLang's knobs.",
+    description="GEMM a @ w.T (bf16/fp16, fp32 accumulate), grouped tile order; SGLang's knobs, TMA, split-K and "
+                "stream-K (deterministic reduction).",
     baseline=baseline,
-    optional_knobs={"TMA": 0},
+    # absent = pointer loads, the whole K loop in one program: the configs stored and exported before these knobs
+    optional_knobs={"TMA": 0, "SPLIT_K": 1, "STREAM_K": 0},
 )

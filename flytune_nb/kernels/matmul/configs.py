@@ -1,7 +1,8 @@
 """Search space for matmul: SGLang's knobs (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages; on HIP also
-matrix_instr_nonkdim and waves_per_eu) and, on Hopper, TMA (the load path), pruned before anything compiles.
+matrix_instr_nonkdim and waves_per_eu), on Hopper TMA (the load path), and the K-splitting knobs SPLIT_K (pointer
+path) and STREAM_K (persistent TMA path), pruned before anything compiles.
 
-By the device (flytune_nb.spaces.tile_fits):
+By the device (flytune_nb.kit.spaces.tile_fits):
 - shared memory / LDS: on CUDA the pipeline keeps num_stages (BM*BK + BK*BN) tiles in shared memory, which must fit
   the per-block opt-in maximum (227 KiB on H200); on HIP one LDS copy of the tiles must fit 64 KiB (vLLM's rule);
 - registers: the fp32 accumulator is BM*BN/(lanes*warps) values per thread; above 128 it spills (128x256 wants 8
@@ -15,19 +16,28 @@ By the shape:
 - more stages than K iterations pipeline nothing.
 By the path: on sm_90+ and M > 128, every tile is also offered on the persistent TMA path (TMA=2, absent = pointer
 loads), whose epilogue stages the output tile in shared memory too, so its smem bound is tighter.
-bf16, M=N=K=4096: 2210 configs on the H200 (1126 pointer + 1084 TMA); M=64: 356; M=1: 68. MI300X also crosses
-matrix_instr_nonkdim 16/32 and waves_per_eu unset/2.
+K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles leave SMs idle:
+- SPLIT_K 2..16 for M <= 128 (bound by reading w) on configs whose tiles fill less than one wave, until the splits
+  fill four; each split keeps at least two K steps, and the fp32 partials stay under a quarter of w's bytes; one tile
+  order (every tile runs in the first wave, so GROUP_SIZE_M orders nothing);
+- STREAM_K=1 for TMA=2 configs whose last round of tiles would leave more than 10% of the SMs' rounds idle.
+bf16 on the H200: M=N=K=4096: 2210 configs (1126 pointer + 1084 TMA, no split: 512 tiles of 128x256 fill 97%
+of 4 rounds); M=256, N=14336: 1366 (148 of them stream-K); M=64, N=4096: 548 (192 split); M=1: 166 (98 split).
+MI300X also crosses matrix_instr_nonkdim 16/32 and waves_per_eu unset/2.
 """
 from __future__ import annotations
 
 from itertools import product
 
-from flytune_nb.config import Config
-from flytune_nb.dtypes import itemsize
-from flytune_nb.spaces import block_k_options, group_options, has_tma, next_pow2, tile_fits, with_hip_knobs
+from flytune_nb.kit import Config, itemsize
+from flytune_nb.kit.spaces import (
+    block_k_options, group_options, has_tma, next_pow2, split_k_options, tile_fits, wave_use, with_hip_knobs)
 
 BM, BN = (16, 32, 64, 128, 256), (32, 64, 128, 256)
-TMA_FROM_M = 128  # TMA=2 is crossed in above this M only: at M=16 and 64 it was level with pointers (gemm_paths_s6a)
+TMA_FROM_M = 128  # TMA=2 only above this M: at M=16 and 64 it was level with pointers (NVIDIA_H200/gemm_paths.md)
+SPLIT_K_UP_TO_M = 128  # above it, Hopper balances K on the persistent path (STREAM_K); elsewhere the tiles fill
+SPLIT_STAGES = (3, 4)  # a split's K loop is 2-16 steps: two depths keep the split configs to ~1/3 of a decode space
+STREAM_K_BELOW = 0.9  # wave use under which a persistent config is also offered as stream-K
 WARPS = (4, 8)
 CUDA_STAGES, HIP_STAGES = (2, 3, 4, 5), (2,)
 
@@ -35,6 +45,7 @@ CUDA_STAGES, HIP_STAGES = (2, 3, 4, 5), (2,)
 def configs(shape, dtype, device) -> list[Config]:
     M, N, K = shape["M"], shape["N"], shape["K"]
     hip = device.backend == "hip"
+    sms = max(device.sm_count, 1)
     bms = [b for b in BM if b <= max(16, next_pow2(M))]
     bns = [b for b in BN if b <= max(32, next_pow2(N))]
     # TMA only where the descriptors can be made (16-byte row strides of contiguous a, w and out): elsewhere a TMA
@@ -44,12 +55,25 @@ def configs(shape, dtype, device) -> list[Config]:
     out = []
     for bm, bn, bk, warps, stages, tma in product(bms, bns, block_k_options(K, device), WARPS,
                                                   HIP_STAGES if hip else CUDA_STAGES, paths):
-        if stages > 2 and stages > -(-K // bk):
+        k_steps = -(-K // bk)
+        if stages > 2 and stages > k_steps:
             continue
         if not tile_fits(bm, bn, bk, warps, stages, dtype, device, store_tile=tma > 0):
             continue
+        tiles = -(-M // bm) * -(-N // bn)
+        params = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk}
         for g in group_options(-(-M // bm)):
-            params = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g}
-            c = Config({**params, "TMA": tma} if tma else params, num_warps=warps, num_stages=stages)
-            out += [c.replace(matrix_instr_nonkdim=nk) for nk in (16, 32)] if hip else [c]
+            c = Config({**params, "GROUP_SIZE_M": g, **({"TMA": tma} if tma else {})}, num_warps=warps,
+                       num_stages=stages)
+            out.append(c)
+            if tma == 2 and wave_use(tiles, sms) < STREAM_K_BELOW and tiles * k_steps >= sms:
+                out.append(c.replace(STREAM_K=1))
+        if tma == 0 and M <= SPLIT_K_UP_TO_M:
+            for s in split_k_options(tiles, k_steps, sms, partial_bytes=4 * bm * bn * tiles,
+                                     weight_bytes=N * K * itemsize(dtype)):
+                if stages not in (HIP_STAGES if hip else SPLIT_STAGES) or stages > max(2, k_steps // s):
+                    continue
+                out.append(Config({**params, "GROUP_SIZE_M": 1, "SPLIT_K": s}, num_warps=warps, num_stages=stages))
+    if hip:
+        out = [c.replace(matrix_instr_nonkdim=nk) for c in out for nk in (16, 32)]
     return with_hip_knobs(out, device)

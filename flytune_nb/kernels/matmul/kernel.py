@@ -11,6 +11,21 @@ that in a persistent kernel (one program per SM). On the H200, bf16, K=4096
 M=4096 against 0.77-0.79x for the best pointer config of the same list: the pointer loop's address arithmetic and
 cp.async waits cost more than the MMA's issue slots can hide; TMA issues each tile as one bulk copy.
 
+Two knobs spread K over more programs when the output tiles alone would leave SMs idle (both absent = off):
+
+- SPLIT_K=S (pointer path): each tile's K loop is cut into S programs. At decode sizes a weight of N=K=4096 makes
+  64 tiles of 16x64 for 132 SMs; split in 2 every SM streams its share of w.
+- STREAM_K=1 (persistent TMA path, TMA=2): the programs share out the (tile, K step) iterations evenly, so the last
+  wave is never partly idle: M=256, N=14336 makes 112 tiles of 128x256 for 132 SMs (85% busy); stream-K gives each
+  program 54.3 of the 7168 iterations.
+
+Both reduce a tile cut between programs the same deterministic way, in one launch: every program that holds part of
+a tile stores its fp32 partial in a scratch buffer, then increments the tile's arrival counter (acq_rel); the one
+that arrives last reads all parts back (its own too) and sums them in a fixed order (by split, or by program id),
+stores the tile in the output dtype and resets the counter to zero. Nothing waits on another program (no spin, so no deadlock when programs are not all
+resident, e.g. beside NCCL kernels), nothing accumulates with atomics (the same inputs give the same bits every
+call), and no memset precedes the launch: the counters stay zero between calls (flytune_nb.kit.scratch).
+
 UPCAST is for Triton's CPU interpreter only: it runs tl.dot through numpy, which has no bfloat16, and a bf16 dot
 there returns garbage (max error 2.6e10 on a 16x16 product, Triton 3.6). On a GPU it is always False, so the compiled
 kernel is the plain bf16 MMA.
@@ -21,40 +36,68 @@ import torch
 import triton
 import triton.language as tl
 
-from flytune_nb.config import Config
-from flytune_nb.device import current_device
-from flytune_nb.launch import launch
-from flytune_nb.spaces import has_tma
+from flytune_nb.kit import Config, current_device, launch
+from flytune_nb.kit.scratch import scratch
+from flytune_nb.kit.spaces import has_tma
 
 
 @triton.jit
-def matmul_kernel(A, W, C, M, N, K, stride_am, stride_ak, stride_wn, stride_wk, stride_cm, stride_cn,
+def _tile_of(tile, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
+    """(row tile, column tile) of linear tile ``tile`` in the grouped order."""
+    in_group = GROUP_SIZE_M * num_pid_n
+    first_m = (tile // in_group) * GROUP_SIZE_M
+    group_m = min(num_pid_m - first_m, GROUP_SIZE_M)
+    return first_m + (tile % in_group) % group_m, (tile % in_group) // group_m
+
+
+@triton.jit
+def _last_to_arrive(acc, WS, LOCKS, tile, part_slot, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
+    """Store this program's partial of ``tile`` in slot ``part_slot`` of the scratch and count it in; True for the
+    program whose part completes the tile (it then reads the others)."""
+    offs = tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)[None, :]
+    tl.store(WS + tl.cast(part_slot, tl.int64) * (BLOCK_SIZE_M * BLOCK_SIZE_N) + offs, acc)
+    tl.debug_barrier()  # every thread's part is stored before the release below publishes it
+    return tl.atomic_add(LOCKS + tile, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit
+def _read_part(WS, part_slot, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
+    offs = tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)[None, :]
+    # .cg: from L2, where the other SMs' stores landed; this SM's L1 may hold the slot from an earlier call
+    return tl.load(WS + tl.cast(part_slot, tl.int64) * (BLOCK_SIZE_M * BLOCK_SIZE_N) + offs, cache_modifier=".cg")
+
+
+@triton.jit
+def matmul_kernel(A, W, C, WS, LOCKS, M, N, K, stride_am, stride_ak, stride_wn, stride_wk, stride_cm, stride_cn,
                   BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-                  GROUP_SIZE_M: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
+                  GROUP_SIZE_M: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
     pid = tl.program_id(0)
+    split = pid % SPLIT_K  # the splits of one tile are neighbours: they run together and finish together
+    tile = pid // SPLIT_K
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    in_group = GROUP_SIZE_M * num_pid_n
-    first_m = (pid // in_group) * GROUP_SIZE_M
-    group_m = min(num_pid_m - first_m, GROUP_SIZE_M)
+    pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
     # int64 from here: row * stride overflows int32 once M*N or M*K passes 2^31 (an LM head, N=152k, at M=16k).
-    pid_m = (first_m + (pid % in_group) % group_m).to(tl.int64)
-    pid_n = ((pid % in_group) // group_m).to(tl.int64)
+    pid_m = pid_m.to(tl.int64)
+    pid_n = pid_n.to(tl.int64)
+    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
+    k_lo = split * k_tiles // SPLIT_K  # balanced: the splits' step counts differ by at most one
+    k_hi = (split + 1) * k_tiles // SPLIT_K
 
     offs_m = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
     offs_n = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    offs_k = k_lo * BLOCK_SIZE_K + tl.arange(0, BLOCK_SIZE_K)
     a_ptrs = A + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     w_ptrs = W + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn  # a (K, N) view of w
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+    for k in range(k_lo, k_hi):
         if EVEN_K:
             a = tl.load(a_ptrs)
             w = tl.load(w_ptrs)
         else:
             k_left = K - k * BLOCK_SIZE_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            a = tl.load(a_ptrs, mask=tl.arange(0, BLOCK_SIZE_K)[None, :] < k_left, other=0.0)
+            w = tl.load(w_ptrs, mask=tl.arange(0, BLOCK_SIZE_K)[:, None] < k_left, other=0.0)
         if UPCAST:
             a = a.to(tl.float32)
             w = w.to(tl.float32)
@@ -64,8 +107,19 @@ def matmul_kernel(A, W, C, M, N, K, stride_am, stride_ak, stride_wn, stride_wk, 
 
     rows = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
     cols = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = C + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+    c_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    if SPLIT_K == 1:
+        tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(C.dtype.element_ty), mask=c_mask)
+    else:
+        if _last_to_arrive(acc, WS, LOCKS, tile, pid, BLOCK_SIZE_M, BLOCK_SIZE_N) == SPLIT_K - 1:
+            # split order, whoever arrived last: the same sum every call. Its own part is read back too, so the
+            # sum never mixes the accumulator's MMA layout with the loads' (a layout change through shared memory)
+            total = _read_part(WS, tile * SPLIT_K, BLOCK_SIZE_M, BLOCK_SIZE_N)
+            for s in tl.static_range(1, SPLIT_K):
+                total += _read_part(WS, tile * SPLIT_K + s, BLOCK_SIZE_M, BLOCK_SIZE_N)
+            tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, total.to(C.dtype.element_ty),
+                     mask=c_mask)
+            tl.atomic_xchg(LOCKS + tile, 0)  # zero again for the next call
 
 
 @triton.jit
@@ -80,16 +134,14 @@ def matmul_tma_kernel(a_desc, w_desc, c_desc, M, N, K, programs,
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
-    in_group = GROUP_SIZE_M * num_pid_n
     if PERSISTENT:
         start, stop, step = tl.program_id(0), num_pid_m * num_pid_n, programs
     else:
         start, stop, step = tl.program_id(0), tl.program_id(0) + 1, 1
     for tile in tl.range(start, stop, step, flatten=PERSISTENT):
-        first_m = (tile // in_group) * GROUP_SIZE_M
-        group_m = min(num_pid_m - first_m, GROUP_SIZE_M)
-        off_m = (first_m + (tile % in_group) % group_m) * BLOCK_SIZE_M
-        off_n = ((tile % in_group) // group_m) * BLOCK_SIZE_N
+        pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        off_m = pid_m * BLOCK_SIZE_M
+        off_n = pid_n * BLOCK_SIZE_N
         acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
         for k in range(k_tiles):
             a = a_desc.load([off_m, k * BLOCK_SIZE_K])
@@ -99,6 +151,60 @@ def matmul_tma_kernel(a_desc, w_desc, c_desc, M, N, K, programs,
                 w = w.to(tl.float32)
             acc = tl.dot(a, w.T, acc)
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def matmul_stream_k_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
+                           BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+                           GROUP_SIZE_M: tl.constexpr, UPCAST: tl.constexpr):
+    """Persistent TMA GEMM, stream-K: the tiles x K-steps iterations are cut into ``programs`` contiguous ranges of
+    equal length (to one step), one per program, which walks its range tile by tile. A tile wholly inside one range
+    is stored directly; a tile cut between ranges (at most two per program: its first and its last) is reduced by
+    whichever of its programs arrives last, in program order. Program p's range starts at floor(p * total /
+    programs), so the program holding iteration i is ((i + 1) * programs - 1) // total: every program can find the
+    others' parts of a tile without a table. Needs total >= programs (the launcher caps programs), so that no range is
+    empty and every tile's counter reaches its part count."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
+    total = (num_pid_m * num_pid_n).to(tl.int64) * k_tiles  # int64: tiles * steps * programs passes 2^31 at M=16k
+    start = pid * total // programs
+    end = (pid + 1) * total // programs
+    it = start
+    while it < end:
+        tile = (it // k_tiles).to(tl.int32)
+        k0 = (it - tile.to(tl.int64) * k_tiles).to(tl.int32)
+        k1 = tl.minimum(k_tiles, k0 + (end - it)).to(tl.int32)
+        pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        off_m = pid_m * BLOCK_SIZE_M
+        off_n = pid_n * BLOCK_SIZE_N
+        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        for k in range(k0, k1):
+            a = a_desc.load([off_m, k * BLOCK_SIZE_K])
+            w = w_desc.load([off_n, k * BLOCK_SIZE_K])
+            if UPCAST:
+                a = a.to(tl.float32)
+                w = w.to(tl.float32)
+            acc = tl.dot(a, w.T, acc)
+        if (k0 == 0) & (k1 == k_tiles):
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        else:
+            first_it = tile.to(tl.int64) * k_tiles
+            p_first = ((first_it + 1) * programs - 1) // total
+            p_last = ((first_it + k_tiles) * programs - 1) // total
+            # slot 2p: the tile program p starts in (its range's first); 2p + 1: the one it ends in
+            slot = 2 * pid + (it != start).to(tl.int64)
+            if _last_to_arrive(acc, WS, LOCKS, tile, slot, BLOCK_SIZE_M, BLOCK_SIZE_N) == p_last - p_first:
+                # program order, whoever arrived last; its own part read back like the others (one layout). The
+                # first program's part is the one it ends in (slot 1) unless it starts inside this tile too.
+                first_starts_here = (p_first * total // programs) >= first_it
+                out = _read_part(WS, 2 * p_first + 1 - first_starts_here.to(tl.int64), BLOCK_SIZE_M, BLOCK_SIZE_N)
+                for q in range(p_first + 1, p_last + 1):  # every later one starts inside this tile: slot 0
+                    out += _read_part(WS, 2 * q, BLOCK_SIZE_M, BLOCK_SIZE_N)
+                c_desc.store([off_m, off_n], out.to(c_desc.dtype))
+                tl.atomic_xchg(LOCKS + tile, 0)
+        it += k1 - k0
 
 
 def _tma_ok(*ts: torch.Tensor) -> bool:
@@ -122,26 +228,43 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
     elif out.shape != (*a.shape[:-1], N):
         raise ValueError(f"out must have shape {(*a.shape[:-1], N)}, got {tuple(out.shape)}")
     c2 = out if out.dim() == 2 else out.view(-1, N)
+    if M == 0 or N == 0:
+        return out
     bm, bn, bk = config["BLOCK_SIZE_M"], config["BLOCK_SIZE_N"], config["BLOCK_SIZE_K"]
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
     dev = current_device()
     upcast = dev.backend == "interpreter" and a.dtype == torch.bfloat16
     tma = config.get("TMA", 0)
+    if K == 0:  # an empty sum: no program would store anything
+        return out.zero_()
     # TMA on Hopper and newer (and the interpreter, which emulates it for the tests); elsewhere, or when a tensor is
     # not 16-byte aligned, the same tiles take the pointer path: same result, only the load path differs
     if tma and (dev.backend == "interpreter" or has_tma(dev)) and _tma_ok(a2, w, c2):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        programs = min(grid[0], dev.sm_count) if tma == 2 else grid[0]
-        launch(matmul_tma_kernel, (programs,),
-               (TensorDescriptor.from_tensor(a2, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
-                TensorDescriptor.from_tensor(c2, [bm, bn]), M, N, K, programs), config,
+        descs = (TensorDescriptor.from_tensor(a2, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+                 TensorDescriptor.from_tensor(c2, [bm, bn]))
+        if tma == 2 and config.get("STREAM_K", 0):
+            programs = max(1, min(dev.sm_count, tiles * triton.cdiv(K, bk)))
+            ws = scratch(a2, "matmul.parts", 2 * programs * bm * bn, torch.float32)
+            locks = scratch(a2, "matmul.locks", tiles, torch.int32, zeroed=True)
+            launch(matmul_stream_k_kernel, (programs,), (*descs, ws, locks, M, N, K, programs), config,
+                   BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
+                   UPCAST=upcast)
+            return out
+        programs = min(tiles, dev.sm_count) if tma == 2 else tiles
+        launch(matmul_tma_kernel, (programs,), (*descs, M, N, K, programs), config,
                BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
                PERSISTENT=tma == 2, UPCAST=upcast)
         return out
-    backend = dev.backend
-    launch(matmul_kernel, grid, (a2, w, c2, M, N, K, a2.stride(0), a2.stride(1), w.stride(0), w.stride(1),
-                                 c2.stride(0), c2.stride(1)), config,
-           BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"], EVEN_K=K % bk == 0,
-           UPCAST=backend == "interpreter" and a.dtype == torch.bfloat16)
+    split = config.get("SPLIT_K", 1)
+    if split > 1:
+        ws = scratch(a2, "matmul.parts", tiles * split * bm * bn, torch.float32)
+        locks = scratch(a2, "matmul.locks", tiles, torch.int32, zeroed=True)
+    else:  # never read: the SPLIT_K=1 kernel has no reduction
+        ws, locks = c2, c2
+    launch(matmul_kernel, (tiles * split,), (a2, w, c2, ws, locks, M, N, K, a2.stride(0), a2.stride(1), w.stride(0),
+                                             w.stride(1), c2.stride(0), c2.stride(1)), config,
+           BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"], SPLIT_K=split,
+           EVEN_K=K % bk == 0, UPCAST=upcast)
     return out

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from flytune_nb.dtypes import itemsize, to_torch
-from flytune_nb.spec import KernelSpec
+from flytune_nb.kit import KernelSpec, itemsize, to_torch
 
 from .configs import configs
 from .heuristic import default

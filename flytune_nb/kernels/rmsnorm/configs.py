@@ -9,8 +9,8 @@ num_stages (only matters for the looped form), waves_per_eu on HIP. Pruned befor
 """
 from __future__ import annotations
 
-from flytune_nb.config import Config
-from flytune_nb.spaces import row_space
+from flytune_nb.kit import Config
+from flytune_nb.kit.spaces import row_space
 
 MAX_SINGLE_PASS_BYTES = 64 * 1024
 MAX_ELEMS_PER_THREAD = 64

@@ -2,7 +2,10 @@
 
 BLOCK_N >= N: single pass — the row is loaded once into registers, reduced, scaled and stored (2 bytes moved per
 element per direction, the minimum). BLOCK_N < N: looped — one pass to reduce, a second to scale; x is read twice,
-but nothing spills for very wide rows. BLOCK_M > 1 (single pass only): one program normalises BLOCK_M rows, so a
+but nothing spills for very wide rows, and pass one's loads ask L2 to keep the row (evict_last) while pass two's
+let it go (evict_first), as Inductor's two-pass reduction does, so the re-read is an L2 hit. EVEN (BLOCK_N divides
+N: every model width and its power-of-two blocks) drops the column masks, so loads and stores are plain 16-byte
+vectors. BLOCK_M > 1 (single pass only): one program normalises BLOCK_M rows, so a
 short row's program has more bytes in flight and w is read once per BLOCK_M rows. w's load is issued beside x's, before
 the reduction, so its latency overlaps x's instead of following the reduction.
 """
@@ -12,14 +15,13 @@ import torch
 import triton
 import triton.language as tl
 
-from flytune_nb.config import Config
-from flytune_nb.launch import launch
-from flytune_nb.spaces import row_blocks
+from flytune_nb.kit import Config, launch
+from flytune_nb.kit.spaces import row_blocks
 
 
 @triton.jit
 def rmsnorm_kernel(X, W, Y, M, stride_x, stride_y, N, eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   SINGLE_PASS: tl.constexpr):
+                   SINGLE_PASS: tl.constexpr, EVEN: tl.constexpr):
     if BLOCK_M > 1:  # single pass over BLOCK_M rows: short rows (N=1024 bf16: 2 KiB) give each program more in flight
         rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         cols = tl.arange(0, BLOCK_N)
@@ -32,11 +34,17 @@ def rmsnorm_kernel(X, W, Y, M, stride_x, stride_y, N, eps, BLOCK_M: tl.constexpr
     elif SINGLE_PASS:
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        if EVEN:
+            x = tl.load(X + row * stride_x + cols).to(tl.float32)
+            w = tl.load(W + cols).to(tl.float32)
+        else:
+            x = tl.load(X + row * stride_x + cols, mask=cols < N, other=0.0).to(tl.float32)
+            w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)
         rstd = tl.rsqrt(tl.sum(x * x, axis=0) / N + eps)
-        tl.store(Y + row * stride_y + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+        if EVEN:
+            tl.store(Y + row * stride_y + cols, (x * rstd * w).to(Y.dtype.element_ty))
+        else:
+            tl.store(Y + row * stride_y + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=cols < N)
     else:
         row = tl.program_id(0).to(tl.int64)
         x_row = X + row * stride_x
@@ -44,15 +52,23 @@ def rmsnorm_kernel(X, W, Y, M, stride_x, stride_y, N, eps, BLOCK_M: tl.constexpr
         acc = tl.zeros([BLOCK_N], dtype=tl.float32)
         for off in range(0, N, BLOCK_N):
             cols = off + tl.arange(0, BLOCK_N)
-            x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+            if EVEN:
+                x = tl.load(x_row + cols, eviction_policy="evict_last").to(tl.float32)
+            else:
+                x = tl.load(x_row + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
             acc += x * x
         rstd = tl.rsqrt(tl.sum(acc, axis=0) / N + eps)
         for off in range(0, N, BLOCK_N):
             cols = off + tl.arange(0, BLOCK_N)
-            mask = cols < N
-            x = tl.load(x_row + cols, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
+            if EVEN:
+                x = tl.load(x_row + cols, eviction_policy="evict_first").to(tl.float32)
+                w = tl.load(W + cols, eviction_policy="evict_last").to(tl.float32)
+                tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty))
+            else:
+                mask = cols < N
+                x = tl.load(x_row + cols, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+                w = tl.load(W + cols, mask=mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+                tl.store(y_row + cols, (x * rstd * w).to(Y.dtype.element_ty), mask=mask)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None, eps: float = 1e-6, *,
@@ -74,5 +90,5 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = No
     y2 = out if out.dim() == 2 else out.view(-1, N)
     (block, rows), M = row_blocks(config, N), x2.shape[0]
     launch(rmsnorm_kernel, ((M + rows - 1) // rows,), (x2, weight, y2, M, x2.stride(0), y2.stride(0), N, eps), config,
-           BLOCK_M=rows, BLOCK_N=block, SINGLE_PASS=block >= N)
+           BLOCK_M=rows, BLOCK_N=block, SINGLE_PASS=block >= N, EVEN=N % block == 0)
     return out

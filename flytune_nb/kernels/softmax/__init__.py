@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from flytune_nb.dtypes import itemsize, to_torch
-from flytune_nb.spec import KernelSpec
+from flytune_nb.kit import KernelSpec, itemsize, to_torch
 
 from .configs import configs
 from .heuristic import default
@@ -53,7 +52,7 @@ SPEC = KernelSpec(
     dtype_from="x",
     bytes=lambda s, d: 2 * s["M"] * s["N"] * itemsize(d),  # read x, write y
     flops=lambda s, d: 5 * s["M"] * s["N"],  # max, sub, exp, sum, div
-    description="Row-wise softmax, fp32 accumulation (single pass or online two-pass).",
+    description="Row-wise softmax, fp32 accumulation (single pass, online two-pass, or a row split over programs).",
     baseline=baseline,
-    optional_knobs={"BLOCK_M": 1},
+    optional_knobs={"BLOCK_M": 1, "SPLIT_N": 1},
 )

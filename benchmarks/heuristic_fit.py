@@ -1,0 +1,82 @@
+"""How close does a heuristic fitted from a store's sweeps come to the best on model shapes left out of the fit, beside the hand-written rule? (no GPU)
+
+Per kernel and dtype of the committed H200 stores (or --store), the rule flytune_nb.analysis.fit suggests, and its
+regret (pick / best) on the shapes left out of the fit beside the hand rule's on the same shapes.
+
+A fold holds out one model shape (every batch size of one N, or of one (N, K) for matmul) and fits on the others, so
+the regret is what a shape that was never swept gets. The stores were swept with earlier versions of the kernels (the
+rows' looped form before its cache hints, matmul before SPLIT_K / STREAM_K): a pick of the current hand rule that
+they never timed is counted as unmeasured, never guessed.
+
+Usage: python -m benchmarks heuristic_fit [--max-depth 3] [--store PATH --kernel NAME] [--out DIR]
+~1 minute on a CPU. Results: benchmarks/results/NVIDIA_H200/heuristic_fit.{json,md} (filed under the device that
+measured the stores), and the suggested rules as heuristic_fit_<kernel>_<dtype>.py.txt beside them.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import RESULTS, parser, results_dir, write
+
+DEVICE = "NVIDIA_H200"
+STORES = [("rmsnorm", "h200_sweeps.db", ("bf16", "fp16")), ("fused_add_rmsnorm", "h200_sweeps.db", ("bf16", "fp16")),
+          ("softmax", "softmax_sweeps.db", ("bf16",)), ("matmul", "gemm_tma_sweeps.db", ("bf16",))]
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__, __file__)
+    p.add_argument("--max-depth", type=int, default=3, help="splits from the root to a leaf (default 3)")
+    p.add_argument("--store", type=Path, default=None, help="one store instead of the committed ones (with --kernel)")
+    p.add_argument("--kernel", default=None, help="the kernel to fit from --store")
+    p.add_argument("--dtype", default="bf16", help="the dtype to fit from --store (default bf16)")
+    p.add_argument("--name", default="heuristic_fit", help="result file name")
+    args = p.parse_args(argv)
+
+    from flytune_nb.analysis import fit as F
+    from flytune_nb.core.device import DESCRIBED
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.errors import UsageError
+
+    if (args.store is None) != (args.kernel is None):
+        raise UsageError("--store and --kernel go together")
+    plan = [(args.kernel, args.store, (args.dtype,))] if args.store else \
+        [(k, RESULTS / DEVICE / "stores" / db, dts) for k, db, dts in STORES]
+    dev = DESCRIBED[DEVICE]
+    folder = results_dir(args.out, DEVICE)
+    t0 = time.perf_counter()
+    rows, lines = [], []
+    for kernel, store, dtypes in plan:
+        spec = get_kernel(kernel)
+        db = Path(store).name
+        for dtype in dtypes:
+            data = F.from_store(store, kernel, dtype=dtype, canonical=spec.canonical)
+            # the GEMM store's persistent-TMA configs land on the space as they are; the rows' on today's space
+            v = F.cross_validate(data, spec, dev, max_depth=args.max_depth)
+            s = v.summary()
+            rule = F.fit(data, spec, dev, max_depth=args.max_depth)
+            rule.source_note = f"{db}, {dtype}, {len(data)} shapes"
+            (folder / f"{args.name}_{kernel}_{dtype}.py.txt").write_text(rule.source)
+            rows.append({"kernel": kernel, "dtype": dtype, "store": db, "shapes": len(data), **s,
+                         "leaves": len(rule.leaves()),
+                         "hand_leaves": sum(leaf.template is F.HAND for leaf in rule.leaves())})
+            lines.append(f"| {kernel} | {dtype} | {db} | {len(data)} | {s['compared']} | {s['fitted_regret']:.3f} | "
+                         f"{s['hand_regret']:.3f} | {s['fitted_worst']:.2f} | {s['hand_worst']:.2f} | "
+                         f"{s['hand_unmeasured']} | {len(rule.leaves())} ({rows[-1]['hand_leaves']} hand) |")
+    md = "\n".join([
+        "# Fitted heuristics on the committed H200 stores: regret on held-out model shapes",
+        f"flytune_nb.analysis.fit, max depth {args.max_depth}; one fold per model shape (every batch size of one N, "
+        "or (N, K)); regret = pick / best of the store at that shape, geomean over the shapes where both picks were "
+        f"timed. {time.perf_counter() - t0:.0f} s on the CPU.", "",
+        "| kernel | dtype | store | shapes | compared | fitted | hand rule | fitted worst | hand worst | hand picks "
+        "not in the store | leaves of the full fit |", "|---|---|---|---|---|---|---|---|---|---|---|", *lines, "",
+        "The full fits (every shape) are in heuristic_fit_<kernel>_<dtype>.py.txt: open one in the workbench's "
+        "heuristic editor to re-score it. A leaf marked hand keeps the hand-written rule (hand_default), which the "
+        "fit overrides only where two or more shapes agree on a config at least 1% faster."])
+    write(args.name, {"max_depth": args.max_depth, "rows": rows}, md, out=args.out, device=DEVICE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

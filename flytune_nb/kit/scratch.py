@@ -1,0 +1,47 @@
+"""Scratch buffers a kernel keeps between calls: split-K partial tiles, their arrival counters, a split softmax's row
+statistics.
+
+One buffer per (name, device, current stream, dtype), grown when a call needs more and never shrunk, so a serving
+loop allocates once and a CUDA graph captured after the first call bakes in a pointer that stays valid. Per stream,
+because two streams running the same kernel at once would otherwise write each other's partials. ``zeroed`` buffers
+are counters: zero when allocated, and the kernels that use them leave them zero when they finish (the last program
+to arrive resets its counter), so no call pays for a memset.
+
+Costs on the hot path: a dict lookup and the stream query (torch's C getter, ~0.1 us; flytune_nb._compat.torch).
+Meta tensors (compiling without a device, flytune_nb.backends.triton) get meta buffers and never ask for a stream.
+"""
+from __future__ import annotations
+
+import torch
+
+from flytune_nb._compat.torch import cuda_stream_getter
+
+_BUFFERS: dict[tuple, torch.Tensor] = {}
+_STREAM = [None]
+
+
+def scratch(like: torch.Tensor, name: str, numel: int, dtype: torch.dtype, *, zeroed: bool = False) -> torch.Tensor:
+    """A 1-D buffer of at least ``numel`` elements on ``like``'s device, for the current stream."""
+    device = like.device
+    if device.type == "cuda":
+        getter = _STREAM[0] or _stream_getter()
+        stream = getter(device.index if device.index is not None else torch.cuda.current_device())
+    else:
+        stream = 0
+    key = (name, device, stream, dtype)
+    buf = _BUFFERS.get(key)
+    if buf is None or buf.numel() < numel:
+        n = max(int(numel), 1)
+        buf = torch.zeros(n, dtype=dtype, device=device) if zeroed else torch.empty(n, dtype=dtype, device=device)
+        _BUFFERS[key] = buf
+    return buf
+
+
+def _stream_getter():
+    _STREAM[0] = cuda_stream_getter()
+    return _STREAM[0]
+
+
+def clear() -> None:
+    """Drop every buffer (tests; a process that wants the memory back)."""
+    _BUFFERS.clear()

@@ -1,0 +1,29 @@
+"""heuristic_fit on a store swept here (CPU interpreter): it fits, cross-validates, writes the result pair and the
+suggested rule under the device the stored timings came from, and refuses half its options in one line."""
+import json
+
+from benchmarks.__main__ import main as bench
+from flytune_nb.core.config import Config
+from flytune_nb.engine.sweep import Sweep
+
+
+def test_heuristic_fit_on_a_store(tmp_path):
+    db = tmp_path / "s.db"
+    configs = [Config({"BLOCK_N": 256}, num_warps=1, num_stages=1), Config({"BLOCK_N": 256}, num_warps=2, num_stages=1)]
+    Sweep("rmsnorm", "M=1,4 N=200,256", ["fp32"], configs=configs, db=db, isolate=False, baselines=()).run()
+    out = tmp_path / "out"
+    assert bench(["heuristic_fit", "--store", str(db), "--kernel", "rmsnorm", "--dtype", "fp32", "--out",
+                  str(out)]) == 0
+    (row,) = json.loads((out / "heuristic_fit.json").read_text())["rows"]
+    assert row["kernel"] == "rmsnorm" and row["shapes"] == 4 and row["fitted_regret"] >= 1.0
+    rule = (out / "heuristic_fit_rmsnorm_fp32.py.txt").read_text()
+    assert "def default(shape, dtype, device)" in rule
+    assert "| rmsnorm | fp32 | s.db | 4 |" in (out / "heuristic_fit.md").read_text()
+
+
+def test_a_store_without_its_kernel_is_one_line(tmp_path, capsys):
+    assert bench(["heuristic_fit", "--store", str(tmp_path / "none.db"), "--out", str(tmp_path)]) == 2
+    assert "--store and --kernel go together" in capsys.readouterr().err
+    assert bench(["heuristic_fit", "--store", str(tmp_path / "none.db"), "--kernel", "rmsnorm", "--out",
+                  str(tmp_path)]) == 2
+    assert "none.db" in capsys.readouterr().err
