@@ -99,3 +99,19 @@ def test_codegen_env_axis(spec, monkeypatch):
     monkeypatch.setenv("SOME_UNRELATED_VARIABLE", "1")
     monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION")
     assert _key(spec) == before
+
+
+def test_the_timing_mode_is_in_the_key_and_the_default_digest_is_the_one_before_it(spec):
+    """Graph replay and events can pick different winners: different keys. The events digest is computed exactly
+    as before the field existed, so every stored trial and exported key stays valid."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    events = make_key(spec, {"M": 8, "N": 64}, "bf16", _inputs(), interpreter_device())
+    graph = make_key(spec, {"M": 8, "N": 64}, "bf16", _inputs(), interpreter_device(), timing="graph")
+    before = {k: v for k, v in asdict(events).items() if k != "timing"}
+    assert events.digest == hashlib.sha256(json.dumps(before, sort_keys=True, default=list).encode()).hexdigest()[:24]
+    assert graph.digest != events.digest and graph.to_dict()["timing"] == "graph"
+    with pytest.raises(Exception, match="unknown timing mode"):
+        make_key(spec, {"M": 8, "N": 64}, "bf16", _inputs(), interpreter_device(), timing="replay")
