@@ -58,6 +58,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one trial may take before it is killed")
     s.add_argument("--rep-ms", type=_millis, default=None,
                    help="GPU timing budget per config in ms (default 100, whose spread on the H200 measured 0.6%%; less is faster)")
+    s.add_argument("--timing", default="events", choices=("events", "graph"),
+                   help="events: one launch per sample, L2 flushed (default); graph: a CUDA graph of 10 calls "
+                        "replayed, as engines serve decode (a different tuning key)")
+    s.add_argument("--select-top", type=int, default=None, metavar="N",
+                   help="re-time this many of the fastest candidates against the heuristic default after each "
+                        "shape's search (default 3 on a GPU, 1 on the interpreter; 0: the fastest median wins)")
+    s.add_argument("--select-rounds", type=_positive, default=None, metavar="R",
+                   help="interleaved re-timing rounds (default 5 on a GPU, 3 on the interpreter; R more when the "
+                        "best candidate is ambiguous)")
+    s.add_argument("--tie-band", type=float, default=None, metavar="PCT",
+                   help="the smallest margin that replaces the default, in percent (default 2; the band also "
+                        "widens to 3 standard errors of the measured spread)")
+    s.add_argument("--no-twins", action="store_true",
+                   help="time every config, also those whose compiled binary is identical to one timed before")
     s.add_argument("--retry-failed", action="store_true", help="measure stored crashed/timeout trials again")
     s.add_argument("--gpus", default=None, help="GPU indices, one worker each, e.g. 0,1,2,3")
     s.add_argument("--ray", default=None, metavar="ADDRESS", help="use Ray actors (auto | local | host:port)")
@@ -200,7 +214,8 @@ def cmd_sweep(args) -> int:
                precompile=False if args.no_precompile else None, baselines=baselines,
                gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()],
                retry_failed=args.retry_failed,
-               timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms})
+               timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms}, timing=args.timing,
+               selection=_selection(args), twins=not args.no_twins)
     n = len(sw.shapes) * len(sw.dtypes)
     print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
@@ -215,6 +230,21 @@ def cmd_sweep(args) -> int:
         print("\n(timings are Triton-interpreter wall-clock times on the CPU: they exercise the machinery, "
               "they say nothing about GPU speed)")
     return 0 if all(r.best is not None for r in results) else 1
+
+
+def _selection(args):
+    """The selection rule from the sweep's options: "auto" (the device decides) unless one is given."""
+    from flytune_nb.strategies.selection import FLOOR, ROUNDS, TOP, Rule
+
+    if args.select_top is None and args.select_rounds is None and args.tie_band is None:
+        return "auto"
+    if args.select_top is not None and args.select_top < 0:
+        raise UsageError(f"--select-top must be >= 0, got {args.select_top}")
+    if args.tie_band is not None and not 0 <= args.tie_band < 100:
+        raise UsageError(f"--tie-band is a percentage in [0, 100), got {args.tie_band}")
+    return Rule(top=TOP if args.select_top is None else args.select_top,
+                rounds=ROUNDS if args.select_rounds is None else args.select_rounds,
+                floor=FLOOR if args.tie_band is None else args.tie_band / 100)
 
 
 def cmd_export(args) -> int:

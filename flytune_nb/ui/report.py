@@ -39,12 +39,21 @@ def trials_table(result: SearchResult, spec=None) -> str:
 
 
 def summary_table(results: list[SearchResult]) -> str:
-    """One line per (shape, dtype): the heuristic default vs the searched best."""
+    """One line per (shape, dtype): the heuristic default vs the searched best, and the pick (the selection
+    stage's winner: "default" when the default was kept, else "best" or the config) with why."""
     rows = []
     for r in results:
         b, d = r.best, r.default_trial
         n_ok = sum(t.ok for t in r.trials)
+        if r.selection is None:
+            pick = "best" if b else "-"
+        elif r.selection.chose_default:
+            pick = "default"
+        else:
+            pick = "best" if b is not None and r.selection.winner == b.config else str(r.selection.winner)
+        why = r.selection.line() if r.selection is not None else ""
         rows.append([_shape(r.shape), r.dtype, f"{n_ok}/{len(r.trials)}", str(r.default), _ms(d.p50 if d else math.inf),
                      str(b.config) if b else "NONE PASSED", _ms(b.p50 if b else math.inf),
-                     f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "-"])
-    return table(rows, ["shape", "dtype", "passed", "default", "default p50", "best", "best p50", "speedup"])
+                     f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "-", pick, why])
+    return table(rows, ["shape", "dtype", "passed", "default", "default p50", "best", "best p50", "speedup", "pick",
+                        "why"])
