@@ -105,11 +105,11 @@ def _full_shape(name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[d
     return rest, dtype
 
 
-def default_measure(device, timing: str = "events") -> Callable:
+def default_measure(device, timing: str = "events", timer: dict | None = None) -> Callable:
     from flytune_nb.measure.timer import make_timer
     from flytune_nb.measure.trial import evaluate
 
-    timer = make_timer(device, graph=timing == "graph")
+    timer = make_timer(device, **{**(timer or {}), "graph": timing == "graph"})
     return lambda spec, shape, dtype, config: evaluate(spec, shape, dtype, config, device, timer)
 
 
@@ -199,10 +199,11 @@ def resweep_command(f: ArtifactFile, directory, paths=()) -> str:
 
 def check(directory, *, device=None, measure: Callable | None = None, paths=(),
           min_delta_us: float = MIN_DELTA_US, kernels=None, files=None, budget_s: float | None = None,
-          progress: Callable | None = None) -> list[CheckRow]:
+          progress: Callable | None = None, timer: dict | None = None) -> list[CheckRow]:
     """Re-time every committed config of this device under ``directory`` (see the module doc). ``kernels`` /
     ``files`` (globs on the file name or path) narrow it; ``budget_s``: entries not started within that many seconds
-    are reported as not checked (``kind="budget"``), never as passed; ``progress(done, total, row)`` after each."""
+    are reported as not checked (``kind="budget"``), never as passed; ``progress(done, total, row)`` after each;
+    ``timer``: the timer's options (e.g. ``{"rep_ms": 25}``) when ``measure`` is not given."""
     from flytune_nb.core.device import current_device
 
     device = device or current_device()
@@ -212,7 +213,7 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
         if measure is not None:
             return measure
         if timing not in measures:
-            measures[timing] = default_measure(device, timing)
+            measures[timing] = default_measure(device, timing, timer)
         return measures[timing]
 
     todo = gather(directory, device.name, kernels=kernels, files=files, paths=paths)

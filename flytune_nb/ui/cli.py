@@ -108,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="only artifacts whose file name or path matches, e.g. 'N=4096,*bf16*' (repeatable)")
     c.add_argument("--budget-s", type=_seconds, default=None,
                    help="stop timing after this many seconds; the rest is reported as not checked")
+    c.add_argument("--rep-ms", type=_millis, default=None,
+                   help="GPU timing budget per measurement in ms (default 100; 25 checks ~3x faster, noisier)")
     c.add_argument("--fail-stale", action="store_true",
                    help="exit 1 also when an entry was tuned for an older source of its kernel")
     c.add_argument("--accept-drift", action="store_true",
@@ -332,7 +334,8 @@ def cmd_check(args) -> int:
 
     try:
         rows = check(directory, device=dev, paths=args.path, min_delta_us=floor, kernels=args.kernel or None,
-                     files=args.file or None, budget_s=args.budget_s, progress=progress)
+                     files=args.file or None, budget_s=args.budget_s, progress=progress,
+                     timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms})
     finally:
         if bar:
             bar[0].close()
