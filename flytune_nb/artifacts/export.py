@@ -20,12 +20,19 @@ from flytune_nb.core.device import INTERPRETER_NAME
 
 
 def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[dict]:
-    """What an export would write: per file {"path", "by_m": {M: config dict}, "prov": {M: provenance}}."""
+    """What an export would write: per file {"path", "by_m": {M: config dict}, "prov": {M: provenance},
+    "stale": [M whose kernel source is not the kernel's current one]}.
+
+    Each entry is the shape's winner: the selection stage's (strategies/selection.py), whose latencies are the
+    medians of its interleaved re-timing, or for a store without one the search's fastest median."""
+    from flytune_nb.core.key import source_fingerprint
     from flytune_nb.core.registry import get_kernel
 
     df = store.frame(kernel)
     if df.empty:
         return []
+    sels = store.frame(kernel, table="selections")
+    sel_by_key = {r["key"]: r for _, r in sels.iterrows()} if len(sels) else {}
     out_dir = Path(out_dir)
     candidates, specs = [], {}
     for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
@@ -36,29 +43,45 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         shape = json.loads(shape_json)
         best = ok.loc[ok["p50"].idxmin()]
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
-        toolchain = json.loads(best["toolchain"] or "{}")
+        d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
+        sel = sel_by_key.get(key)
+        won = best
+        selection = None
+        if sel is not None:
+            rows = ok[ok["config"] == sel["winner"]]
+            if len(rows):
+                won = rows.iloc[0]
+                selection = json.loads(sel["summary"])
+        toolchain = json.loads(won["toolchain"] or "{}")
         rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
         path = (kernel_dir(spec, out_dir) / backends.of(spec).config_dir_name(toolchain)
                 / file_name(spec, rest, device, dtype))
-        d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
+        timing = won.get("timing")
+        timing = timing if isinstance(timing, str) and timing else "events"  # a store from before timing modes
+        won_p50 = float(won["p50"])
+        if selection is not None:  # the re-timed medians: unbiased, unlike the fastest of the search's
+            won_p50 = selection.get("winner_p50_ms") or won_p50
+            d_p50 = selection.get("default_p50_ms") or d_p50
+        current = spec.fingerprint or source_fingerprint(spec.source_dir)
         candidates.append({
             "path": path, "m": int(shape[spec.batch_axis]), "last_id": int(g["id"].max()),
-            "version": (best["source"] or "", best["toolchain"] or ""), "config": json.loads(best["config"]),
-            "spec": spec,
+            "version": (won["source"] or "", won["toolchain"] or "", timing), "config": json.loads(won["config"]),
+            "stale": (won["source"] or "") != current, "spec": spec,
             "prov": _clean({
-                "kernel": kname, "device": device, "arch": best["arch"], "toolchain": toolchain,
-                "source": best["source"] or "",
-                "run_id": best["run_id"], "date": best["created"], "best_p50_ms": float(best["p50"]),
-                "default_p50_ms": d_p50, "speedup": d_p50 / float(best["p50"]) if d_p50 == d_p50 else None,
-                "rel_error": float(best["rel_error"]), "key": key, "shape": rest, "dtype": dtype,
+                "kernel": kname, "device": device, "arch": won["arch"], "toolchain": toolchain,
+                "source": won["source"] or "",
+                "run_id": won["run_id"], "date": won["created"], "best_p50_ms": won_p50,
+                "default_p50_ms": d_p50, "speedup": d_p50 / won_p50 if d_p50 == d_p50 else None,
+                "search_best_p50_ms": float(best["p50"]), "timing": timing, "selection": selection,
+                "rel_error": float(won["rel_error"]), "key": key, "shape": rest, "dtype": dtype,
                 "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None})})
     groups: dict[Path, dict] = {}
     for path in {c["path"] for c in candidates}:
         mine = [c for c in candidates if c["path"] == path]
-        # One file = one kernel-source version and toolchain: the most recently measured. Rows of an older
-        # version (the kernel was edited since) are never mixed in, whatever their timestamps.
+        # One file = one kernel-source version, toolchain and timing mode: the most recently measured. Rows of an
+        # older version (the kernel was edited since) are never mixed in, whatever their timestamps.
         newest = max(mine, key=lambda c: c["last_id"])["version"]
-        entry = groups[path] = {"path": path, "by_m": {}, "prov": {}, "spec": mine[0]["spec"]}
+        entry = groups[path] = {"path": path, "by_m": {}, "prov": {}, "stale": [], "spec": mine[0]["spec"]}
         for c in sorted((c for c in mine if c["version"] == newest), key=lambda c: c["last_id"]):
             # A file name may leave axes or the dtype out (SGLang's MoE names show E and N only): two shapes that
             # differ only there would land in one file and the later would silently win.
@@ -69,23 +92,43 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
                     f"{c['prov']['shape']} {c['prov']['dtype']}; the file name cannot tell them apart. Export them "
                     f"to separate config dirs (flytune export --kernel, or one store per model).")
             entry["by_m"][c["m"]], entry["prov"][c["m"]] = c["config"], c["prov"]
+            if c["stale"] and c["m"] not in entry["stale"]:
+                entry["stale"].append(c["m"])
     return [groups[p] for p in sorted(groups)]
 
 
-def _merge(entry: dict, table: dict, old_prov: dict) -> tuple[dict, dict]:
-    """The file's new table and provenance: entries for other batch sizes are kept, unless they came from another
-    kernel source or toolchain, in which case the file is replaced (never mixed)."""
-    version = {(p["source"], json.dumps(p["toolchain"], sort_keys=True)) for p in entry["prov"].values()}
-    if any((p.get("source"), json.dumps(p.get("toolchain"), sort_keys=True)) not in version
-           for p in old_prov.values()):
-        table, old_prov = {}, {}
+def _version(p: dict) -> tuple:
+    return p.get("source"), json.dumps(p.get("toolchain"), sort_keys=True), p.get("timing") or "events"
+
+
+def _merge(entry: dict, table: dict, old_prov: dict, replace_stale: bool = False) -> tuple[dict, dict]:
+    """The file's new table and provenance: entries for other batch sizes are kept. Entries of another kernel
+    source, toolchain or timing mode are never mixed in: where this export covers all of them they are replaced;
+    where it would leave some beside the new ones, ArtifactError (``replace_stale`` drops them instead)."""
+    version = {_version(p) for p in entry["prov"].values()}
+    covered = {str(m) for m in entry["prov"]}
+    other = sorted((k for k, p in old_prov.items() if _version(p) not in version), key=int)
+    left = [k for k in other if k not in covered]
+    if left and not replace_stale:
+        old = old_prov[left[0]]
+        raise ArtifactError(
+            f"{entry['path'].name}: batch sizes {', '.join(left)} there were tuned for another kernel source, "
+            f"toolchain or timing mode (source {old.get('source')}, timing {old.get('timing') or 'events'}) than "
+            f"this export (source {next(iter(version))[0]}), which covers only {', '.join(sorted(covered, key=int))}; "
+            f"a file never mixes the two. Sweep every batch size of the file again (--grid \"M={','.join(sorted(set(left) | covered, key=int))} ...\"), "
+            f"or pass --replace-stale to drop the old entries.")
+    if other:
+        table = {m: v for m, v in table.items() if str(m) not in other}
+        old_prov = {k: v for k, v in old_prov.items() if k not in other}
     per_m = {**old_prov, **{str(m): v for m, v in entry["prov"].items()}}
     return {**table, **entry["by_m"]}, {k: per_m[k] for k in sorted(per_m, key=int)}
 
 
-def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[tuple[Path, str, str]]:
+def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
+            replace_stale: bool = False) -> list[tuple[Path, str, str]]:
     """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
-    ``export``, FlyDSL offline configs included."""
+    ``export``, FlyDSL offline configs included (a file the export would refuse to mix previews as the error's
+    message)."""
     out = []
     for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths):
         path = entry["path"]
@@ -98,7 +141,11 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) 
             prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
         except ArtifactError:
             table, prov = {}, {}
-        out.append((path, render_for(entry["spec"], _merge(entry, table, prov)[0]), old))
+        try:
+            text = render_for(entry["spec"], _merge(entry, table, prov, replace_stale)[0])
+        except ArtifactError as e:
+            text = f"(not written: {e})\n"
+        out.append((path, text, old))
     return out
 
 
@@ -110,16 +157,33 @@ def refuse_interpreter_timings(out_dir: str | Path, devices) -> None:
                             f"committed GPU configs; choose a scratch folder (flytune export --out DIR)")
 
 
-def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[Path]:
+def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), replace_stale: bool = False) -> list[Path]:
     """Write the winners of every (kernel, non-batch shape, device, dtype) found in ``store``. Returns the files.
-    Entries already in a file for other batch sizes are kept (merged); the same batch size is replaced. Interpreter
-    timings are refused for the repository's committed exports/ (BUILTIN_DIR): they say nothing about GPU speed, and
-    `flytune export` writes there by default. A FlyDSL kernel's winners also become FlyDSL offline configs, one per
-    exact key, under ``<out_dir>/flydsl_autotune/`` (flytune_nb.artifacts.flydsl); those are refused unless they were
-    timed on an AMD GPU. Everything is checked before anything is written."""
+    Entries already in a file for other batch sizes are kept (merged); the same batch size is replaced; entries of
+    another kernel source, toolchain or timing mode are never mixed in (``_merge``). Interpreter timings are refused
+    for the repository's committed exports/ (BUILTIN_DIR): they say nothing about GPU speed, and `flytune export`
+    writes there by default. Entries measured on a kernel source that is no longer the kernel's are written, with a
+    warning: `flytune check` will call them stale. A FlyDSL kernel's winners also become FlyDSL offline configs, one
+    per exact key, under ``<out_dir>/flydsl_autotune/`` (flytune_nb.artifacts.flydsl); those are refused unless they
+    were timed on an AMD GPU. Everything is checked before anything is written."""
     plan = plan_export(store, out_dir, kernel=kernel, paths=paths)
     refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})
     fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths)
+    stale = [f"{e['path'].name} (M={','.join(map(str, e['stale']))})" for e in plan if e["stale"]]
+    if stale:
+        import warnings
+
+        from flytune_nb.serve.lookup import ArtifactWarning
+
+        warnings.warn(f"exported entries measured on an older source of the kernel than its current one: "
+                      f"{'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}; flytune check will report them "
+                      f"stale: sweep them again", ArtifactWarning, stacklevel=2)
+    # Check every file's merge before writing any: a refusal must not leave half an export behind.
+    for entry in plan:
+        path = entry["path"]
+        if path.exists():
+            _merge(entry, read_table(path), read_provenance(path.parent / PROVENANCE).get(path.name, {}),
+                   replace_stale)
     written = []
     for entry in plan:
         path = entry["path"]
@@ -133,7 +197,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -
             prov_path = path.parent / PROVENANCE
             prov = read_provenance(prov_path)
             table = read_table(path) if path.exists() else {}
-            table, prov[path.name] = _merge(entry, table, prov.get(path.name, {}))
+            table, prov[path.name] = _merge(entry, table, prov.get(path.name, {}), replace_stale)
             atomic_write(path, render_for(entry["spec"], table))
             atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
         written.append(path)

@@ -15,6 +15,13 @@ default, timed both at export (provenance) and now, is the control: a file's dri
 of default now / default then (at least 1; 1 with fewer than 3 such entries), and a config fails only when it is
 slower than its exported latency times that drift. A drift past the WARN line is still reported, as a WARN on each
 row it covers: no config choice can fix a device- or toolchain-wide slowdown, but someone should look.
+
+An entry is *stale* when its provenance names another source fingerprint than the kernel's current one (the kernel
+was edited since it was tuned; core/key.py's fingerprint ignores comments and docstrings): its row says so, and the
+summary gives the command that re-sweeps its file. A stale entry is still timed and judged like any other — stale
+alone fails nothing unless asked (``fail_stale``) — because it is still what an engine would use.
+
+Each file is timed in the timing mode its provenance records (events, or graph replay), with the same timer.
 """
 from __future__ import annotations
 
@@ -26,8 +33,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+import fnmatch
+import time
+
 from flytune_nb.errors import UsageError
-from flytune_nb.artifacts.files import PROVENANCE, read_provenance
+from flytune_nb.artifacts.files import LOCK, PROVENANCE, atomic_write, read_provenance
 from flytune_nb.serve.lookup import validated_table
 
 WARN, FAIL = 1.10, 1.15
@@ -49,6 +59,13 @@ class CheckRow:
     vs_default: float | None
     reason: str = ""
     drift: float = 1.0  # the file's median default now / default then, at least 1 (see the module doc)
+    # what the verdict is about: "exported" (slower than at export), "default" (slower than the heuristic),
+    # "correctness", "drift" (the device drifted, not the config), "file" (unreadable), "budget" (not timed), ""
+    kind: str = ""
+    stale: bool = False  # tuned for another source of the kernel than its current one
+    path: str = ""  # the artifact's path
+    timing: str = "events"
+    batch: int | None = None  # the entry's batch size (its key in the file)
 
 
 def parse_name(name: str) -> tuple[dict, str, str | None]:
@@ -100,45 +117,155 @@ def _full_shape(name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[d
     return rest, dtype
 
 
-def default_measure(device) -> Callable:
+def default_measure(device, timing: str = "events", timer: dict | None = None) -> Callable:
     from flytune_nb.measure.timer import make_timer
     from flytune_nb.measure.trial import evaluate
 
-    timer = make_timer(device)
+    timer = make_timer(device, **{**(timer or {}), "graph": timing == "graph"})
     return lambda spec, shape, dtype, config: evaluate(spec, shape, dtype, config, device, timer)
 
 
-def check(directory, *, device=None, measure: Callable | None = None, paths=(),
-          min_delta_us: float = MIN_DELTA_US) -> list[CheckRow]:
-    from flytune_nb.core.device import current_device
+@dataclass
+class ArtifactFile:
+    """One artifact to check, read and validated (or the reason it could not be)."""
+    kernel: str
+    path: Path
+    spec: object = None
+    rest: dict | None = None
+    dtype: str = ""
+    prov: dict | None = None
+    table: dict | None = None
+    error: str = ""
+
+    @property
+    def sources(self) -> set:
+        return {p.get("source") for p in (self.prov or {}).values() if isinstance(p, dict) and p.get("source")}
+
+    @property
+    def current_source(self) -> str:
+        from flytune_nb.core.key import source_fingerprint
+
+        return self.spec.fingerprint or source_fingerprint(self.spec.source_dir)
+
+    @property
+    def stale(self) -> bool:
+        return self.spec is not None and bool(self.sources) and self.sources != {self.current_source}
+
+    @property
+    def timing(self) -> str:
+        modes = {p.get("timing") or "events" for p in (self.prov or {}).values() if isinstance(p, dict)}
+        return modes.pop() if len(modes) == 1 else "events"
+
+
+def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -> list[ArtifactFile]:
+    """Every artifact of ``device_name`` under ``directory`` (``kernels``: only these; ``files``: only names or
+    paths matching one of these globs), read and validated; unreadable ones carry their ``error``."""
     from flytune_nb.core.registry import get_kernel
 
-    device = device or current_device()
-    measure = measure or default_measure(device)
-    rows = []
-    for kernel, path in files_for(Path(directory), device.name):
-        base = dict(kernel=kernel, file=path.name, dtype="", config="", now_ms=math.inf, then_ms=None,
-                    default_ms=None, vs_then=None, vs_default=None)
-        try:
-            spec = get_kernel(kernel, list(paths))
-            rest, _, dtype = parse_name(path.name)
-            prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
-            rest, dtype = _full_shape(path.name, rest, dtype, prov)
-            table = validated_table(spec, path, rest, dtype, device)
-        except (LookupError, ValueError) as e:  # unknown kernel, bad name, malformed file or sidecar
-            rows.append(CheckRow(**{**base, "shape": {}, "status": "FAIL", "reason": str(e)[:200]}))
+    out = []
+    for kernel, path in files_for(Path(directory), device_name):
+        if kernels and kernel not in kernels:
             continue
-        timed, defaults = [], []  # defaults: (default's trial now, its exported p50), the drift's control
-        for m, config in table.items():
-            shape = spec.check_shape({**rest, spec.batch_axis: m})
-            entry = prov.get(str(m)) or {}
-            default = spec.default(shape, dtype, device)
-            t, d = measure(spec, shape, dtype, config), measure(spec, shape, dtype, default)
+        if files and not any(fnmatch.fnmatch(path.name, g) or fnmatch.fnmatch(str(path), g) for g in files):
+            continue
+        f = ArtifactFile(kernel, path)
+        try:
+            f.spec = get_kernel(kernel, list(paths))
+            rest, _, dtype = parse_name(path.name)
+            f.prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
+            f.rest, f.dtype = _full_shape(path.name, rest, dtype, f.prov)
+        except (LookupError, ValueError) as e:  # unknown kernel, bad name, malformed sidecar
+            f.error = str(e)[:200]
+        out.append(f)
+    return out
+
+
+def stale_files(directory, device_name: str | None = None, *, kernels=None, paths=()) -> list[dict]:
+    """The artifacts under ``directory`` tuned for another source of their kernel than its current one, without
+    timing anything (what the workbench shows): per file its kernel, path, the sources its provenance names, the
+    kernel's current source, its batch sizes, and the command that sweeps it again."""
+    from flytune_nb.core.device import current_device
+
+    device_name = device_name or current_device().name
+    out = []
+    for f in gather(directory, device_name, kernels=kernels, paths=paths):
+        if not f.error and f.stale:
+            out.append({"kernel": f.kernel, "file": f.path.name, "path": str(f.path), "sources": sorted(f.sources),
+                        "current": f.current_source, "batch": sorted(int(m) for m in f.prov if m.isdigit()),
+                        "command": resweep_command(f, directory, paths)})
+    return out
+
+
+def resweep_command(f: ArtifactFile, directory, paths=()) -> str:
+    """The commands that sweep every batch size of one artifact again (current source, selection) and export it
+    over the old entries."""
+    batch = sorted(int(m) for m in (f.prov or {}) if str(m).isdigit()) or sorted(f.table or [])
+    axes = " ".join(f"{a}={v}" for a, v in (f.rest or {}).items())
+    grid = f"{f.spec.batch_axis}={','.join(map(str, batch))}" + (f" {axes}" if axes else "")
+    extra = "".join(f" --path {p}" for p in paths) + (" --timing graph" if f.timing == "graph" else "")
+    db = f"resweep_{f.kernel}.db"
+    return (f'flytune sweep {f.kernel} --grid "{grid}" --dtype {f.dtype} --db {db}{extra} && '
+            f"flytune export --db {db} --out {directory} --kernel {f.kernel}"
+            + "".join(f" --path {p}" for p in paths))
+
+
+def check(directory, *, device=None, measure: Callable | None = None, paths=(),
+          min_delta_us: float = MIN_DELTA_US, kernels=None, files=None, budget_s: float | None = None,
+          progress: Callable | None = None, timer: dict | None = None) -> list[CheckRow]:
+    """Re-time every committed config of this device under ``directory`` (see the module doc). ``kernels`` /
+    ``files`` (globs on the file name or path) narrow it; ``budget_s``: entries not started within that many seconds
+    are reported as not checked (``kind="budget"``), never as passed; ``progress(done, total, row)`` after each;
+    ``timer``: the timer's options (e.g. ``{"rep_ms": 25}``) when ``measure`` is not given."""
+    from flytune_nb.core.device import current_device
+
+    device = device or current_device()
+    measures = {}
+
+    def measure_for(timing: str) -> Callable:
+        if measure is not None:
+            return measure
+        if timing not in measures:
+            measures[timing] = default_measure(device, timing, timer)
+        return measures[timing]
+
+    todo = gather(directory, device.name, kernels=kernels, files=files, paths=paths)
+    rows = []
+    for f in todo:
+        if not f.error:
+            try:
+                f.table = validated_table(f.spec, f.path, f.rest, f.dtype, device)
+            except (LookupError, ValueError) as e:  # malformed file
+                f.error = str(e)[:200]
+    total = sum(len(f.table) if not f.error else 1 for f in todo)
+    t0 = time.perf_counter()
+
+    def done(row):
+        rows.append(row)
+        if progress is not None:
+            progress(len(rows), total, row)
+
+    for f in todo:
+        base = dict(kernel=f.kernel, file=f.path.name, dtype=f.dtype, config="", now_ms=math.inf, then_ms=None,
+                    default_ms=None, vs_then=None, vs_default=None, path=str(f.path))
+        if f.error:
+            done(CheckRow(**{**base, "shape": {}, "status": "FAIL", "reason": f.error, "kind": "file"}))
+            continue
+        spec, stale, timing = f.spec, f.stale, f.timing
+        meas = measure_for(timing)
+        timed, defaults, skipped = [], [], []  # defaults: (default's trial now, its exported p50), the drift's control
+        for m, config in f.table.items():
+            shape = spec.check_shape({**f.rest, spec.batch_axis: m})
+            if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                skipped.append((shape, config))
+                continue
+            entry = f.prov.get(str(m)) or {}
+            default = spec.default(shape, f.dtype, device)
+            t, d = meas(spec, shape, f.dtype, config), meas(spec, shape, f.dtype, default)
             timed.append((shape, config, default, entry.get("best_p50_ms"), t, d))
             defaults.append((d, entry.get("default_p50_ms")))
         drift = file_drift(defaults)
         for shape, config, default, then, t, d in timed:
-            row = _judge(kernel, path.name, shape, dtype, config, t, d, then, min_delta_us, drift)
+            row = _judge(f.kernel, f.path.name, shape, f.dtype, config, t, d, then, min_delta_us, drift)
             if row.status != "OK" and t.ok:
                 # Confirm before alarming: a 5 us kernel's median moves by up to ~1 us between one measurement
                 # and the next on the H200 (fused_add_rmsnorm defaults spread 0.8-1.4x run-to-run), so a
@@ -146,15 +273,19 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
                 # fastest median of each — slow bursts can only add time.
                 ts, ds = [t], [d]
                 for _ in range(CONFIRM_ROUNDS):
-                    ts.append(measure(spec, shape, dtype, config))
-                    ds.append(measure(spec, shape, dtype, default))
+                    ts.append(meas(spec, shape, f.dtype, config))
+                    ds.append(meas(spec, shape, f.dtype, default))
                 t = _fastest(ts)
                 d = _fastest(ds) if d.ok else d
-                row = _judge(kernel, path.name, shape, dtype, config, t, d, then, min_delta_us, drift)
+                row = _judge(f.kernel, f.path.name, shape, f.dtype, config, t, d, then, min_delta_us, drift)
                 if row.status != "OK":
                     row = replace(row, reason=f"{row.reason} (confirmed: fastest of {1 + CONFIRM_ROUNDS} "
                                               f"interleaved timings)")
-            rows.append(row)
+            done(replace(row, stale=stale, path=str(f.path), timing=timing, batch=shape[spec.batch_axis]))
+        for shape, config in skipped:
+            done(CheckRow(**{**base, "shape": shape, "config": str(config), "status": "SKIP", "kind": "budget",
+                             "reason": f"not checked: the {budget_s:g} s time budget ran out", "stale": stale,
+                             "timing": timing, "batch": shape[spec.batch_axis]}))
     return rows
 
 
@@ -181,7 +312,7 @@ def _judge(kernel, fname, shape, dtype, config, t, d, then, min_delta_us: float 
     d_ms = d.p50 if d.ok else None
     if not t.ok:
         return CheckRow(**base, status="FAIL", now_ms=math.inf, then_ms=then, default_ms=d_ms, vs_then=None,
-                        vs_default=None, reason=f"{t.status}: {t.reason}")
+                        vs_default=None, reason=f"{t.status}: {t.reason}", kind="correctness")
     vs_then = t.p50 / then if then else None
     vs_default = t.p50 / d_ms if d_ms else None
     # what this config would take now had nothing but the device drifted since export
@@ -194,24 +325,26 @@ def _judge(kernel, fname, shape, dtype, config, t, d, then, min_delta_us: float 
         return f"{ratio:.2f}x slower than when exported" + (
             f" ({beyond:.2f}x beyond the heuristic default's own drift, {drift:.2f}x)" if drift > 1 else "")
 
-    status, reason = "OK", ""
+    status, reason, kind = "OK", "", ""
     if slower(beyond, expected, FAIL):
-        status, reason = "FAIL", exported(vs_then)
+        status, reason, kind = "FAIL", exported(vs_then), "exported"
     elif slower(vs_default, d_ms, FAIL):
-        status, reason = "FAIL", f"{vs_default:.2f}x slower than the heuristic default"
+        status, reason, kind = "FAIL", f"{vs_default:.2f}x slower than the heuristic default", "default"
     elif slower(beyond, expected, WARN):
-        status, reason = "WARN", exported(vs_then)
+        status, reason, kind = "WARN", exported(vs_then), "exported"
     elif slower(vs_default, d_ms, WARN):
-        status, reason = "WARN", f"{vs_default:.2f}x slower than the heuristic default"
+        status, reason, kind = "WARN", f"{vs_default:.2f}x slower than the heuristic default", "default"
     elif slower(vs_then, then, WARN):
-        status, reason = "WARN", (f"{vs_then:.2f}x slower than when exported, and so is the heuristic default "
-                                  f"(median {drift:.2f}x over this file): the device or toolchain drifted, not "
-                                  f"this config")
+        status, reason, kind = "WARN", (f"{vs_then:.2f}x slower than when exported, and so is the heuristic default "
+                                        f"(median {drift:.2f}x over this file): the device or toolchain drifted, "
+                                        f"not this config"), "drift"
     return CheckRow(**base, status=status, now_ms=t.p50, then_ms=then, default_ms=d_ms, vs_then=vs_then,
-                    vs_default=vs_default, reason=reason)
+                    vs_default=vs_default, reason=reason, kind=kind)
 
 
-HEADER = ["status", "kernel", "shape", "dtype", "now (us)", "exported (us)", "default (us)", "now/exported", "reason"]
+HEADER = ["status", "kernel", "shape", "dtype", "now (us)", "exported (us)", "default (us)", "now/exported", "source",
+          "reason"]
+STATUS_ORDER = {"FAIL": 0, "WARN": 1, "SKIP": 2, "OK": 3}
 
 
 def _us(v) -> str:
@@ -221,17 +354,116 @@ def _us(v) -> str:
 def row_cells(r: CheckRow) -> list[str]:
     """One row as display cells (the terminal table and the markdown share them)."""
     return [r.status, r.kernel, " ".join(f"{k}={v}" for k, v in r.shape.items()), r.dtype, _us(r.now_ms),
-            _us(r.then_ms), _us(r.default_ms), "-" if r.vs_then is None else f"{r.vs_then:.2f}", r.reason]
+            _us(r.then_ms), _us(r.default_ms), "-" if r.vs_then is None else f"{r.vs_then:.2f}",
+            "STALE" if r.stale else "current", r.reason]
 
 
-def to_markdown(rows: list[CheckRow], device_name: str) -> str:
-    lines = [f"# flytune check on {device_name}", "", "| " + " | ".join(HEADER) + " |",
-             "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+def severity(r: CheckRow) -> float:
+    """How bad a row is, for ordering: a correctness or file failure first, then the larger of its slowdown beyond
+    the drift and against the heuristic default."""
+    if r.kind in ("correctness", "file"):
+        return math.inf
+    ratios = [x for x in ((r.vs_then / r.drift) if r.vs_then else None, r.vs_default) if x is not None]
+    return max(ratios, default=0.0)
+
+
+def worst(rows: list[CheckRow], n: int = 5) -> list[CheckRow]:
+    """The ``n`` worst timed rows: by status (FAIL, WARN, OK), then by severity."""
+    timed = [r for r in rows if r.status != "SKIP"]
+    return sorted(timed, key=lambda r: (STATUS_ORDER[r.status], -severity(r)))[:n]
+
+
+def summary_lines(rows: list[CheckRow], device_name: str) -> list[str]:
+    n = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
+    checked = len(rows) - n["SKIP"]
+    line = f"{checked} configs checked on {device_name}: {n['FAIL']} FAIL, {n['WARN']} WARN"
+    if n["SKIP"]:
+        line += f"; {n['SKIP']} not checked (time budget)"
+    stale = sum(r.stale for r in rows)
+    if stale:
+        line += f"; {stale} stale (tuned for an older kernel source)"
+    return [line]
+
+
+def advice(rows: list[CheckRow], directory, paths=(), device=None) -> list[str]:
+    """What to do, per file: the command that sweeps a failing or stale file again, and for a file whose only
+    problem is being slower than when exported (the device, driver or toolchain changed) how to accept that."""
+    from flytune_nb.core.device import current_device
+
+    device_name = (device or current_device()).name
+    by_file: dict[str, list[CheckRow]] = {}
+    for r in rows:
+        by_file.setdefault(r.path or r.file, []).append(r)
+    files = {str(f.path): f for f in gather(directory, device_name, files=[Path(p).name for p in by_file],
+                                             paths=paths)}
+    out = []
+    for path, rs in by_file.items():
+        bad = [r for r in rs if r.status == "FAIL"]
+        stale = any(r.stale for r in rs)
+        f = files.get(path)
+        if not (bad or stale) or f is None or f.error:
+            if bad and f is not None and f.error:
+                out.append(f"{Path(path).name}: {f.error}; export it again")
+            continue
+        if f.table is None:
+            try:
+                f.table = validated_table(f.spec, f.path, f.rest, f.dtype, device or current_device())
+            except (LookupError, ValueError):
+                pass
+        cmd = resweep_command(f, directory, paths)
+        name = Path(path).name
+        if bad:
+            kinds = {r.kind for r in bad}
+            out.append(f"FAIL {f.kernel} {name} ({len(bad)} entr{'y' if len(bad) == 1 else 'ies'}"
+                       f"{', stale' if stale else ''}): sweep it again:\n    {cmd}")
+            if kinds <= {"exported"}:
+                out.append(f"  or, if the device, driver or toolchain changed and these latencies are the new normal, "
+                           f"accept the drift (records today's latencies as the exported ones):\n"
+                           f"    flytune check {directory} --file '{name}' --accept-drift")
+        else:
+            out.append(f"stale {f.kernel} {name}: tuned for kernel source {', '.join(sorted(f.sources))}, "
+                       f"the kernel is now {f.current_source}; sweep it again:\n    {cmd}")
+    return out
+
+
+def accept_drift(rows: list[CheckRow]) -> list[CheckRow]:
+    """Record today's latencies as the exported ones for the rows that failed or warned only for being slower
+    than when exported (``kind`` "exported" or "drift", and not slower than the heuristic default beyond the WARN
+    line either): their provenance gets ``best_p50_ms`` / ``default_p50_ms``
+    from this check, and the old values under ``accepted``. A row slower than the heuristic default or incorrect
+    is never accepted: that needs a new sweep. Returns the rows accepted."""
+    from filelock import FileLock
+
+    accepted = [r for r in rows if r.status in ("FAIL", "WARN") and r.kind in ("exported", "drift") and r.path
+                and r.batch is not None and (r.vs_default is None or r.vs_default <= WARN)]
+    by_dir: dict[Path, list[CheckRow]] = {}
+    for r in accepted:
+        by_dir.setdefault(Path(r.path).parent, []).append(r)
+    today = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    for folder, rs in by_dir.items():
+        with FileLock(str(folder / LOCK)):
+            prov = read_provenance(folder / PROVENANCE)
+            for r in rs:
+                entry = prov.get(r.file, {}).get(str(r.batch))
+                if entry is None:
+                    continue
+                entry["accepted"] = {"date": today, "was_best_p50_ms": entry.get("best_p50_ms"),
+                                     "was_default_p50_ms": entry.get("default_p50_ms")}
+                entry["best_p50_ms"] = r.now_ms
+                if r.default_ms is not None:
+                    entry["default_p50_ms"] = r.default_ms
+            atomic_write(folder / PROVENANCE, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
+    return accepted
 
 
 def to_json(rows: list[CheckRow]) -> str:
     clean = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(r).items()}
              for r in rows]
     return json.dumps(clean, indent=1) + "\n"
+
+
+def to_markdown(rows: list[CheckRow], device_name: str) -> str:
+    lines = [f"# flytune check on {device_name}", "", *summary_lines(rows, device_name), "",
+             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"

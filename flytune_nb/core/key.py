@@ -1,8 +1,8 @@
 """The tuning key: everything that, if it changed, must force a re-tune.
 
 shape, dtype, stride class per dim of every tensor input, device name + arch, a fingerprint of the kernel folder's
-source, toolchain versions, and the env variables that change codegen. Strides collapse to {0, 1, other} as quack
-does: broadcast vs contiguous vs strided changes the best kernel, 4096 vs 8192 does not.
+source, toolchain versions, the env variables that change codegen, and the timing mode. Strides collapse to
+{0, 1, other} as quack does: broadcast vs contiguous vs strided changes the best kernel, 4096 vs 8192 does not.
 """
 from __future__ import annotations
 
@@ -148,10 +148,17 @@ class TuningKey:
     source: str
     toolchain: tuple
     env: tuple
+    # How configs were timed: "events" (one launch per sample, L2 flushed; the default) or "graph" (a CUDA graph of
+    # several calls replayed, as an engine serves decode). They can pick different winners, so they are different
+    # keys.
+    timing: str = "events"
 
     @property
     def digest(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True, default=list)
+        d = asdict(self)
+        if d["timing"] == DEFAULT_TIMING:  # the key before timing modes existed: every stored digest stays valid
+            del d["timing"]
+        blob = json.dumps(d, sort_keys=True, default=list)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def to_dict(self) -> dict:
@@ -163,8 +170,21 @@ class TuningKey:
         return d
 
 
+DEFAULT_TIMING = "events"
+TIMINGS = ("events", "graph")
+
+
+def check_timing(mode) -> str:
+    from flytune_nb.errors import UsageError
+
+    mode = DEFAULT_TIMING if mode is None else str(mode).strip().lower()
+    if mode not in TIMINGS:
+        raise UsageError(f"unknown timing mode {mode!r}; choose from {', '.join(TIMINGS)}")
+    return mode
+
+
 def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, Any] | None,
-             device: DeviceInfo) -> TuningKey:
+             device: DeviceInfo, timing: str = DEFAULT_TIMING) -> TuningKey:
     # The toolchain part and the codegen env come from the kernel's backend (flytune_nb.backends): Triton's are
     # toolchain() and codegen_env() above, so a Triton kernel's key is what it always was.
     from flytune_nb import backends
@@ -180,4 +200,5 @@ def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, An
         source=spec.fingerprint or source_fingerprint(spec.source_dir),
         toolchain=tuple(backend.toolchain().items()),
         env=tuple(backend.codegen_env().items()),
+        timing=check_timing(timing),
     )

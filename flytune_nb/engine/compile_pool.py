@@ -86,7 +86,7 @@ class Batch:
                     return "dead"
                 cf.wait([fut], timeout=min(limit - quiet, 0.25))
             try:
-                status, _ = fut.result()
+                status = fut.result()[0]
                 return "ok" if status == "ok" else "failed"
             except Exception as e:  # noqa: BLE001 - cancelled, or BrokenProcessPool: a process went down
                 if not again and getattr(fut.flytune_pool, "flytune_discarded", False):
@@ -98,6 +98,19 @@ class Batch:
                     self._give_up(fut, f"{type(e).__name__}")
                 return "dead"
         return "dead"
+
+    def compiled(self, config: dict) -> bool:
+        """Whether this batch compiled ``config`` (successfully or not): then ``binary`` is its answer."""
+        fut = self.futs.get(_key(config))
+        return fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None
+
+    def binary(self, config: dict) -> str | None:
+        """The hash of what ``config`` compiled to (tasks.compile_one), once its compile is done; None when unknown
+        (not compiled here, failed, or a binary that cannot be hashed)."""
+        if not self.compiled(config):
+            return None
+        r = self.futs[_key(config)].result()
+        return r[2] if len(r) > 2 and r[0] == "ok" else None
 
     def close(self) -> None:
         """The shape is done: drop what of it has not started (a budgeted search leaves most of its space)."""

@@ -51,6 +51,14 @@ class ShapeDone(Event):
 
 
 @dataclass(frozen=True)
+class ShapeSelected(Event):
+    """The selection stage decided a shape's winner (before its ShapeDone)."""
+    shape: dict
+    dtype: str
+    selection: Any  # flytune_nb.strategies.selection.Selection
+
+
+@dataclass(frozen=True)
 class SweepDone(Event):
     results: list = field(default_factory=list)
 

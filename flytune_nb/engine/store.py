@@ -1,9 +1,13 @@
 """The results store: one embedded SQLite database (stdlib sqlite3, WAL), one row per trial, committed per row.
 
 Resume identity is (tuning-key digest, config JSON, fidelity): the key already folds in kernel, shape, dtype, stride
-classes, device, arch, kernel-source fingerprint, toolchain and codegen env, so a stored trial is reused exactly when
-re-measuring it would measure the same thing. ``kill -9`` loses at most the trial in flight: every finished trial is
-its own committed transaction.
+classes, device, arch, kernel-source fingerprint, toolchain, codegen env and timing mode, so a stored trial is reused
+exactly when re-measuring it would measure the same thing. ``kill -9`` loses at most the trial in flight: every
+finished trial is its own committed transaction.
+
+Beside the trials: ``retimes`` holds every timing of the selection stage (strategies/selection.py: one row per
+contender per round, never replaced), ``selections`` the decision per key with its evidence. A trial whose config
+compiled to the same binary as one measured before it records that config in ``twin_of`` and shares its numbers.
 """
 from __future__ import annotations
 
@@ -27,11 +31,20 @@ CREATE TABLE IF NOT EXISTS trials (
   id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, dtype TEXT, config TEXT, fidelity TEXT,
   status TEXT, reason TEXT, p20 REAL, p50 REAL, p80 REAL, rel_error REAL, compile_s REAL, reps INTEGER,
   method TEXT, device TEXT, arch TEXT, toolchain TEXT, key TEXT, created TEXT, is_default INTEGER DEFAULT 0,
-  source TEXT, UNIQUE(key, config, fidelity));
+  source TEXT, binary TEXT, twin_of TEXT, timing TEXT, UNIQUE(key, config, fidelity));
 CREATE INDEX IF NOT EXISTS trials_kernel ON trials(kernel, dtype);
 CREATE TABLE IF NOT EXISTS baselines (
   id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, dtype TEXT, name TEXT, status TEXT, reason TEXT,
   p20 REAL, p50 REAL, p80 REAL, device TEXT, key TEXT, created TEXT, UNIQUE(key, name));
+CREATE TABLE IF NOT EXISTS retimes (
+  id INTEGER PRIMARY KEY, run_id TEXT, key TEXT, kernel TEXT, shape TEXT, dtype TEXT, config TEXT, round INTEGER,
+  status TEXT, reason TEXT, p20 REAL, p50 REAL, p80 REAL, reps INTEGER, method TEXT, device TEXT, timing TEXT,
+  created TEXT);
+CREATE INDEX IF NOT EXISTS retimes_key ON retimes(key);
+CREATE TABLE IF NOT EXISTS selections (
+  id INTEGER PRIMARY KEY, run_id TEXT, key TEXT, kernel TEXT, shape TEXT, dtype TEXT, device TEXT, timing TEXT,
+  default_config TEXT, winner TEXT, chose_default INTEGER, reason TEXT, margin REAL, spread REAL, band REAL,
+  repeats INTEGER, contenders TEXT, rule TEXT, timings TEXT, failed TEXT, summary TEXT, created TEXT, UNIQUE(key));
 """
 
 
@@ -87,7 +100,8 @@ class Store:
     def _migrate(self) -> None:
         """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
         for table, column, decl in (("trials", "is_default", "INTEGER DEFAULT 0"), ("trials", "source", "TEXT"),
-                                    ("runs", "device_info", "TEXT")):
+                                    ("trials", "binary", "TEXT"), ("trials", "twin_of", "TEXT"),
+                                    ("trials", "timing", "TEXT"), ("runs", "device_info", "TEXT")):
             have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
@@ -124,18 +138,28 @@ class Store:
 
     # -- trials --------------------------------------------------------------------------------------------------
     def add(self, trial: Trial, *, key: str, run_id: str, arch: str = "", toolchain: dict | None = None,
-            is_default: bool = False, source: str = "") -> None:
+            is_default: bool = False, source: str = "", binary: str | None = None, twin_of: Config | None = None,
+            timing: str = "events") -> None:
         """``is_default``: this config is the kernel's heuristic for the shape (exports report speed-up over it);
-        ``source``: the kernel-source fingerprint (provenance)."""
+        ``source``: the kernel-source fingerprint (provenance); ``binary``: a hash of what the config compiled to
+        (None: unknown); ``twin_of``: the config measured before it with the same binary, whose numbers it shares;
+        ``timing``: the timing mode (events, graph)."""
         row = (run_id, trial.kernel, _shape_json(trial.shape), trial.dtype, trial.config.to_json(), trial.fidelity,
                trial.status, trial.reason, _num(trial.p20), _num(trial.p50), _num(trial.p80), _num(trial.rel_error),
                _num(trial.compile_s), trial.reps, trial.method, trial.device, arch, json.dumps(toolchain or {}), key,
-               _now(), int(is_default), source)
+               _now(), int(is_default), source, binary, None if twin_of is None else twin_of.to_json(), timing)
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO trials (run_id, kernel, shape, dtype, config, fidelity, status, reason, p20, "
                 "p50, p80, rel_error, compile_s, reps, method, device, arch, toolchain, key, created, is_default, "
-                "source) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+                "source, binary, twin_of, timing) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", row)
+
+    def binaries_for(self, key: str) -> dict[Config, tuple[str | None, Config | None]]:
+        """Stored (binary hash, twin_of) per config of one tuning key (full fidelity)."""
+        with self._lock:
+            rows = self._db.execute("SELECT config, binary, twin_of FROM trials WHERE key=? AND fidelity='full'",
+                                    (key,)).fetchall()
+        return {Config.from_json(c): (b, Config.from_json(t) if t else None) for c, b, t in rows}
 
     def trials_for(self, key: str) -> dict[tuple[Config, str], Trial]:
         """Stored trials of one tuning key, by (config, fidelity)."""
@@ -151,6 +175,49 @@ class Store:
                       fidelity)
             out[(t.config, fidelity)] = t
         return out
+
+    # -- the selection stage ---------------------------------------------------------------------------------------
+    def add_retime(self, trial: Trial, *, key: str, run_id: str, round: int, timing: str = "events") -> None:
+        """One contender's timing in one round of the selection stage (appended, never replaced)."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO retimes (run_id, key, kernel, shape, dtype, config, round, status, reason, p20, p50, p80, "
+                "reps, method, device, timing, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, key, trial.kernel, _shape_json(trial.shape), trial.dtype, trial.config.to_json(), round,
+                 trial.status, trial.reason, _num(trial.p20), _num(trial.p50), _num(trial.p80), trial.reps,
+                 trial.method, trial.device, timing, _now()))
+
+    def save_selection(self, sel, *, key: str, run_id: str, kernel: str, shape: dict, dtype: str, device: str,
+                       timing: str = "events") -> None:
+        """The decision for one key (replacing an earlier one), with what it was decided on."""
+        d = sel.deciding
+        timings = {c.to_json(): [_num(t) for t in ts] for c, ts in sel.timings.items()}
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO selections (run_id, key, kernel, shape, dtype, device, timing, default_config, "
+                "winner, chose_default, reason, margin, spread, band, repeats, contenders, rule, timings, failed, "
+                "summary, created) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, key, kernel, _shape_json(shape), dtype, device, timing, sel.default.to_json(),
+                 sel.winner.to_json(), int(sel.chose_default), sel.reason, _num(d.margin) if d else None,
+                 _num(d.spread) if d else None, _num(d.band) if d else None, sel.repeats,
+                 json.dumps([c.to_json() for c in sel.contenders]), json.dumps(sel.rule.to_dict(), sort_keys=True),
+                 json.dumps(timings), json.dumps({c.to_json(): r for c, r in sel.failed.items()}),
+                 json.dumps(sel.summary(), sort_keys=True), _now()))
+
+    def selection_for(self, key: str):
+        """The stored decision for ``key`` as a Selection (re-decided from its stored timings), or None."""
+        from flytune_nb.strategies.selection import Rule, decide
+
+        with self._lock:
+            row = self._db.execute("SELECT default_config, contenders, rule, timings, failed FROM selections "
+                                   "WHERE key=?", (key,)).fetchone()
+        if row is None:
+            return None
+        default, contenders, rule, timings, failed = row
+        cands = [Config.from_json(c) for c in json.loads(contenders)][1:]
+        timings = {Config.from_json(c): [_inf(t) for t in ts] for c, ts in json.loads(timings).items()}
+        failed = {Config.from_json(c): r for c, r in json.loads(failed or "{}").items()}
+        return decide(Config.from_json(default), cands, timings, Rule(**json.loads(rule)), failed)
 
     # -- baselines -----------------------------------------------------------------------------------------------
     def add_baseline(self, *, key: str, run_id: str, kernel: str, shape: dict, dtype: str, name: str, status: str,
@@ -174,8 +241,10 @@ class Store:
         """The table as a pandas DataFrame, shape axes expanded into columns (M, N, ...)."""
         import pandas as pd
 
-        if table not in ("trials", "baselines", "runs"):
+        if table not in ("trials", "baselines", "runs", "retimes", "selections"):
             raise ValueError(f"unknown table {table!r}")
+        if not self.has_table(table):  # a store written before the table existed, opened read-only
+            return pd.DataFrame()
         query = f"SELECT * FROM {table}" + (" WHERE kernel=?" if kernel else "")
         with self._lock:
             df = pd.read_sql_query(query, self._db, params=(kernel,) if kernel else ())
@@ -184,7 +253,14 @@ class Store:
             df = pd.concat([df, axes], axis=1)
         return df
 
+    def has_table(self, table: str) -> bool:
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                                    (table,)).fetchone() is not None
+
     def count(self, table: str = "trials") -> int:
+        if not self.has_table(table):
+            return 0
         with self._lock:
             return self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
 

@@ -19,16 +19,22 @@ from flytune_nb.core.config import Config
 from flytune_nb.core.dtypes import parse_list
 from flytune_nb.core.device import DeviceInfo
 from flytune_nb.measure.memory import ShapeTooLarge
-from flytune_nb.engine.events import Emitter, ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.engine.events import Emitter, ShapeDone, ShapeSelected, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.core.shapes import parse_grid
 from flytune_nb.core.registry import get_kernel, load_name
 from flytune_nb.engine.store import Store
 from flytune_nb.strategies import SEEDED, get_strategy
 from flytune_nb.engine.tasks import trial_from_dict
 from flytune_nb.strategies.loop import SearchResult, explore, planned
+from flytune_nb.strategies.selection import Rule, select, shortlist
 from flytune_nb.measure.trial import Trial
 from flytune_nb.errors import first_line
 from flytune_nb.engine.lanes import WorkerCrashed, WorkerError, WorkerStartError, WorkerTimeout, local_lanes
+
+
+# Interpreter timings only exercise the machinery, and an interpreted trial costs ~0.1-1 s: the stage re-times the
+# best candidate against the default over 3 rounds there (6 trials a shape at most, not the GPU's 20-40).
+INTERPRETER_RULE = Rule(top=1, rounds=3)
 
 
 class SweepError(RunError):
@@ -46,6 +52,14 @@ class Sweep:
     precompile: compile each shape's candidates in a process pool, ahead of the timing (default: on GPUs only).
     baselines: names among ``torch_eager``, ``torch_compile`` (default: both on GPUs, eager on the interpreter).
     gpus: GPU indices for one worker each; ray: a Ray address ("auto", "local" or host:port) for one actor per GPU.
+    timing: "events" (one launch per sample, L2 flushed: the default) or "graph" (a CUDA graph of several calls
+    replayed, as engines serve decode); part of the tuning key, so the two never share trials.
+    selection: the rule that picks each shape's winner after the search (strategies.selection.Rule: the top
+    candidates and the default re-timed, interleaved; the default kept unless beaten beyond the tie band); a dict of
+    its fields, or None / ``Rule(top=0)`` for the search's fastest median as the winner. "auto" (the default):
+    ``Rule()`` on a GPU, ``INTERPRETER_RULE`` on the interpreter.
+    twins: time configs that compile to the same binary as one timed before once, recording the rest as the same
+    measurement (where binaries can be hashed: Triton on a GPU, or a kernel's ``extra["binary"]``).
     """
 
     def __init__(self, kernel, grid, dtypes: Iterable[str] = ("bf16",), *, db: str | Path | Store | None = None,
@@ -53,7 +67,8 @@ class Sweep:
                  timeout: float = 120.0, isolate: bool = True, precompile: bool | None = None,
                  baselines: Iterable[str] | None = None, gpus: Iterable[int] | None = None, ray: str | None = None,
                  timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0,
-                 retry_failed: bool = False, configs: Iterable[Config] | None = None) -> None:
+                 retry_failed: bool = False, configs: Iterable[Config] | None = None, timing: str | None = None,
+                 selection: Rule | dict | str | None = "auto", twins: bool = True) -> None:
         self.paths = tuple(str(p) for p in paths)
         self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
         if not isinstance(kernel, str):
@@ -113,6 +128,20 @@ class Sweep:
         self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
         self.gpus = list(gpus) if gpus is not None else None
         self.timer = dict(timer or {})
+        from flytune_nb.core.key import check_timing
+
+        # timer={"graph": True} is the graph mode by another name: the key must say so too
+        mode = check_timing(timing if timing is not None else ("graph" if self.timer.get("graph") else None))
+        if timing is not None and "graph" in self.timer and bool(self.timer["graph"]) != (mode == "graph"):
+            raise UsageError(f"timing={mode!r} contradicts timer={{'graph': {self.timer['graph']}}}")
+        self.timing = mode
+        self.timer["graph"] = mode == "graph"
+        if isinstance(selection, dict):
+            selection = Rule(**selection)
+        if isinstance(selection, str) and selection != "auto":
+            raise UsageError(f"selection must be a Rule, a dict of its fields, 'auto' or None; got {selection!r}")
+        self.rule = selection if selection is not None else Rule(top=0)  # "auto" is resolved on the device
+        self.twins = bool(twins)
         self.emit = Emitter(listeners)
         self._db = db
         self.store: Store | None = db if isinstance(db, Store) else None
@@ -144,6 +173,8 @@ class Sweep:
             if self.store is None:
                 self.store = Store(self._db if self._db is not None else ":memory:")
             device = plans[0]["device"]
+            if self.rule == "auto":
+                self.rule = Rule() if DeviceInfo(**device).is_gpu else INTERPRETER_RULE
             self.run_id = self.store.start_run(self.spec.name, [dict(s) for s in self.shapes], self.dtypes,
                                                self.strategy_name, self.budget, device["name"], device_info=device)
             jobs: queue.Queue = queue.Queue()
@@ -210,7 +241,8 @@ class Sweep:
         for dtype in self.dtypes:
             for shape in self.shapes:
                 try:
-                    d = lane.call("describe", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype),
+                    d = lane.call("describe", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype,
+                                                   timing=self.timing),
                                   timeout=max(self.timeout, 300.0))
                 except (WorkerError, WorkerCrashed, WorkerTimeout, WorkerStartError) as e:
                     raise SweepError(f"{self.spec.name} {shape} {dtype}: cannot prepare the shape: "
@@ -254,6 +286,8 @@ class Sweep:
 
     def _timer(self, fidelity: str) -> tuple:
         t = dict(self.timer)
+        if not t.get("graph"):
+            t.pop("graph", None)  # the events timer's items as they were: a worker's timer cache keys on them
         if fidelity == "quick":  # successive halving's cheap round: an eighth of the timing budget
             t.update(rep_ms=t.get("rep_ms", 100.0) / 8, warmup_ms=5.0, min_reps=5, reps=1)
         return tuple(sorted(t.items()))
@@ -283,6 +317,29 @@ class Sweep:
                 batch = precompiler.submit(self._load_name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
                                            device=plan["device"], target=plan.get("target"))
 
+        # Identical binaries: (hash, fidelity) -> the config timed for it; config -> the config whose measurement it
+        # shares. Stored trials say which was which, so a resumed sweep keeps both.
+        timed_for: dict = {}
+        twin_of: dict = {}
+        for c, (h, rep) in self.store.binaries_for(key).items():
+            if rep is not None:
+                twin_of[c] = rep
+            elif h and (c, "full") in stored and stored[(c, "full")].ok:
+                timed_for.setdefault((h, "full"), c)
+        hashing = self.twins and plan.get("binaries", False)
+
+        def binary_of(config: Config) -> str | None:
+            if not hashing:
+                return None
+            if batch is not None and batch.compiled(config.to_dict()):
+                return batch.binary(config.to_dict())  # the pool's answer, known or not: no second compile
+            try:
+                return lane.call("binary", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype,
+                                                config=config.to_dict(), device=plan["device"],
+                                                target=plan.get("target")), timeout=self.timeout)
+            except (WorkerTimeout, WorkerCrashed, WorkerError):
+                return None  # unknown: the config is timed, and its trial records any real failure
+
         def evaluate(config: Config, fidelity: str = "full") -> Trial:
             if self._stop.is_set():
                 raise _Stopped
@@ -292,11 +349,21 @@ class Sweep:
                 if batch is not None and batch.wait(config.to_dict(), self._stop) == "stopped":
                     raise _Stopped
                 self.emit(TrialStarted(spec.name, shape, dtype, config, i, total))
-                trial = self._measure(lane, shape, dtype, config, fidelity, device)
-                if self._stop.is_set() and trial.status in ("crashed", "timeout"):
-                    raise _Stopped  # the interrupt took the worker down: not this config's fault, measure it next run
+                h = binary_of(config)
+                rep = timed_for.get((h, fidelity)) if h else None
+                if rep is not None:  # the same code launched the same way: its measurement, not a coin-flip twin
+                    trial = replace(stored[(rep, fidelity)], config=config, compile_s=math.nan,
+                                    reason=f"same binary as {rep}: timed once")
+                    twin_of[config] = rep
+                else:
+                    trial = self._measure(lane, shape, dtype, config, fidelity, device)
+                    if self._stop.is_set() and trial.status in ("crashed", "timeout"):
+                        raise _Stopped  # the interrupt took the worker down: not this config's fault, measure it next run
+                    if h and trial.ok:
+                        timed_for.setdefault((h, fidelity), config)
                 self.store.add(trial, key=key, run_id=self.run_id, arch=device.arch, toolchain=toolchain,
-                               is_default=config == default, source=plan["key_fields"]["source"])
+                               is_default=config == default, source=plan["key_fields"]["source"], binary=h,
+                               twin_of=rep, timing=self.timing)
                 stored[(config, fidelity)] = trial
             result.trials.append(trial)
             self.emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))
@@ -313,10 +380,41 @@ class Sweep:
         finally:
             if batch is not None:
                 batch.close()
+        if not result.stopped and self.rule.on and result.best is not None:
+            try:
+                result.selection = self._select(lane, plan, result, lambda c: twin_of.get(c, c))
+            except _Stopped:
+                result.stopped = True
         if not result.stopped:
             result.baselines = self._baselines(lane, plan, device)
         self.emit(ShapeDone(spec.name, result))
         return result
+
+    def _select(self, lane, plan: dict, result: SearchResult, twin_of: Callable):
+        """The selection stage (strategies/selection.py): the shortlist and the default re-timed, interleaved, each
+        timing stored; the decision stored with its evidence. A stored decision over the same contenders and rule
+        (a resumed sweep) is reused, not re-timed."""
+        key, shape, dtype, device = plan["key"], plan["shape"], plan["dtype"], result.device
+        candidates = shortlist(result.trials, result.default, self.rule, twin_of)
+        old = self.store.selection_for(key)
+        if old is not None and old.contenders == [result.default] + candidates and old.rule == self.rule:
+            self.emit(ShapeSelected(self.spec.name, shape, dtype, old))
+            return old
+
+        def retime(config: Config, round_: int) -> Trial:
+            if self._stop.is_set():
+                raise _Stopped
+            t = self._measure(lane, shape, dtype, config, "full", device)
+            if self._stop.is_set() and t.status in ("crashed", "timeout"):
+                raise _Stopped
+            self.store.add_retime(t, key=key, run_id=self.run_id, round=round_, timing=self.timing)
+            return t
+
+        sel = select(result.default, candidates, retime, self.rule)
+        self.store.save_selection(sel, key=key, run_id=self.run_id, kernel=self.spec.name, shape=shape, dtype=dtype,
+                                  device=device.name, timing=self.timing)
+        self.emit(ShapeSelected(self.spec.name, shape, dtype, sel))
+        return sel
 
     def _measure(self, lane, shape, dtype, config: Config, fidelity: str, device: DeviceInfo) -> Trial:
         base = dict(kernel=self.spec.name, shape=dict(shape), dtype=dtype, config=config, device=device.name,

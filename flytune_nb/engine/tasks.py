@@ -46,8 +46,10 @@ def trial_from_dict(d: dict) -> Trial:
     return Trial(**{**d, "config": Config.from_dict(d["config"])})
 
 
-def describe(kernel: str, paths: tuple, shape: dict, dtype: str) -> dict:
-    """Everything the parent needs to plan a shape without touching the GPU itself: key, device, default, space."""
+def describe(kernel: str, paths: tuple, shape: dict, dtype: str, timing: str = "events") -> dict:
+    """Everything the parent needs to plan a shape without touching the GPU itself: key, device, default, space, and
+    whether the kernel's binaries can be hashed here (``binaries``: Triton on a GPU, or a kernel's own
+    ``extra["binary"]``)."""
     from flytune_nb.backends.triton import current_target
     from flytune_nb.core.device import current_device
     from flytune_nb.core.key import make_key
@@ -61,12 +63,51 @@ def describe(kernel: str, paths: tuple, shape: dict, dtype: str) -> dict:
     except ShapeTooLarge as e:
         return {"too_large": str(e)}
     inputs = spec.make_inputs(shape, dtype, dev)
-    key = make_key(spec, shape, dtype, inputs, dev)
+    key = make_key(spec, shape, dtype, inputs, dev, timing=timing)
+    target = current_target()
     return {"key": key.digest, "key_fields": key.to_dict(), "device": asdict(dev),
             "default": spec.default(shape, dtype, dev).to_dict(),
             "named": {label: c.to_dict() for label, c in spec.named(shape, dtype, dev).items()},
             "space": [c.to_dict() for c in dict.fromkeys(spec.configs(shape, dtype, dev))],
-            "has_baseline": spec.baseline is not None, "target": current_target()}
+            "has_baseline": spec.baseline is not None, "target": target,
+            "binaries": callable(spec.extra.get("binary")) or (dev.is_gpu and target is not None)}
+
+
+def _own_binary(spec, shape: dict, dtype: str, config: Config, dev) -> tuple[bool, str | None]:
+    """(whether the kernel hashes its own binaries, the hash): a kernel that is not Triton's, or a test's stand-in,
+    can say what a config compiles to with ``extra["binary"](shape, dtype, config, device) -> str | bytes | None``."""
+    fn = spec.extra.get("binary")
+    if not callable(fn):
+        return False, None
+    try:
+        h = fn(dict(shape), dtype, config, dev)
+    except Exception:  # noqa: BLE001 - unknown, so timed: the trial records any real failure
+        return True, None
+    if isinstance(h, bytes):
+        import hashlib
+
+        h = hashlib.sha256(h).hexdigest()[:16]
+    return True, (None if h is None else str(h))
+
+
+def binary(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, device: dict | None = None,
+           target: tuple | None = None) -> str | None:
+    """The hash of what ``config`` compiles to and how it launches (flytune_nb.backends.triton.launch_digest), or
+    None when it cannot be known: what the timing worker asks before timing a config when no precompile pool
+    compiled it. Compiling here fills Triton's caches, so the trial that follows does not compile again."""
+    from flytune_nb.backends.triton import binary_hash
+    from flytune_nb.core.device import DeviceInfo, current_device
+
+    spec = _spec(kernel, paths)
+    dev = DeviceInfo(**device) if device is not None else current_device()
+    cfg = Config.from_dict(config)
+    own, h = _own_binary(spec, shape, dtype, cfg, dev)
+    if own:
+        return h
+    if not dev.is_gpu or target is None:
+        return None
+    meta = _meta_inputs(kernel, paths, tuple(sorted(shape.items())), dtype, dev)
+    return binary_hash(spec, meta, cfg, tuple(target)) if meta is not None else None
 
 
 def trial(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, timer: tuple = ()) -> dict:
@@ -114,13 +155,15 @@ _NO_META: set = set()  # (kernel, paths, shape, dtype) whose wrapper cannot comp
 
 
 def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, device: dict | None = None,
-                target: tuple | None = None) -> tuple[str, float]:
+                target: tuple | None = None) -> tuple[str, float, str | None]:
     """Precompile through the kernel's own ``run``: generic (no per-kernel hook), and it fills Triton's on-disk cache
     exactly as the timing worker's first launch will look it up (same args, same specialisation). ``device`` (the
     timing worker's DeviceInfo) and ``target`` (its Triton target): given both, a GPU kernel compiles on meta inputs
     without initialising the GPU in this process (flytune_nb.backends.triton); a kernel whose wrapper cannot, or a call
-    without them, compiles on real inputs in compile-only mode (launching only what bypasses flytune_nb.kit.launcher)."""
-    from flytune_nb.backends.triton import compile_on_meta
+    without them, compiles on real inputs in compile-only mode (launching only what bypasses flytune_nb.kit.launcher).
+    Returns (status, seconds, binary hash or None: see ``binary``)."""
+    from flytune_nb._compat.triton import launch_enter_hook, set_launch_enter_hook
+    from flytune_nb.backends.triton import compile_on_meta, launch_digest
     from flytune_nb.core.device import DeviceInfo, current_device
     from flytune_nb.kit.launcher import compile_only
 
@@ -128,21 +171,31 @@ def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict
     dev = DeviceInfo(**device) if device is not None else current_device()
     cfg, case = Config.from_dict(config), (kernel, paths, tuple(sorted(shape.items())), dtype)
     t0 = time.perf_counter()
+    own, own_hash = _own_binary(spec, shape, dtype, cfg, dev)
+    record: list = []
     try:
         if dev.is_gpu and target is not None and case not in _NO_META:
             meta = _meta_inputs(*case, dev)
-            if meta is not None and compile_on_meta(spec, meta, cfg, tuple(target)):
-                return "ok", time.perf_counter() - t0
+            if meta is not None and compile_on_meta(spec, meta, cfg, tuple(target), record=record):
+                return "ok", time.perf_counter() - t0, own_hash if own else launch_digest(record)
             _NO_META.add(case)
-        with compile_only(dev.backend):
-            spec.run(_real_inputs(*case, dev), cfg)
+        record.clear()
+        direct = []  # a launch that bypasses the launcher runs for real and is not recorded: the digest is unknown
+        prev = launch_enter_hook()
+        set_launch_enter_hook(lambda metadata: direct.append(1))
+        try:
+            with compile_only(dev.backend, record=record):
+                spec.run(_real_inputs(*case, dev), cfg)
+        finally:
+            set_launch_enter_hook(prev)
         if dev.is_gpu:
             import torch
 
             torch.cuda.synchronize()
-        return "ok", time.perf_counter() - t0
+        digest = own_hash if own else (None if direct else launch_digest(record))
+        return "ok", time.perf_counter() - t0, digest
     except Exception as e:  # noqa: BLE001 - the timing worker records the real failure
-        return f"{type(e).__name__}: {e}"[:200], time.perf_counter() - t0
+        return f"{type(e).__name__}: {e}"[:200], time.perf_counter() - t0, None
 
 
 def baselines(kernel: str, paths: tuple, shape: dict, dtype: str, names: tuple, timer: tuple = ()) -> list[dict]:
@@ -182,4 +235,4 @@ def baselines(kernel: str, paths: tuple, shape: dict, dtype: str, names: tuple, 
     return out
 
 
-HANDLERS = {"describe": describe, "trial": trial, "baselines": baselines, "compile_one": compile_one}
+HANDLERS = {"describe": describe, "trial": trial, "baselines": baselines, "compile_one": compile_one, "binary": binary}

@@ -12,12 +12,17 @@ start event, then idles until the launch arrives, and that idle time lands insid
 H200 (2026-11-29), rmsnorm M=1 N=4096 without the spin: p20 12 us, p80 35 us, 7 repeats of the median spread 82%;
 do_bench (whose 256 MiB flush is long enough to hide most of the host time) read 5.6 us.
 
-``graph=True`` (opt-in: ``Sweep(timer={"graph": True})`` or ``GpuTimer(graph=True)``) captures ``inner`` calls in one
-CUDA graph and times replays (SGLang does this with 10): for tiny kernels whose launch overhead would otherwise
-dominate. It cannot run ``setup`` between the captured calls, so it refuses kernels that mutate their inputs.
+``graph=True`` (the "graph" timing mode: ``Sweep(timing="graph")``, ``flytune sweep --timing graph``) captures
+``inner`` calls in one CUDA graph and times replays, per call (SGLang's tuner does this with 10): closer to how an
+engine serves decode, where launches come from a graph and the previous call left part of the data in L2. The L2 is
+flushed before each replay, so of the ``inner`` calls only the first reads from HBM. A kernel with in-place state
+gets its ``setup`` (restore the snapshot, zero the accumulators) before each replay, outside the timed region: the
+captured calls run back to back on the state the previous one left, as consecutive engine steps do, and that state
+never drifts further than ``inner`` calls from the snapshot.
 
 CPU (Triton interpreter): a wall-clock timer with few reps; those numbers are labelled interpreter timings and only
-good for exercising the machinery.
+good for exercising the machinery. Its graph mode times ``inner`` back-to-back calls per sample (what a replay
+runs), with ``setup`` before each sample, so the mode's plumbing is exercised without a GPU.
 """
 from __future__ import annotations
 
@@ -58,12 +63,15 @@ def summarise(samples: list[float], method: str) -> Timing:
 
 
 class CpuTimer:
-    """Wall clock for the interpreter: an interpreted launch of 64x1024 costs ~0.1 s, so 1 warm-up + 3 reps."""
+    """Wall clock for the interpreter: an interpreted launch of 64x1024 costs ~0.1 s, so 1 warm-up + 3 reps.
+    ``graph``: each sample is ``inner`` back-to-back calls (what a graph replay runs), divided by ``inner``."""
 
-    def __init__(self, reps: int = 3, warmup: int = 1) -> None:
+    def __init__(self, reps: int = 3, warmup: int = 1, graph: bool = False, inner: int = 10) -> None:
         self.reps, self.warmup = reps, warmup
+        self.graph, self.inner = graph, max(1, int(inner))
 
     def measure(self, fn: Callable[[], object], setup: Callable[[], object] | None = None) -> Timing:
+        per_sample = self.inner if self.graph else 1
         for _ in range(self.warmup):
             if setup:
                 setup()
@@ -73,8 +81,9 @@ class CpuTimer:
             if setup:
                 setup()
             t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e3)
+            for _ in range(per_sample):
+                fn()
+            samples.append((time.perf_counter() - t0) * 1e3 / per_sample)
         return summarise(samples, "wall")
 
 
@@ -106,9 +115,9 @@ class GpuTimer:
 
     def measure(self, fn: Callable[[], object], setup: Callable[[], object] | None = None) -> Timing:
         torch = self._torch
-        if self.graph:
+        if self.graph:  # setup (if any) stays: it runs before each replay, outside the events
             fn = self._capture(fn, setup)
-            setup, per_call = None, self.inner
+            per_call = self.inner
         else:
             per_call = 1
         # Warm-up by time; estimate one call (device time) and the host's cost of enqueueing it.
@@ -192,13 +201,13 @@ class GpuTimer:
 
     def _capture(self, fn: Callable[[], object], setup: Callable[[], object] | None) -> Callable[[], object]:
         torch = self._torch
-        if setup is not None:
-            raise ValueError("graph replay cannot restore in-place inputs between captured calls")
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             fn()  # compile + allocate outside the capture
         torch.cuda.current_stream().wait_stream(stream)
+        if setup is not None:
+            setup()  # the warm-up call above changed the in-place state
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for _ in range(self.inner):
@@ -207,7 +216,9 @@ class GpuTimer:
 
 
 def make_timer(device: DeviceInfo, **kwargs):
-    """The right timer for the device; GPU kwargs are ignored by the interpreter timer and vice versa."""
+    """The right timer for the device; GPU kwargs are ignored by the interpreter timer and vice versa (``graph`` and
+    ``inner`` go to both)."""
     if device.is_gpu:
         return GpuTimer(device, **{k: v for k, v in kwargs.items() if k != "reps"})
-    return CpuTimer(reps=kwargs.get("reps", 3))
+    return CpuTimer(reps=kwargs.get("reps", 3), graph=bool(kwargs.get("graph", False)),
+                    inner=kwargs.get("inner", 10))

@@ -29,6 +29,8 @@ class SearchResult:
     baselines: dict = field(default_factory=dict)  # name -> {"status", "p50", ...}: torch_eager, torch_compile
     stopped: bool = False
     named: dict = field(default_factory=dict)  # label -> Config: the spec's named_configs, measured after the default
+    # The selection stage's decision (strategies/selection.py: the shortlist re-timed, the tie band), when it ran
+    selection: object = None
 
     @property
     def named_trials(self) -> dict:
@@ -41,6 +43,15 @@ class SearchResult:
         """Fastest correct trial; full-fidelity timings win over quick ones (successive halving's first round)."""
         ok = [t for t in self.trials if t.ok and t.fidelity == "full"] or [t for t in self.trials if t.ok]
         return min(ok, key=lambda t: t.p50) if ok else None
+
+    @property
+    def pick(self) -> Trial | None:
+        """The trial of the config this shape's winner is: the selection's when the stage ran (the default unless
+        a candidate beat it beyond the tie band), else the fastest (``best``)."""
+        if self.selection is None:
+            return self.best
+        w = self.selection.winner
+        return next((t for t in self.trials if t.config == w and t.ok and t.fidelity == "full"), self.best)
 
     @property
     def default_trial(self) -> Trial | None:

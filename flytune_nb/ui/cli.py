@@ -58,6 +58,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one trial may take before it is killed")
     s.add_argument("--rep-ms", type=_millis, default=None,
                    help="GPU timing budget per config in ms (default 100, whose spread on the H200 measured 0.6%%; less is faster)")
+    s.add_argument("--timing", default="events", choices=("events", "graph"),
+                   help="events: one launch per sample, L2 flushed (default); graph: a CUDA graph of 10 calls "
+                        "replayed, as engines serve decode (a different tuning key)")
+    s.add_argument("--select-top", type=int, default=None, metavar="N",
+                   help="re-time this many of the fastest candidates against the heuristic default after each "
+                        "shape's search (default 3 on a GPU, 1 on the interpreter; 0: the fastest median wins)")
+    s.add_argument("--select-rounds", type=_positive, default=None, metavar="R",
+                   help="interleaved re-timing rounds (default 5 on a GPU, 3 on the interpreter; R more when the "
+                        "best candidate is ambiguous)")
+    s.add_argument("--tie-band", type=float, default=None, metavar="PCT",
+                   help="the smallest margin that replaces the default, in percent (default 2; the band also "
+                        "widens to 3 standard errors of the measured spread)")
+    s.add_argument("--no-twins", action="store_true",
+                   help="time every config, also those whose compiled binary is identical to one timed before")
     s.add_argument("--retry-failed", action="store_true", help="measure stored crashed/timeout trials again")
     s.add_argument("--gpus", default=None, help="GPU indices, one worker each, e.g. 0,1,2,3")
     s.add_argument("--ray", default=None, metavar="ADDRESS", help="use Ray actors (auto | local | host:port)")
@@ -72,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/, "
                                                "where lookup and check read)")
     e.add_argument("--kernel", default=None, help="only this kernel")
+    e.add_argument("--replace-stale", action="store_true",
+                   help="drop a file's entries of another kernel source, toolchain or timing mode that this export "
+                        "does not cover (by default export refuses to mix them)")
     e.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
     lk = sub.add_parser("lookup", help="the config a serving run would use, and where it comes from")
     lk.add_argument("kernel")
@@ -86,6 +103,20 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--md", default=None, help="also write a markdown table here")
     c.add_argument("--min-delta-us", type=float, default=None,
                    help="slowdowns smaller than this many microseconds are noise (default 1.0; 0 disables)")
+    c.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
+    c.add_argument("--file", action="append", default=[], metavar="GLOB",
+                   help="only artifacts whose file name or path matches, e.g. 'N=4096,*bf16*' (repeatable)")
+    c.add_argument("--budget-s", type=_seconds, default=None,
+                   help="stop timing after this many seconds; the rest is reported as not checked")
+    c.add_argument("--rep-ms", type=_millis, default=None,
+                   help="GPU timing budget per measurement in ms (default 100; 25 checks ~3x faster, noisier)")
+    c.add_argument("--fail-stale", action="store_true",
+                   help="exit 1 also when an entry was tuned for an older source of its kernel")
+    c.add_argument("--accept-drift", action="store_true",
+                   help="for rows slower only than when exported (not than the heuristic default), record today's "
+                        "latencies as the exported ones in provenance.json")
+    c.add_argument("--all", action="store_true", help="print every row (default: the rows that are not OK)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
     ca = sub.add_parser("cache", help="where tuned winners are cached on disk; --clear forgets them")
     ca.add_argument("--clear", action="store_true", help="delete the cached winners (all, or --kernel's)")
@@ -188,7 +219,8 @@ def cmd_sweep(args) -> int:
                precompile=False if args.no_precompile else None, baselines=baselines,
                gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()],
                retry_failed=args.retry_failed,
-               timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms})
+               timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms}, timing=args.timing,
+               selection=_selection(args), twins=not args.no_twins)
     n = len(sw.shapes) * len(sw.dtypes)
     print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
@@ -205,16 +237,38 @@ def cmd_sweep(args) -> int:
     return 0 if all(r.best is not None for r in results) else 1
 
 
+def _selection(args):
+    """The selection rule from the sweep's options: "auto" (the device decides) unless one is given."""
+    from flytune_nb.strategies.selection import FLOOR, ROUNDS, TOP, Rule
+
+    if args.select_top is None and args.select_rounds is None and args.tie_band is None:
+        return "auto"
+    if args.select_top is not None and args.select_top < 0:
+        raise UsageError(f"--select-top must be >= 0, got {args.select_top}")
+    if args.tie_band is not None and not 0 <= args.tie_band < 100:
+        raise UsageError(f"--tie-band is a percentage in [0, 100), got {args.tie_band}")
+    return Rule(top=TOP if args.select_top is None else args.select_top,
+                rounds=ROUNDS if args.select_rounds is None else args.select_rounds,
+                floor=FLOOR if args.tie_band is None else args.tie_band / 100)
+
+
 def cmd_export(args) -> int:
     from flytune_nb.artifacts.export import export
     from flytune_nb.serve.lookup import config_dir
     from flytune_nb.engine.store import Store
 
+    import warnings
+
     store = Store(args.db, readonly=True)  # StoreError "no results store at ..." when it is missing
     try:
-        written = export(store, args.out or config_dir(), kernel=args.kernel, paths=args.path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            written = export(store, args.out or config_dir(), kernel=args.kernel, paths=args.path,
+                             replace_stale=args.replace_stale)
     finally:
         store.close()
+        for w in locals().get("caught", []):
+            print(f"warning: {w.message}", file=sys.stderr)
     if not written:
         print(f"flytune: nothing to export from {args.db} (no passing trials"
               f"{' for ' + args.kernel if args.kernel else ''})")
@@ -253,21 +307,41 @@ def cmd_lookup(args) -> int:
 def cmd_check(args) -> int:
     from pathlib import Path
 
+    from flytune_nb.artifacts.gate import (
+        HEADER, MIN_DELTA_US, STATUS_ORDER, accept_drift, advice, check, row_cells, summary_lines, to_json,
+        to_markdown, worst)
     from flytune_nb.core.device import current_device
     from flytune_nb.serve.lookup import config_dir
-    from flytune_nb.artifacts.gate import HEADER, check, row_cells, to_json, to_markdown
     from flytune_nb.ui.report import table
 
     directory = Path(args.dir) if args.dir else config_dir()
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a folder")
     dev = current_device()
-    from flytune_nb.artifacts.gate import MIN_DELTA_US
-
     floor = MIN_DELTA_US if args.min_delta_us is None else args.min_delta_us
     if not floor >= 0 or floor == float("inf"):
         raise UsageError(f"--min-delta-us must be a number >= 0, got {args.min_delta_us}")
-    rows = check(directory, device=dev, paths=args.path, min_delta_us=floor)
+    bar = []
+
+    def progress(done: int, total: int, row) -> None:
+        if args.quiet:
+            return
+        if not bar:
+            from tqdm.auto import tqdm
+
+            bar.append(tqdm(total=total, desc="flytune check", unit="config", file=sys.stderr, dynamic_ncols=True,
+                            mininterval=0.5 if sys.stderr.isatty() else 10.0))
+        shape = " ".join(f"{k}={v}" for k, v in row.shape.items())
+        bar[0].set_postfix_str(f"{row.kernel} {shape} {row.dtype}: {row.status}", refresh=False)
+        bar[0].update(1)
+
+    try:
+        rows = check(directory, device=dev, paths=args.path, min_delta_us=floor, kernels=args.kernel or None,
+                     files=args.file or None, budget_s=args.budget_s, progress=progress,
+                     timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms})
+    finally:
+        if bar:
+            bar[0].close()
     # The reports are written in every case, so a CI job that uploads them finds them even when there was nothing
     # to check on this device.
     if args.json:
@@ -277,13 +351,42 @@ def cmd_check(args) -> int:
                                  f"# flytune check on {dev.name}\n\nNo committed configs for {dev.name} under "
                                  f"{directory}; nothing to check.\n")
     if not rows:
-        print(f"flytune check: no committed configs for {dev.name} under {directory}; nothing to check")
+        filtered = " matching --kernel/--file" if args.kernel or args.file else ""
+        print(f"flytune check: no committed configs for {dev.name}{filtered} under {directory}; nothing to check")
         return 0
-    print(table([row_cells(r) for r in rows], HEADER))
+    shown = rows if args.all or len(rows) <= 40 else [r for r in rows if r.status != "OK" or r.stale]
+    shown = sorted(shown, key=lambda r: STATUS_ORDER[r.status]) if shown is not rows else shown
+    if shown:
+        print(table([row_cells(r) for r in shown], HEADER))
+    if len(shown) < len(rows):
+        print(f"({len(rows) - len(shown)} OK rows not shown; --all shows every row)")
+    bad = [r for r in worst(rows) if r.status != "OK" or r.vs_default is not None]
+    if bad and len(rows) > 1:
+        print("\nworst rows:")
+        for r in bad:
+            shape = " ".join(f"{k}={v}" for k, v in r.shape.items())
+            vs = "" if r.vs_default is None else f", {r.vs_default:.2f}x the heuristic default"
+            then = "" if r.vs_then is None else f", {r.vs_then:.2f}x exported"
+            print(f"  {r.status:4} {r.kernel} {shape} {r.dtype}{then}{vs}" + (f": {r.reason}" if r.reason else ""))
+    print()
+    for line in summary_lines(rows, dev.name):
+        print(line)
     n_fail = sum(r.status == "FAIL" for r in rows)
-    n_warn = sum(r.status == "WARN" for r in rows)
-    print(f"\n{len(rows)} configs checked on {dev.name}: {n_fail} FAIL, {n_warn} WARN")
-    return 1 if n_fail else 0
+    if args.accept_drift:
+        accepted = accept_drift(rows)
+        keys = {(r.path, r.batch) for r in accepted}
+        n_fail = sum(r.status == "FAIL" and (r.path, r.batch) not in keys for r in rows)
+        print(f"accepted the drift of {len(accepted)} entr{'y' if len(accepted) == 1 else 'ies'} "
+              f"(provenance.json now records today's latencies for them)" if accepted else
+              "nothing to accept: no row is slower only than when exported")
+    todo = advice([r for r in rows if not (args.accept_drift and r.kind in ("exported", "drift"))], directory,
+                  args.path, dev)
+    if todo:
+        print("\nwhat to do:")
+        for line in todo:
+            print(f"  {line}")
+    stale = any(r.stale for r in rows)
+    return 1 if n_fail or (args.fail_stale and stale) else 0
 
 
 def cmd_cache(args) -> int:

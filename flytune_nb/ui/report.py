@@ -39,7 +39,8 @@ def trials_table(result: SearchResult, spec=None) -> str:
 
 
 def summary_table(results: list[SearchResult]) -> str:
-    """One line per (shape, dtype): the heuristic default vs the searched best."""
+    """One line per (shape, dtype): the heuristic default vs the searched best, and the pick (the selection
+    stage's winner: "default" when the default was kept, else "best" or the config) with why."""
     rows = []
     # the spec's named configs (SGLang's shipped entry, ...): their p50 beside the default's, when any result has them
     labels = list(dict.fromkeys(label for r in results for label in r.named))
@@ -47,9 +48,16 @@ def summary_table(results: list[SearchResult]) -> str:
         b, d = r.best, r.default_trial
         n_ok = sum(t.ok for t in r.trials)
         named = r.named_trials
+        if r.selection is None:
+            pick = "best" if b else "-"
+        elif r.selection.chose_default:
+            pick = "default"
+        else:
+            pick = "best" if b is not None and r.selection.winner == b.config else str(r.selection.winner)
+        why = r.selection.line() if r.selection is not None else ""
         rows.append([_shape(r.shape), r.dtype, f"{n_ok}/{len(r.trials)}", str(r.default), _ms(d.p50 if d else math.inf),
                      *[_ms(named[x].p50) if named.get(x) is not None else "-" for x in labels],
                      str(b.config) if b else "NONE PASSED", _ms(b.p50 if b else math.inf),
-                     f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "-"])
+                     f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "-", pick, why])
     return table(rows, ["shape", "dtype", "passed", "default", "default p50", *[f"{x} p50" for x in labels], "best",
-                        "best p50", "speedup"])
+                        "best p50", "speedup", "pick", "why"])

@@ -169,19 +169,33 @@ def test_two_processes_exporting_at_once_leave_valid_merged_files(tmp_path):
     assert not list(f.parent.glob("*.tmp"))
 
 
-def test_export_never_mixes_kernel_source_versions(tmp_path):
-    """Sweep M=1,4; edit the kernel (new fingerprint); re-sweep M=4 only. The file holds only the new version."""
+def test_export_never_mixes_kernel_source_versions(tmp_path, capsys):
+    """Sweep M=1,4; edit the kernel (new fingerprint); re-sweep M=4 only. Exporting would leave M=1 of the old
+    source beside M=4 of the new: refused, with the grid that re-sweeps the whole file, nothing written;
+    --replace-stale drops the old entries. Re-sweeping every batch size replaces them without asking."""
     db = tmp_path / "v.db"
     Sweep("rmsnorm", "M=1,4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
     out = tmp_path / "ex"
     [path] = export(Store(db), out)
     assert sorted(json.loads(path.read_text()), key=int) == ["1", "4"]
+    before = path.read_text(), (path.parent / "provenance.json").read_text()
     edited = dataclasses.replace(get_kernel("rmsnorm"), fingerprint="edited-source")
     Sweep(edited, "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
-    export(Store(db), out)
+    with pytest.warns(ArtifactWarning, match="older source of the kernel"), \
+            pytest.raises(artifacts.ArtifactError, match=r'never mixes.*--grid "M=1,4 \.\.\."'):
+        export(Store(db), out)
+    assert (path.read_text(), (path.parent / "provenance.json").read_text()) == before
+    assert main(["export", "--db", str(db), "--out", str(out)]) == 2
+    assert "--replace-stale" in capsys.readouterr().err
+    with pytest.warns(ArtifactWarning):
+        export(Store(db), out, replace_stale=True)
     assert list(json.loads(path.read_text())) == ["4"]
     prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
     assert list(prov) == ["4"] and prov["4"]["source"] == "edited-source"
+    Sweep(edited, "M=1,4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    with pytest.warns(ArtifactWarning):
+        export(Store(db), out)
+    assert sorted(json.loads(path.read_text()), key=int) == ["1", "4"]
 
 
 def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, capsys):

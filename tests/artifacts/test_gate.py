@@ -1,5 +1,6 @@
 """SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
 import json
+from pathlib import Path
 from collections import Counter
 
 import pytest
@@ -204,3 +205,135 @@ def test_the_second_h200_hosts_check_rejudges_with_the_default_drift():
     assert verdicts[("rmsnorm", "fp16", "OK")] == verdicts[("fused_add_rmsnorm", "fp16", "OK")] == 72
 
 
+
+
+def _exported(tmp_path, grid="M=1,4 N=256", db="g.db"):
+    Sweep("rmsnorm", grid, ["fp32"], db=tmp_path / db, isolate=False, baselines=(), selection=None).run()
+    out = tmp_path / "exports"
+    return out, export(Store(tmp_path / db), out)
+
+
+def _stub(ratio=1.0, default_ratio=None, default_then_ratio=1.0):
+    """A measure that times each committed config at ``ratio`` x its exported latency and its heuristic default at
+    ``default_ratio`` x the config's exported latency (None: ``default_then_ratio`` x the default's exported one).
+    check times config, default, config, default, ... per entry (the default may be the same config)."""
+    calls = {}
+
+    def measure(spec, shape, dtype, config):
+        prov = json.loads(next(out_dirs[0].rglob("provenance.json")).read_text())
+        entry = next(v[str(shape["M"])] for k, v in prov.items() if k.startswith(f"N={shape['N']},"))
+        key = (shape["M"], shape["N"])
+        calls[key] = calls.get(key, 0) + 1
+        if calls[key] % 2:
+            p = entry["best_p50_ms"] * ratio
+        elif default_ratio is not None:
+            p = entry["best_p50_ms"] * default_ratio
+        else:
+            p = entry["default_p50_ms"] * default_then_ratio
+        return Trial(spec.name, shape, dtype, config, "ok", p20=p, p50=p, p80=p)
+    return measure
+
+
+out_dirs = []
+
+
+def test_stale_entries_are_named_and_the_printed_command_makes_them_current(tmp_path, capsys):
+    """Provenance naming another source fingerprint than the kernel's: stale in check's rows, in stale_files (what
+    the workbench shows), with the command that sweeps the file again; running that command (as printed) makes the
+    file current. Stale alone fails nothing unless --fail-stale."""
+    import subprocess
+    import sys
+
+    from flytune_nb.artifacts.gate import stale_files
+
+    out, [path] = _exported(tmp_path)
+    out_dirs[:] = [out]
+    prov_path = path.parent / "provenance.json"
+    sidecar = json.loads(prov_path.read_text())
+    for entry in sidecar[path.name].values():
+        entry["source"] = "0123456789abcdef"
+    prov_path.write_text(json.dumps(sidecar))
+    [st] = stale_files(out)
+    assert st["file"] == path.name and st["sources"] == ["0123456789abcdef"] and st["batch"] == [1, 4]
+    assert st["command"].startswith('flytune sweep rmsnorm --grid "M=1,4 N=256" --dtype fp32 --db ')
+    rows = check(out, measure=_stub())
+    assert all(r.stale and r.status == "OK" for r in rows)
+    rc = main(["check", str(out), "--quiet"])
+    text = capsys.readouterr().out
+    assert "2 stale (tuned for an older kernel source)" in text and st["command"] in text and "STALE" in text
+    assert main(["check", str(out), "--quiet", "--fail-stale"]) == 1
+    capsys.readouterr()
+    assert rc in (0, 1)  # interpreter timings decide OK/FAIL; stale does not
+    env = {**__import__("os").environ, "PATH": f"{Path(sys.executable).parent}:{__import__('os').environ['PATH']}"}
+    p = subprocess.run(["bash", "-c", st["command"]], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert stale_files(out) == [] and not any(r.stale for r in check(out, measure=_stub()))
+
+
+def test_filters_budget_progress_worst_rows_and_what_to_do(tmp_path):
+    from flytune_nb.artifacts.gate import advice, worst
+
+    out, paths = _exported(tmp_path, "M=1,4 N=128,256")
+    out_dirs[:] = [out]
+    assert len(paths) == 2
+    seen = []
+    rows = check(out, measure=_stub(), progress=lambda done, total, row: seen.append((done, total)))
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)] and {r.status for r in rows} == {"OK"}
+    assert check(out, measure=_stub(), kernels=["softmax"]) == []
+    only = check(out, measure=_stub(), files=["N=128,*"])
+    assert {r.file for r in only} == {paths[0].name} and len(only) == 2
+    skipped = check(out, measure=_stub(), budget_s=1e-9)
+    assert {r.status for r in skipped} == {"SKIP"} and all("time budget" in r.reason for r in skipped)
+    # 1.3x slower than exported (the default as it was): FAIL, worst first, and what to do names both remedies
+    slow = check(out, measure=_stub(ratio=1.3), files=["N=256,*"])
+    assert {r.status for r in slow} == {"FAIL"} and {r.kind for r in slow} == {"exported"}
+    assert worst(slow + rows)[0].status == "FAIL" and worst(rows, 1)[0].status == "OK"
+    todo = "\n".join(advice(slow, out))
+    assert 'flytune sweep rmsnorm --grid "M=1,4 N=256" --dtype fp32' in todo and "--accept-drift" in todo
+    # slower than the heuristic default: only a new sweep fixes that
+    vs_default = check(out, measure=_stub(ratio=1.0, default_ratio=0.7), files=["N=256,*"])
+    assert {r.kind for r in vs_default} == {"default"}
+    todo = "\n".join(advice(vs_default, out))
+    assert "flytune sweep rmsnorm" in todo and "--accept-drift" not in todo
+
+
+def test_accepting_the_drift_records_todays_latencies_and_the_next_check_passes(tmp_path):
+    from flytune_nb.artifacts.gate import accept_drift
+
+    out, [path] = _exported(tmp_path)
+    out_dirs[:] = [out]
+    before = json.loads((path.parent / "provenance.json").read_text())[path.name]
+    # the config and its default both 1.3x slower than at export (two entries are too few to call it drift)
+    slow = check(out, measure=_stub(ratio=1.3, default_then_ratio=1.3))
+    assert {r.status for r in slow} == {"FAIL"} and {r.kind for r in slow} == {"exported"}
+    accepted = accept_drift(slow)
+    assert len(accepted) == 2
+    after = json.loads((path.parent / "provenance.json").read_text())[path.name]
+    for m in ("1", "4"):
+        assert after[m]["best_p50_ms"] == pytest.approx(1.3 * before[m]["best_p50_ms"])
+        assert after[m]["accepted"]["was_best_p50_ms"] == before[m]["best_p50_ms"]
+    # the same timings again: at the exported latency now
+    calls = []
+
+    def again(spec, shape, dtype, config):
+        m = str(shape["M"])
+        calls.append(m)
+        p = 1.3 * (before[m]["best_p50_ms"] if calls.count(m) % 2 else before[m]["default_p50_ms"])
+        return Trial(spec.name, shape, dtype, config, "ok", p20=p, p50=p, p80=p)
+    assert {r.status for r in check(out, measure=again)} == {"OK"}
+    # a row slower than the default is never accepted, even where it is also slower than when exported
+    assert accept_drift(check(out, measure=_stub(default_ratio=0.5))) == []
+    both = check(out, measure=_stub(ratio=2.0, default_ratio=1.0))
+    assert {r.kind for r in both} == {"exported"} and accept_drift(both) == []
+
+
+def test_check_cli_filters_and_budget(tmp_path, capsys):
+    out, _ = _exported(tmp_path)
+    assert main(["check", str(out), "--kernel", "softmax", "--quiet"]) == 0
+    assert "no committed configs for CPU_interpreter matching --kernel/--file" in capsys.readouterr().out
+    assert main(["check", str(out), "--budget-s", "0.000001", "--quiet"]) == 0
+    assert "0 configs checked on CPU_interpreter: 0 FAIL, 0 WARN; 2 not checked (time budget)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", str(out), "--budget-s", "-1"])
+    assert exit_.value.code == 2 and "--budget-s: must be a number of seconds > 0" in capsys.readouterr().err

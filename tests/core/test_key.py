@@ -113,3 +113,17 @@ def test_a_triton_kernels_key_is_what_it_was_before_backends_existed(spec):
     fixed = TuningKey("rmsnorm", (("M", 8), ("N", 64)), "bf16", (("x", "bfloat16", (2, 1)),), "NVIDIA_H200", "sm_90",
                       "0123456789abcdef", (("flytune_nb", "0.1.0"), ("triton", "3.6.0")), ())
     assert fixed.digest == "ccda08cd7b0d03b1809b2315"  # the digest stored keys were made with
+def test_the_timing_mode_is_in_the_key_and_the_default_digest_is_the_one_before_it(spec):
+    """Graph replay and events can pick different winners: different keys. The events digest is computed exactly
+    as before the field existed, so every stored trial and exported key stays valid."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    events = make_key(spec, {"M": 8, "N": 64}, "bf16", _inputs(), interpreter_device())
+    graph = make_key(spec, {"M": 8, "N": 64}, "bf16", _inputs(), interpreter_device(), timing="graph")
+    before = {k: v for k, v in asdict(events).items() if k != "timing"}
+    assert events.digest == hashlib.sha256(json.dumps(before, sort_keys=True, default=list).encode()).hexdigest()[:24]
+    assert graph.digest != events.digest and graph.to_dict()["timing"] == "graph"
+    with pytest.raises(Exception, match="unknown timing mode"):
+        make_key(spec, {"M": 8, "N": 64}, "bf16", _inputs(), interpreter_device(), timing="replay")

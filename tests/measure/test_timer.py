@@ -34,3 +34,16 @@ def test_gpu_timer_warm_up_follows_the_rep_budget():
     assert GpuTimer(gpu, flush=False).warmup_ms == 25.0
     assert GpuTimer(gpu, rep_ms=25, flush=False).warmup_ms == 6.25
     assert GpuTimer(gpu, rep_ms=25, warmup_ms=1, flush=False).warmup_ms == 1
+
+
+def test_cpu_timer_graph_mode_times_inner_calls_per_sample_with_setup_before_each():
+    """The graph mode's shape on the CPU: each sample is ``inner`` back-to-back calls (a replay), divided by
+    ``inner``; the in-place setup runs once per sample, never between the captured calls."""
+    calls = []
+    timer = CpuTimer(reps=2, warmup=0, graph=True, inner=3)
+    t = timer.measure(lambda: (calls.append("run"), time.sleep(0.02)), setup=lambda: calls.append("setup"))
+    assert calls == ["setup", "run", "run", "run"] * 2
+    assert 19.0 <= t.p50 < 55.0 and t.reps == 2  # per call, not per replay of 3 (>= 60 ms)
+    from flytune_nb.core.device import interpreter_device
+
+    assert make_timer(interpreter_device(), graph=True).graph and not make_timer(interpreter_device()).graph

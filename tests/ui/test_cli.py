@@ -10,6 +10,8 @@ from tests.conftest import PLUGINS
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp8"], "unknown dtype 'fp8'"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--strategy", "magic"], "unknown strategy"),
     (["sweep", "rmsnorm", "--grid", "M=100000000 N=100000000"], "needs ~.* GiB"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--tie-band", "150"], "--tie-band is a percentage"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--select-top", "-1"], "--select-top must be >= 0"),
 ])
 def test_cli_user_errors_are_one_line_and_exit_2(argv, msg, capsys):
     assert main(argv) == 2
@@ -34,6 +36,26 @@ def test_cli_sweep_prints_trials_and_summary(capsys):
     assert out.count("wrong") >= 4 and "launch_error" in out  # failures listed with their status
     summary = out[out.index("shape "):]
     assert summary.count("2/8") == 2  # two shapes, 2 of 8 configs passed each
+
+
+def test_cli_sweep_selection_and_timing_options(tmp_path, capsys):
+    """--select-top/--select-rounds/--tie-band set the rule, --timing the mode; the summary says the pick and why;
+    --select-top 0 leaves the fastest median as the winner, re-timing nothing."""
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    argv = ["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", str(db), "--quiet",
+            "--no-isolate"]
+    assert main(argv + ["--select-top", "1", "--select-rounds", "2", "--tie-band", "5", "--timing", "graph"]) == 0
+    out = capsys.readouterr().out
+    assert " pick " in out and ("default kept" in out or "beyond the" in out or "no candidate" in out)
+    with sqlite3.connect(db) as c:
+        assert {r[0] for r in c.execute("SELECT timing FROM trials")} == {"graph"}
+        [(rule,)] = c.execute("SELECT rule FROM selections").fetchall()
+    assert '"floor": 0.05' in rule and '"rounds": 2' in rule and '"top": 1' in rule
+    assert main(argv + ["--select-top", "0", "--grid", "N=32"]) == 0
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT COUNT(*) FROM selections WHERE shape='{\"N\":32}'").fetchone()[0] == 0
 
 
 def test_budget_must_be_positive(capsys):
