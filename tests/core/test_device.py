@@ -44,6 +44,6 @@ def test_hip_space_has_amd_knobs_and_cuda_space_has_none():
     assert sum(c.launch_options("hip").get("waves_per_eu") == 2 for c in hip_space) == len(hip_space) // 2
     d_hip, d_cuda = spec.default(shape, "bf16", hip), spec.default(shape, "bf16", cuda)
     assert d_hip in hip_space
-    assert d_cuda in cuda_space and d_cuda == Config({"BLOCK_N": 4096}, num_warps=8, num_stages=1)
+    assert d_cuda in cuda_space and d_cuda.get("BLOCK_N") == 4096 and not d_cuda.hip_only
     # 64 lanes per wave: the same 32 bytes per thread needs half as many waves.
-    assert d_hip.num_warps == 4
+    assert d_hip.num_warps * 2 == d_cuda.num_warps
