@@ -25,21 +25,23 @@ from flytune_nb._compat.triton import (
 _SLOW = "slow"  # an entry that must go through Triton on every call
 _ENTRIES: dict[tuple, Any] = {}
 _RT: dict[str, Any] = {}  # Triton's runtime pieces, looked up once (importing them on CPU is fine, calling is not)
-_COMPILE_ONLY: list = [None]  # set by compile_only(): the backend whose launch options apply; None: launch
+_COMPILE_ONLY: list = [None, None]  # set by compile_only(): the backend whose launch options apply (None: launch),
+# and the list that keeps what each compile returned (or None)
 
 
 @contextlib.contextmanager
-def compile_only(backend: str):
+def compile_only(backend: str, keep: list | None = None):
     """Within this block, ``launch`` compiles (Triton's ``warmup``: same specialisation, same on-disk cache entry)
     and launches nothing. The precompile pool compiles this way while the timing worker measures beside it: a pool
     process launching kernels on the same GPU would time-slice with the kernel being timed. ``backend`` ("cuda" /
     "hip", for the launch options; "interpreter" launches as usual) comes from the caller, which must not ask the
-    device (flytune_nb.backends.triton)."""
-    _COMPILE_ONLY[0] = backend
+    device (flytune_nb.backends.triton). ``keep``: a list that gets each compiled kernel, in launch order (a config
+    whose wrapper launches two kernels, as fused_moe's two GEMMs, gives two)."""
+    _COMPILE_ONLY[:] = [backend, keep]
     try:
         yield
     finally:
-        _COMPILE_ONLY[0] = None
+        _COMPILE_ONLY[:] = [None, None]
 
 
 def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
@@ -50,7 +52,9 @@ def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
     if backend is not None and backend != "interpreter" and hasattr(fn, "warmup"):
         # Before anything asks Triton's runtime: under flytune_nb.backends.triton its driver is a stand-in, and the
         # fast path below keeps what it looks up for the life of the process.
-        fn.warmup(*args, grid=grid, **meta, **config.launch_options(backend))
+        kernel = fn.warmup(*args, grid=grid, **meta, **config.launch_options(backend))
+        if _COMPILE_ONLY[1] is not None:
+            _COMPILE_ONLY[1].append(kernel)
         return None
     rt = _RT or _runtime_or_none()
     if type(fn) is not rt["jit"]:
