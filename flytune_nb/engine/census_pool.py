@@ -357,21 +357,28 @@ class CensusPruner:
         return cls(target.strip() or None, paths=paths)
 
     def check(self, device: dict) -> None:
-        """Refuse before anything is measured when there is nothing to compile for: the interpreter's kernels build
-        no binaries, so on the CPU path a named target decides."""
+        """Refuse before anything is measured when there is nothing to compile for (the interpreter's kernels build
+        no binaries, so on the CPU path a named target decides); otherwise start the census processes, whose imports
+        then overlap the sweep's own start."""
         if self.target is None and not DeviceInfo(**device).is_gpu:
             from flytune_nb.core.targets import TARGETS
 
             raise UsageError(f"census pruning on {device['name']} needs a target to compile for "
                              f"(prune='census:<target>', one of {', '.join(TARGETS)})")
+        self._start(device)
 
-    def __call__(self, kernel: str, shape: dict, dtype: str, space: list, default: Config, device: dict,
-                 store=None) -> list:
+    def _start(self, device: dict) -> CensusPool:
         if self._pool is None:
             target = self.target if self.target is not None else DeviceInfo(**device)
             dev, cache = resolve_target(target)
             jobs = self.jobs or max(1, (os.cpu_count() or 2) - 1)  # a core for the timing worker
             self._pool = CensusPool(dev, jobs=jobs, cache_dir=cache, paths=self.paths)
+            self._pool.start()
+        return self._pool
+
+    def __call__(self, kernel: str, shape: dict, dtype: str, space: list, default: Config, device: dict,
+                 store=None) -> list:
+        self._start(device)
         summary = take_census(self._pool, kernel, shape, dtype, store=store, configs=space)
         rows = {r.config: r for r in summary.rows}
         dropped = prune(space, rows, default)
