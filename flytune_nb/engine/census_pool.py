@@ -128,7 +128,8 @@ class CensusPool:
         if not device.is_gpu:
             raise UsageError(f"a census compiles for a GPU; {device.label} is none (name a target: mi300x, h200, ...)")
         self.device, self.paths, self.timeout = device, tuple(str(p) for p in paths), float(timeout)
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        # ~0.6 GB each (torch + Triton + a compile): up to 16 by default, as the precompile pool
+        self.jobs = max(1, jobs or min(16, os.cpu_count() or 1))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         # The workers import this very flytune_nb (a checkout run with PYTHONPATH, an editable install, a wheel).
         root = str(Path(flytune_nb.__file__).resolve().parent.parent)
@@ -371,7 +372,7 @@ class CensusPruner:
         if self._pool is None:
             target = self.target if self.target is not None else DeviceInfo(**device)
             dev, cache = resolve_target(target)
-            jobs = self.jobs or max(1, (os.cpu_count() or 2) - 1)  # a core for the timing worker
+            jobs = self.jobs or max(1, min(16, (os.cpu_count() or 2) - 1))  # a core for the timing worker
             self._pool = CensusPool(dev, jobs=jobs, cache_dir=cache, paths=self.paths)
             self._pool.start()
         return self._pool

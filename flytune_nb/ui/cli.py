@@ -80,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     ce.add_argument("--dtype", action="append", default=None, help="bf16 | fp16 | fp32 (repeatable)")
     ce.add_argument("--db", default=DEFAULT_DB, help=f"results store; the census table sits beside the trials "
                                                      f"(default {DEFAULT_DB})")
-    ce.add_argument("-j", "--jobs", type=_positive, default=None, help="processes compiling (default: the cores)")
+    ce.add_argument("-j", "--jobs", type=_positive, default=None, help="processes compiling (default: the cores, at most 16)")
     ce.add_argument("--every", type=_positive, default=1, help="only every k-th config of the space")
     ce.add_argument("--sample", type=_positive, default=None,
                     help="about this many configs spread over the space (a stride coprime to the knob periods)")
