@@ -99,12 +99,14 @@ class CensusRow:
 
     @property
     def spills(self) -> bool:
-        """Registers spilled to scratch: AMD, any scratch or spilled register; NVIDIA, a stack frame above
-        SMALL_STACK_BYTES (below it, a call's register saves)."""
+        """Registers spilled to scratch memory: AMD, any private segment (scratch); NVIDIA, a stack frame above
+        SMALL_STACK_BYTES (below it, a call's register saves). On gfx90a and newer LLVM first spills VGPRs into
+        unused AGPRs, which costs moves, not memory: such a kernel has ``spilled_registers`` and no scratch (8 of the
+        164 one-wave fused_moe configs on gfx942, 64x64x256 and 128x16x128), and is not counted here."""
         if not self.ok:
             return False
         if self.backend == "hip":
-            return bool(self.scratch_bytes or self.spilled_registers)
+            return bool(self.scratch_bytes)
         return (self.scratch_bytes or 0) > SMALL_STACK_BYTES
 
     @property
@@ -171,12 +173,13 @@ class CensusSummary:
     errors: dict  # first line -> configs
     distinct_binaries: int
     duplicate_groups: list  # [[Config, ...], ...]: configs that built byte-identical code, in space order
-    spilling: list  # CensusRow
+    spilling: list  # CensusRow: spills to scratch
     narrow: list  # CensusRow: no 16-byte load
     smem_over_limit: list  # CensusRow
     occupancy_hist: dict  # occupancy -> configs
     registers: tuple | None  # (min, max)
     default: CensusRow | None
+    spilled_in_registers: list = field(default_factory=list)  # CensusRow: AMD registers spilled, no scratch
     wall_s: float = math.nan
     stored: int = 0  # rows found in the store, not compiled again
     rows: list = field(default_factory=list, repr=False)
@@ -210,7 +213,8 @@ def summarise(rows: Iterable[CensusRow], *, wall_s: float = math.nan, stored: in
         len(groups), [g for g in groups.values() if len(g) > 1], [r for r in ok if r.spills],
         [r for r in ok if r.narrow], [r for r in ok if r.smem_over_limit],
         dict(sorted(collections.Counter(r.occupancy for r in ok if r.occupancy is not None).items())),
-        (min(regs), max(regs)) if regs else None, default, wall_s, stored, rows, key)
+        (min(regs), max(regs)) if regs else None, default,
+        [r for r in ok if r.spilled_registers and not r.spills], wall_s, stored, rows, key)
 
 
 def _resources(r: CensusRow) -> str:
@@ -248,6 +252,9 @@ def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
         lines.append(f"    e.g. {' == '.join(map(str, g[:3]))}{' == ...' if len(g) > 3 else ''}")
     worst = sorted(s.spilling, key=lambda r: -(r.scratch_bytes or 0))
     lines.append(f"  spill to scratch: {len(s.spilling)}{some(worst)}")
+    if s.spilled_in_registers:
+        lines.append(f"  spill VGPRs into AGPRs only (no scratch): {len(s.spilled_in_registers)}"
+                     f"{some(s.spilled_in_registers)}")
     lines.append(f"  no 16-byte loads (narrow): {len(s.narrow)}{some(s.narrow)}")
     limit = "LDS" if s.occupancy_unit.startswith("waves") else "shared memory"
     lines.append(f"  {limit} over the per-block limit: {len(s.smem_over_limit)}{some(s.smem_over_limit)}")

@@ -44,6 +44,9 @@ def test_a_row_reads_the_configs_most_constrained_kernel():
     assert (r.registers, r.occupancy, r.scratch_bytes, r.spilled_registers) == (169, 2, 24, 5)
     assert r.spills and r.mma == {"v_mfma_f32_16x16x16_bf16": 128} and r.insn_total("lds_reads") == 32
     assert not row(cfg(64), [amd_kernel()]).spills
+    # VGPRs spilled into AGPRs (gfx90a and newer): moves, no scratch memory
+    into_agprs = row(cfg(64), [amd_kernel(spills=4)])
+    assert into_agprs.spilled_registers == 4 and not into_agprs.spills
 
 
 def test_narrow_means_no_16_byte_load_at_all():
@@ -71,16 +74,18 @@ def test_summary_counts_what_an_engineer_asks_first():
     rows = [row(a, [amd_kernel(occupancy=8)], binary="x", is_default=True),
             row(b, [amd_kernel(occupancy=8)], binary="x"),  # same binary as the default
             row(c, [amd_kernel(vgpr_alloc=256, scratch=244, spills=60, occupancy=2)], binary="y"),
-            row(d, [amd_kernel(loads={"4": 4}, occupancy=4)], binary="z"),
+            row(d, [amd_kernel(loads={"4": 4}, occupancy=4, spills=3)], binary="z"),
             row(e, status="error", error="CompilationError: nope")]
     s = summarise(rows, wall_s=2.0, stored=1)
     assert (s.configs, s.compiled, s.failed, s.distinct_binaries, s.duplicates) == (5, 4, 1, 3, 1)
     assert s.duplicate_groups == [[a, b]] and [r.config for r in s.spilling] == [c]
     assert [r.config for r in s.narrow] == [d] and s.occupancy_hist == {2: 1, 4: 1, 8: 2}
     assert s.registers == (84, 256) and s.default.config == a and s.errors == {"error: CompilationError: nope": 1}
+    assert [r.config for r in s.spilled_in_registers] == [d]
     text = format_summary(s)
     for part in ("5 configs, 4 compiled, 1 failed", "1 configs duplicate", "spill to scratch: 1", "244 B",
-                 "narrow): 1", "occupancy 2-8 waves/SIMD", "heuristic default", "CompilationError: nope"):
+                 "narrow): 1", "occupancy 2-8 waves/SIMD", "heuristic default", "CompilationError: nope",
+                 "into AGPRs only (no scratch): 1"):
         assert part in text, part
     with pytest.raises(ValueError):
         summarise([])
