@@ -318,7 +318,6 @@ def phase_repeat(plan: Plan, budget: float, log: list) -> dict:
 def phase_modes(plan: Plan, budget: float, log: list) -> dict:
     """Events vs graph-replay winners: row kernels (graph sweeps against the resweep's events picks of the same
     shapes, or a fresh events sweep where it has none), and matmul on one sampled config list in both modes."""
-    from flytune_nb.core.config import Config
     from flytune_nb.core.device import current_device
     from flytune_nb.core.registry import get_kernel
     from flytune_nb.engine.sweep import Sweep

@@ -146,6 +146,45 @@ def build_cuda_utils() -> None:
     CudaUtils()
 
 
+# -- what a compile produced (a census reads it) ---------------------------------------------------------------------
+def compiled_binary(kernel) -> bytes | None:
+    """The code object a CompiledKernel loads: ``asm["hsaco"]`` (AMD) or ``asm["cubin"]`` (NVIDIA); None when it
+    has neither (another Triton's layout, an interpreted kernel)."""
+    asm = getattr(kernel, "asm", None) or {}
+    for kind in ("hsaco", "cubin"):
+        if isinstance(asm.get(kind), bytes):
+            return asm[kind]
+    return None
+
+
+def compiled_text(kernel, kind: str) -> str:
+    """One textual stage of a CompiledKernel (``"amdgcn"``: the AMD assembly with its metadata and kernel descriptor;
+    ``"ptx"``); "" when absent."""
+    text = (getattr(kernel, "asm", None) or {}).get(kind, "")
+    return text if isinstance(text, str) else ""
+
+
+def compiled_metadata(kernel) -> dict:
+    """A CompiledKernel's metadata as a dict (Triton 3.6 keeps a namedtuple: name, num_warps, shared, target, ...)."""
+    md = getattr(kernel, "metadata", None)
+    if md is None:
+        return {}
+    if hasattr(md, "_asdict"):
+        return dict(md._asdict())
+    return dict(vars(md))
+
+
+def nvidia_tool(name: str) -> str | None:
+    """The path of one of the CUDA tools Triton's wheel bundles (``cuobjdump``, ``nvdisasm``, ``ptxas``); None on a
+    Triton without them."""
+    try:
+        from triton import knobs
+
+        return getattr(knobs.nvidia, name).path
+    except Exception:  # noqa: BLE001 - no NVIDIA backend, another knob layout
+        return None
+
+
 # -- keys ----------------------------------------------------------------------------------------------------------
 def compute_version_key() -> None:
     """Triton's own version key (hashes its compiler sources and all of libtriton; lru-cached per process)."""

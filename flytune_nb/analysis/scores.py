@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from flytune_nb.core.config import Config
 
 
 def geomean(xs) -> float:

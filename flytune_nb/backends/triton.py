@@ -13,13 +13,19 @@ real inputs on the real driver.
 Why the cache entry is the right one: Triton specialises a pointer on its 16-byte alignment, and a meta tensor's
 address (0) is aligned like every fresh allocation; integers specialise on their values, which come from the shape.
 tests/test_gpu.py checks that the real launch then finds the kernel compiled here.
+
+A census compiles the same way for a GPU this machine does not have (``compile_kernels`` in a process in compile
+mode, flytune_nb.core.device.enter_compile_mode) and keeps what Triton built: its resources are read by
+flytune_nb.backends.triton_resources, and ``binary_digest`` says which configs built byte-identical code.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 
 from flytune_nb._compat.triton import (
-    active_driver, build_cuda_utils, gpu_target, launch_enter_hook, set_launch_enter_hook)
+    active_driver, build_cuda_utils, compiled_binary, compiled_metadata, gpu_target, launch_enter_hook,
+    set_launch_enter_hook)
 
 # The backend protocol (flytune_nb.backends): Triton launches everywhere, through its interpreter without a GPU.
 LABEL = "Triton"
@@ -128,6 +134,51 @@ def compile_on_meta(spec, inputs: dict, config, target: tuple, record: list | No
         return False
     finally:
         set_launch_enter_hook(prev)
+
+
+def triton_target(device) -> tuple:
+    """(backend, arch, warp_size) of Triton's GPUTarget for a described GPU: ``("hip", "gfx942", 64)``,
+    ``("cuda", 90, 32)`` (Triton picks sm_90a / sm_100a itself for 90 / 100)."""
+    if device.backend == "hip":
+        return ("hip", device.arch, 64)
+    digits = "".join(ch for ch in device.arch if ch.isdigit())
+    if device.backend != "cuda" or not digits:
+        raise ValueError(f"no Triton GPU target for {device.label}")
+    return ("cuda", int(digits), 32)
+
+
+def compile_kernels(spec, inputs: dict, config, device) -> list:
+    """Compile ``config`` for ``device`` (a DeviceInfo) through the kernel's own ``run`` on meta ``inputs``, launching
+    nothing, and return what Triton built: one CompiledKernel per kernel the wrapper launches, in launch order.
+    Whatever the compile raises propagates (a census records it). Triton's JIT caches one target per process, so a
+    process compiles for one ``device`` only (enter_compile_mode)."""
+    from flytune_nb.kit.launcher import compile_only
+
+    kept: list = []
+    prev = launch_enter_hook()
+    set_launch_enter_hook(_refuse)
+    try:
+        with without_device(triton_target(device)), compile_only(device.backend, keep=kept):
+            spec.run(inputs, config)
+    finally:
+        set_launch_enter_hook(prev)
+    return [k for k in kept if k is not None]
+
+
+def binary_digest(kernels: list) -> str | None:
+    """What identifies a config's compiled code: a hash over each kernel's code object (hsaco / cubin) and the
+    launch metadata that is not in it (block size, shared memory), in launch order. Two configs with equal digests
+    launch byte-identical code the same way, so timing both measures one kernel twice (the row kernels' looped
+    ``num_stages`` 1 and 2 on every target). None when a kernel has no binary (the interpreter)."""
+    h = hashlib.sha256()
+    for k in kernels:
+        binary = compiled_binary(k)
+        if binary is None:
+            return None
+        md = compiled_metadata(k)
+        h.update(binary)
+        h.update(repr((md.get("num_warps"), md.get("num_ctas"), md.get("shared"))).encode())
+    return h.hexdigest()[:16] if kernels else None
 
 
 def current_target() -> tuple | None:

@@ -3,11 +3,16 @@
 The name is what SGLang writes into artifact file names: ``torch.cuda.get_device_name(0)`` with spaces replaced by
 ``_`` (``NVIDIA_H200``, ``AMD_Instinct_MI300X``). Without a GPU, Triton runs through its interpreter and every timing is
 labelled ``CPU_interpreter`` so that it can never be mistaken for (or exported as) a GPU result.
+
+A process may instead *compile for* a GPU it does not have (``enter_compile_mode``: a census of an MI300X's binaries on
+a CPU machine). Then ``current_device()`` answers that GPU's description and Triton stays a compiler: nothing in the
+process launches a kernel.
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -85,13 +90,50 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+_COMPILING_FOR: list = [None]  # the DeviceInfo this process compiles for without it (enter_compile_mode), or None
+
+
+def compiling_for() -> DeviceInfo | None:
+    """The GPU this process compiles for without having it, or None (it runs on what it finds)."""
+    return _COMPILING_FOR[0]
+
+
+def enter_compile_mode(device: DeviceInfo) -> None:
+    """From now on this process compiles for ``device`` and has no device of its own: ``current_device()`` answers
+    ``device`` (the launchers that ask it size their grids and pick their paths for that GPU) and
+    ``ensure_backend()`` leaves Triton a compiler even where there is no GPU (the interpreter's kernels would be
+    InterpretedFunctions, which compile nothing).
+
+    For the life of the process, one target: Triton's JIT keeps one compiled-kernel cache per device index, made for
+    the target of its first compile (one target per process), so a second, different target is refused. Call it
+    before any kernel folder is imported; a process whose Triton was already imported for the interpreter is
+    refused too (``triton.language``'s own jitted helpers are made for one mode at import). A census process also
+    gets its own TRITON_CACHE_DIR from its parent (flytune_nb.engine.census_pool)."""
+    from flytune_nb.errors import RunError, UsageError
+
+    if not device.is_gpu:
+        raise UsageError(f"compiling needs a GPU target, got {device.label}")
+    have = _COMPILING_FOR[0]
+    if have is not None:
+        if have == device:
+            return
+        raise RunError(f"this process already compiles for {have.label}; a second target ({device.label}) needs "
+                       f"a process of its own")
+    if interpreting():
+        if "triton.language" in sys.modules:
+            raise RunError("Triton was imported here for its interpreter (TRITON_INTERPRET=1); compiling for "
+                           f"{device.label} needs a fresh process without it")
+        del os.environ["TRITON_INTERPRET"]
+    _COMPILING_FOR[0] = device
+
+
 def ensure_backend() -> None:
-    """Switch Triton to its interpreter when there is no GPU.
+    """Switch Triton to its interpreter when there is no GPU (unless this process compiles for a named one).
 
     Must run before any ``@triton.jit`` function is defined: Triton reads TRITON_INTERPRET at decoration time. The
     registry calls this before importing a kernel folder.
     """
-    if interpreting():
+    if interpreting() or _COMPILING_FOR[0] is not None:
         return
     import torch
 
@@ -99,8 +141,17 @@ def ensure_backend() -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
-@lru_cache(maxsize=None)
 def current_device(index: int = 0) -> DeviceInfo:
+    """The device this process tunes on: the GPU at ``index``, the interpreter without one, or the GPU it compiles
+    for (enter_compile_mode)."""
+    target = _COMPILING_FOR[0]
+    if target is not None:
+        return target
+    return _local_device(index)
+
+
+@lru_cache(maxsize=None)
+def _local_device(index: int) -> DeviceInfo:
     ensure_backend()
     if interpreting():
         return interpreter_device()

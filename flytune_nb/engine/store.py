@@ -45,7 +45,22 @@ CREATE TABLE IF NOT EXISTS selections (
   id INTEGER PRIMARY KEY, run_id TEXT, key TEXT, kernel TEXT, shape TEXT, dtype TEXT, device TEXT, timing TEXT,
   default_config TEXT, winner TEXT, chose_default INTEGER, reason TEXT, margin REAL, spread REAL, band REAL,
   repeats INTEGER, contenders TEXT, rule TEXT, timings TEXT, failed TEXT, summary TEXT, created TEXT, UNIQUE(key));
+CREATE TABLE IF NOT EXISTS census (
+  id INTEGER PRIMARY KEY, key TEXT, kernel TEXT, shape TEXT, dtype TEXT, device TEXT, arch TEXT, backend TEXT,
+  config TEXT, status TEXT, error TEXT, compile_s REAL, binary TEXT, registers INTEGER, vgprs INTEGER,
+  agprs INTEGER, sgprs INTEGER, spilled_registers INTEGER, scratch_bytes INTEGER, spills INTEGER,
+  shared_bytes INTEGER, smem_over_limit INTEGER, occupancy INTEGER, occupancy_unit TEXT, occupancy_limiter TEXT,
+  mma TEXT, mma_total INTEGER, wide_loads INTEGER, narrow_loads INTEGER, widest_load INTEGER, lds_reads INTEGER,
+  lds_writes INTEGER, s_waitcnt INTEGER, is_default INTEGER, kernels TEXT, toolchain TEXT, source TEXT,
+  created TEXT, UNIQUE(key, config));
+CREATE INDEX IF NOT EXISTS census_kernel ON census(kernel, device);
 """
+# The census table's columns after its id, in order (flytune_nb.measure.census.CensusRow.to_record + the key's).
+CENSUS_COLUMNS = ("key", "kernel", "shape", "dtype", "device", "arch", "backend", "config", "status", "error",
+                  "compile_s", "binary", "registers", "vgprs", "agprs", "sgprs", "spilled_registers", "scratch_bytes",
+                  "spills", "shared_bytes", "smem_over_limit", "occupancy", "occupancy_unit", "occupancy_limiter",
+                  "mma", "mma_total", "wide_loads", "narrow_loads", "widest_load", "lds_reads", "lds_writes",
+                  "s_waitcnt", "is_default", "kernels", "toolchain", "source", "created")
 
 
 class StoreError(UsageError):
@@ -236,12 +251,32 @@ class Store:
         return {n: {"status": s, "reason": r, "p20": _inf(a), "p50": _inf(b), "p80": _inf(c)}
                 for n, s, r, a, b, c in rows}
 
+    # -- census (what each config compiles to on a target; flytune_nb.measure.census) ------------------------------
+    def add_census(self, row, *, key: str, toolchain: dict | None = None, source: str = "") -> None:
+        """One CensusRow under the target's tuning key (the key a sweep on that device would store its trials
+        under), replacing a row of the same config."""
+        rec = {**row.to_record(), "key": key, "toolchain": json.dumps(toolchain or {}), "source": source,
+               "created": _now()}
+        rec["shape"], rec["compile_s"] = _shape_json(rec["shape"]), _num(rec["compile_s"])
+        with self._lock:
+            self._db.execute(f"INSERT OR REPLACE INTO census ({', '.join(CENSUS_COLUMNS)}) VALUES "
+                             f"({', '.join('?' * len(CENSUS_COLUMNS))})", tuple(rec[c] for c in CENSUS_COLUMNS))
+
+    def census_for(self, key: str) -> dict:
+        """Stored census rows of one tuning key, by Config."""
+        from flytune_nb.measure.census import CensusRow
+
+        with self._lock:
+            cur = self._db.execute(f"SELECT {', '.join(CENSUS_COLUMNS)} FROM census WHERE key=?", (key,))
+            rows = [dict(zip(CENSUS_COLUMNS, r)) for r in cur.fetchall()]
+        return {row.config: row for row in map(CensusRow.from_record, rows)}
+
     # -- reading -------------------------------------------------------------------------------------------------
     def frame(self, kernel: str | None = None, table: str = "trials"):
         """The table as a pandas DataFrame, shape axes expanded into columns (M, N, ...)."""
         import pandas as pd
 
-        if table not in ("trials", "baselines", "runs", "retimes", "selections"):
+        if table not in ("trials", "baselines", "runs", "retimes", "selections", "census"):
             raise ValueError(f"unknown table {table!r}")
         if not self.has_table(table):  # a store written before the table existed, opened read-only
             return pd.DataFrame()

@@ -60,6 +60,8 @@ class Sweep:
     ``Rule()`` on a GPU, ``INTERPRETER_RULE`` on the interpreter.
     twins: time configs that compile to the same binary as one timed before once, recording the rest as the same
     measurement (where binaries can be hashed: Triton on a GPU, or a kernel's ``extra["binary"]``).
+    prune: "census" leaves out, before timing, the configs that spill to scratch or build the same binary as another
+    on the GPU being swept; "census:<target>" decides on a named GPU's binaries (the CPU path: mi300x, h200, ...).
     """
 
     def __init__(self, kernel, grid, dtypes: Iterable[str] = ("bf16",), *, db: str | Path | Store | None = None,
@@ -68,7 +70,7 @@ class Sweep:
                  baselines: Iterable[str] | None = None, gpus: Iterable[int] | None = None, ray: str | None = None,
                  timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0,
                  retry_failed: bool = False, configs: Iterable[Config] | None = None, timing: str | None = None,
-                 selection: Rule | dict | str | None = "auto", twins: bool = True) -> None:
+                 selection: Rule | dict | str | None = "auto", twins: bool = True, prune=None) -> None:
         self.paths = tuple(str(p) for p in paths)
         self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
         if not isinstance(kernel, str):
@@ -126,6 +128,9 @@ class Sweep:
         # an optional knob written at its default (TMA=0) is the config without it: one name, timed once
         self.configs = None if configs is None else list(dict.fromkeys(map(self.spec.canonical, configs)))
         self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
+        from flytune_nb.engine.census_pool import CensusPruner
+
+        self.prune = CensusPruner.from_option(prune, paths=self.paths)
         self.gpus = list(gpus) if gpus is not None else None
         self.timer = dict(timer or {})
         from flytune_nb.core.key import check_timing
@@ -170,6 +175,8 @@ class Sweep:
             precompiler = self._precompiler()  # its processes start while the timing worker plans
             plans = self._plan(lanes[0])  # user errors (too large, broken plugin) surface here, before any write
             self._check_configs(plans[0])
+            if self.prune is not None:
+                self.prune.check(plans[0]["device"])
             if self.store is None:
                 self.store = Store(self._db if self._db is not None else ":memory:")
             device = plans[0]["device"]
@@ -216,6 +223,8 @@ class Sweep:
         finally:
             if precompiler is not None:  # after a failure, an interrupt or a stop, compiles still running are killed
                 precompiler.close(kill=not completed or self._stop.is_set())
+            if self.prune is not None:
+                self.prune.close()
             for lane in lanes:
                 lane.close()
             tasks._OVERRIDES.pop(self._task_kernel, None)
@@ -299,6 +308,8 @@ class Sweep:
         space = [Config.from_dict(c) for c in plan["space"]]
         if self.configs is not None:
             space = self.configs
+        if self.prune is not None:  # census: configs that spill or duplicate another's binary are not timed
+            space = self.prune(spec.name, shape, dtype, space, default, plan["device"], self.store)
         stored = self.store.trials_for(key)
         if self.retry_failed:
             stored = {k: t for k, t in stored.items() if t.status not in ("crashed", "timeout")}

@@ -27,21 +27,24 @@ _ENTRIES: dict[tuple, Any] = {}
 _RT: dict[str, Any] = {}  # Triton's runtime pieces, looked up once (importing them on CPU is fine, calling is not)
 _COMPILE_ONLY: list = [None]  # set by compile_only(): the backend whose launch options apply; None: launch
 _RECORD: list = [None]  # set by compile_only(record=...): the list each compiled launch is appended to
+_KEEP: list = [None]  # set by compile_only(keep=...): the list each compiled kernel is appended to
 
 
 @contextlib.contextmanager
-def compile_only(backend: str, record: list | None = None):
+def compile_only(backend: str, record: list | None = None, keep: list | None = None):
     """Within this block, ``launch`` compiles (Triton's ``warmup``: same specialisation, same on-disk cache entry)
     and launches nothing. The precompile pool compiles this way while the timing worker measures beside it: a pool
     process launching kernels on the same GPU would time-slice with the kernel being timed. ``backend`` ("cuda" /
     "hip", for the launch options; "interpreter" launches as usual) comes from the caller, which must not ask the
     device (flytune_nb.backends.triton). ``record``: a list that gets ``(compiled kernel, grid, args)`` for every
-    launch compiled in the block, in order (what flytune_nb.backends.triton.binary_hash hashes)."""
-    _COMPILE_ONLY[0], _RECORD[0] = backend, record
+    launch compiled in the block, in order (what flytune_nb.backends.triton.binary_hash hashes). ``keep``: a list
+    that gets each compiled kernel, in launch order (a config whose wrapper launches two kernels, as fused_moe's two
+    GEMMs, gives two: what the compile census reads)."""
+    _COMPILE_ONLY[0], _RECORD[0], _KEEP[0] = backend, record, keep
     try:
         yield
     finally:
-        _COMPILE_ONLY[0], _RECORD[0] = None, None
+        _COMPILE_ONLY[0], _RECORD[0], _KEEP[0] = None, None, None
 
 
 def compiling_for() -> str | None:
@@ -61,6 +64,8 @@ def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
         kernel = fn.warmup(*args, grid=grid, **meta, **config.launch_options(backend))
         if _RECORD[0] is not None:
             _RECORD[0].append((kernel, grid, args))
+        if _KEEP[0] is not None:
+            _KEEP[0].append(kernel)
         return None
     rt = _RT or _runtime_or_none()
     if type(fn) is not rt["jit"]:

@@ -13,8 +13,24 @@ from flytune_nb.core.dtypes import itemsize
 
 # Tiled (GEMM-like) kernels: pruning rules shared by matmul and fused_moe.
 UNKNOWN_SMEM = 96 * 1024  # interpreter: a floor every current datacenter GPU meets
-HIP_LDS = 64 * 1024  # vLLM's ROCm rule: one copy of the A and B tiles must fit 64 KiB of LDS
+# vLLM's ROCm rule: one copy of the A and B tiles must fit the LDS, 64 KiB on gfx942 (MI300X / MI325X). A HIP device
+# that reports its LDS (every real one: 160 KiB on gfx950, MI350X / MI355X) is held to what it reports.
+HIP_LDS = 64 * 1024
 ACC_PER_THREAD = (4, 128)  # fp32 accumulators per thread: above 128 they spill, below 4 most warps only wait
+# HIP: operand elements (A + B tile) a lane loads per K step. The 40 one-wave fused_moe configs of the ROCm space
+# above 256 (Mixtral M=64, gfx942) needed 318-512 VGPRs (1 wave per SIMD); 4 spilled to scratch (64x128x128: 276 B
+# a lane) and 8 more spilled VGPRs into AGPRs (64x64x256, 128x16x128). The 124 at or below it: at most 356 VGPRs,
+# none spilled. 2, 4 and 8 waves never pass it within 64 KiB of LDS.
+HIP_OPERANDS_PER_LANE = 256
+# HIP: MFMA instruction shapes Triton selects with matrix_instr_nonkdim (16: 16x16xK, 32: 32x32xK). 4, 8 and 64 are
+# accepted and emit no MFMA at all (the dot falls back to FMA code: 512 VGPRs and 2600 B of scratch for a 128x128x64
+# tile on gfx942); 32 on a tile narrower than 32 still emits 32x32 MFMAs that compute mostly padding (16x64x64 on 4
+# warps: 124 VGPRs and occupancy 4 against 56 and 8 with 16). Both census figures: Triton 3.6, gfx942.
+MFMA_NONKDIM = (16, 32)
+# Wave64 loads: a lane that holds fewer than 16 bytes of a row per load issues 2-, 4- or 8-byte loads instead of one
+# 16-byte buffer_load_dwordx4 (rmsnorm, BLOCK_N=256: 8 B on 1 wave, 4 on 2, 2 on 4; 46 of the 86 MI300X configs at
+# N=4096 had no 16-byte load).
+WIDE_LOAD_BYTES = 16
 # What moving a tile knob away from a heuristic's wish costs in nearest() (per doubling): stages are the cheapest to
 # give up, then a thinner K tile, then narrower N / M tiles.
 TILE_WEIGHTS = {"num_stages": 0.25, "BLOCK_SIZE_K": 0.5, "GROUP_SIZE_M": 0.25, "BLOCK_SIZE_N": 1.0,
@@ -46,13 +62,27 @@ def max_warps(device: DeviceInfo) -> int:
 
 def with_hip_knobs(configs: Iterable[Config], device: DeviceInfo,
                    waves_per_eu: Iterable[int | None] = (None, 2)) -> list[Config]:
-    """On HIP, cross every config with ``waves_per_eu``; elsewhere unchanged, so the AMD-only knob never reaches a
-    CUDA launch. ``None`` leaves the option unset, which is Triton's default (0: the compiler picks occupancy); it is
-    not also listed as 0, which would time the same binary twice, and it keeps the heuristic default in the space."""
+    """On HIP, cross every config with ``waves_per_eu``, keeping only the ``matrix_instr_nonkdim`` its MMA tile
+    can use (``mfma_fits``); elsewhere unchanged, so the AMD-only knobs never reach a CUDA launch. ``None`` leaves
+    the option unset, which is Triton's default (0: the compiler picks occupancy); it is not also listed as 0, which
+    would time the same binary twice, and it keeps the heuristic default in the space."""
     configs = list(configs)
     if device.backend != "hip":
         return configs
-    return [c.replace(waves_per_eu=w) for c, w in product(configs, waves_per_eu)]
+    return [c.replace(waves_per_eu=w) for c, w in product(configs, waves_per_eu) if mfma_fits(c)]
+
+
+def mfma_fits(config: Config) -> bool:
+    """Whether ``config``'s ``matrix_instr_nonkdim`` selects an MFMA shape its tile can fill: unset, or 16 / 32 with
+    the 32 only on tiles at least 32 wide in both M and N (SGLang's GEMM knob names BLOCK_SIZE_M / BLOCK_SIZE_N;
+    a config without them is not a tiled MMA and passes)."""
+    nonkdim = config.matrix_instr_nonkdim
+    if nonkdim is None or nonkdim == 0:
+        return True
+    if nonkdim not in MFMA_NONKDIM:
+        return False
+    tile = [config.get(k) for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N") if config.get(k) is not None]
+    return not tile or min(tile) >= nonkdim
 
 
 def tile_smem(bm: int, bn: int, bk: int, stages: int, dtype: str, backend: str) -> int:
@@ -66,11 +96,12 @@ def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, de
               store_tile: bool = False) -> bool:
     """``store_tile``: the epilogue also stages the (bm x bn) output tile in shared memory, as a TMA store does
     (128x256x64 on 4 stages: 192 KiB of operands + 64 KiB of output, over the H200's 227 KiB; Triton refuses it)."""
-    limit = device.smem_bytes or UNKNOWN_SMEM
-    if device.backend == "hip":
-        limit = min(limit, HIP_LDS)
+    hip = device.backend == "hip"
+    limit = device.smem_bytes or (HIP_LDS if hip else UNKNOWN_SMEM)
     acc = bm * bn / (lanes(device) * warps)
     smem = tile_smem(bm, bn, bk, stages, dtype, device.backend) + (bm * bn * itemsize(dtype) if store_tile else 0)
+    if hip and (bm * bk + bk * bn) / (lanes(device) * warps) > HIP_OPERANDS_PER_LANE:
+        return False
     return smem <= limit and ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
 
 
@@ -168,13 +199,15 @@ def row_space(shape: dict, dtype: str, device: DeviceInfo, *, max_single_bytes: 
     one-row kernels (stored trials, exported files) keep their names. HIP adds waves_per_eu."""
     N, M, es = shape["N"], shape["M"], itemsize(dtype)
     full = next_pow2(N)
+    # wave64: each lane's share of a looped block must fill one 16-byte load (512 bf16 columns on 64 lanes)
+    wide = WIDE_LOAD_BYTES // es if device.backend == "hip" else 0
     out = []
     if full * es <= max_single_bytes:
         for rows in pow2_between(1, max(1, min(next_pow2(M), MULTI_ROW_BYTES // (full * es)))):
             out += _warps(full * rows, (1,), {"BLOCK_N": full, "BLOCK_M": rows} if rows > 1 else {"BLOCK_N": full},
-                          device, max_elems_per_thread)
-    for block in pow2_between(min_block, min(full // 2, max_block)):
-        out += _warps(block, looped_stages, {"BLOCK_N": block}, device, max_elems_per_thread)
+                          device, max_elems_per_thread, wide)
+    for block in pow2_between(max(min_block, wide * lanes(device)), min(full // 2, max_block)):
+        out += _warps(block, looped_stages, {"BLOCK_N": block}, device, max_elems_per_thread, wide)
     return with_hip_knobs(out, device)
 
 
@@ -188,11 +221,14 @@ def row_blocks(config: Config, N: int) -> tuple[int, int]:
     return block, rows
 
 
-def _warps(elems: int, stages, params: dict, device: DeviceInfo, max_elems_per_thread: int) -> list[Config]:
+def _warps(elems: int, stages, params: dict, device: DeviceInfo, max_elems_per_thread: int,
+           min_elems_per_thread: int = 0) -> list[Config]:
+    """Warps for a block of ``elems``: each thread holds at most ``max_elems_per_thread`` and at least 1 (at least
+    ``min_elems_per_thread``, one wide load, where that is asked); one warp whatever it holds when no count does."""
     out = []
     for warps in pow2_between(1, max_warps(device)):
         ept = elems / (warps * lanes(device))
-        if (ept >= 1 or warps == 1) and ept <= max_elems_per_thread:
+        if (ept >= max(1, min_elems_per_thread) or warps == 1) and ept <= max_elems_per_thread:
             out += [Config(params, num_warps=warps, num_stages=s) for s in stages]
     return out
 

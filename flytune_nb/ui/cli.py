@@ -3,6 +3,7 @@ and exit 2; nothing is written."""
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 
 from flytune_nb.errors import RunError, UsageError
@@ -81,6 +82,30 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
     s.add_argument("--all-trials", action="store_true", help="print every config of every shape")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.add_argument("--prune-census", nargs="?", const="", default=None, metavar="TARGET",
+                   help="before timing, leave out configs that spill to scratch or build the same binary as another "
+                        "(compiled for this GPU, or for TARGET on a machine without it: mi300x, h200, ...)")
+    ce = sub.add_parser("census", help="compile every config for a GPU (none needed here): registers, spills, "
+                                       "occupancy, load widths, identical binaries")
+    ce.add_argument("kernel", nargs="?")
+    ce.add_argument("--grid", default=None, help='e.g. "M=4096 N=4096" (default: the kernel\'s example shape)')
+    ce.add_argument("--target", default=None,
+                    help="mi300x | mi325x | mi350x | mi355x | h100 | h200 | b200 (default: this machine's GPU)")
+    ce.add_argument("--dtype", action="append", default=None, help="bf16 | fp16 | fp32 (repeatable)")
+    ce.add_argument("--db", default=DEFAULT_DB, help=f"results store; the census table sits beside the trials "
+                                                     f"(default {DEFAULT_DB})")
+    ce.add_argument("-j", "--jobs", type=_positive, default=None, help="processes compiling (default: the cores, at most 16)")
+    ce.add_argument("--every", type=_positive, default=1, help="only every k-th config of the space")
+    ce.add_argument("--sample", type=_positive, default=None,
+                    help="about this many configs spread over the space (a stride coprime to the knob periods)")
+    ce.add_argument("--limit", type=_positive, default=None, help="at most this many configs per shape")
+    ce.add_argument("--config", action="append", default=[], metavar="CONFIG",
+                    help="census only this config (BLOCK_N=1024,num_warps=4 or JSON; repeatable)")
+    ce.add_argument("--csv", default=None, help="also write every row here")
+    ce.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one config may take to compile")
+    ce.add_argument("--list-targets", action="store_true", help="the named GPUs and their properties")
+    ce.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    ce.add_argument("--quiet", action="store_true", help="no progress bar")
     e = sub.add_parser("export", help="write SGLang-format config files from a results store")
     e.add_argument("--db", required=True, help="results store written by `flytune sweep`")
     e.add_argument("--out", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/, "
@@ -138,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_kernels(args)
         if args.cmd == "sweep":
             return cmd_sweep(args)
+        if args.cmd == "census":
+            return cmd_census(args)
         if args.cmd == "export":
             return cmd_export(args)
         if args.cmd == "lookup":
@@ -220,7 +247,8 @@ def cmd_sweep(args) -> int:
                gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()],
                retry_failed=args.retry_failed,
                timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms}, timing=args.timing,
-               selection=_selection(args), twins=not args.no_twins)
+               selection=_selection(args), twins=not args.no_twins,
+               prune=None if args.prune_census is None else f"census:{args.prune_census}".rstrip(":"))
     n = len(sw.shapes) * len(sw.dtypes)
     print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
@@ -231,6 +259,11 @@ def cmd_sweep(args) -> int:
         print(trials_table(r, sw.spec))
     print()
     print(summary_table(results))
+    if sw.prune is not None:
+        for (_, shape, dtype), dropped in sw.prune.dropped.items():
+            why = collections.Counter("spill" if d.startswith("spills") else "same binary" for d in dropped.values())
+            print(f"census pruning, {shape} {dtype}: {len(dropped)} configs not timed "
+                  f"({why['spill']} spill to scratch, {why['same binary']} duplicate another's binary)")
     if results and results[0].device.backend == "interpreter":
         print("\n(timings are Triton-interpreter wall-clock times on the CPU: they exercise the machinery, "
               "they say nothing about GPU speed)")
@@ -250,6 +283,84 @@ def _selection(args):
     return Rule(top=TOP if args.select_top is None else args.select_top,
                 rounds=ROUNDS if args.select_rounds is None else args.select_rounds,
                 floor=FLOOR if args.tie_band is None else args.tie_band / 100)
+def _configs(texts: list[str]) -> list | None:
+    """--config values: ``NAME=INT,...`` or a JSON object."""
+    from flytune_nb.core.config import Config
+
+    if not texts:
+        return None
+    return [Config.from_json(t) if t.strip().startswith("{") else Config.parse(t) for t in texts]
+
+
+def cmd_targets() -> int:
+    from flytune_nb.core.targets import TARGETS
+    from flytune_nb.ui.report import table
+
+    def size(b: int) -> str:
+        return f"{b >> 30} GiB" if b >= 1 << 30 else f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+    rows = [[t.alias, t.device_name, t.arch, t.units, size(t.smem_per_block), size(t.rules.smem_per_unit),
+             t.warp_size, size(t.register_file_bytes), size(t.l2_bytes), size(t.total_memory),
+             ", ".join(t.unverified) or "-"] for t in TARGETS.values()]
+    print(table(rows, ["target", "device name", "arch", "CUs/SMs", "smem/block", "smem/CU|SM", "warp",
+                       "registers/CU|SM", "L2", "memory", "unverified"]))
+    print("\nSources: flytune_nb/core/targets.py. AMD L2 is per XCD (what HIP reports).")
+    return 0
+
+
+def cmd_census(args) -> int:
+    import csv
+
+    from flytune_nb.engine.census_pool import Census
+    from flytune_nb.engine.store import Store
+    from flytune_nb.measure.census import format_summary
+
+    if args.list_targets:
+        return cmd_targets()
+    if not args.kernel:
+        raise UsageError("name a kernel (flytune kernels lists them), or --list-targets")
+    bar = None
+
+    def progress(shape, dtype, done, total):
+        nonlocal bar
+        if args.quiet:
+            return
+        from tqdm import tqdm
+
+        if bar is None or bar.total != total or bar.desc != str(shape):
+            if bar is not None:
+                bar.close()
+            bar = tqdm(total=total, desc=str(shape), unit="cfg", leave=False)
+        bar.n = done
+        bar.refresh()
+
+    census = Census(args.kernel, args.grid, args.dtype or ["bf16"], target=args.target, paths=args.path,
+                    jobs=args.jobs, every=args.every, sample=args.sample, limit=args.limit,
+                    configs=_configs(args.config), timeout=args.timeout, progress=progress)
+    store = Store(args.db)
+    try:
+        print(f"flytune census: {census.spec.name} for {census.device.label}: {len(census.shapes)} shapes x "
+              f"{len(census.dtypes)} dtypes; rows in {args.db} (table census)", flush=True)
+        census.db = store
+        results = census.run()
+    finally:
+        if bar is not None:
+            bar.close()
+        store.close()
+    for s in results:
+        print()
+        print(format_summary(s))
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            recs = [r.to_record() for s in results for r in s.rows]
+            w = csv.DictWriter(f, fieldnames=list(recs[0]))
+            w.writeheader()
+            w.writerows({**r, "shape": " ".join(f"{k}={v}" for k, v in r["shape"].items())} for r in recs)
+        print(f"\nrows written to {args.csv}")
+    failed = sum(s.failed for s in results)
+    if failed:
+        print(f"\n{failed} configs did not compile for {census.device.name}")
+    return 1 if failed else 0
 
 
 def cmd_export(args) -> int:

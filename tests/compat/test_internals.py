@@ -115,3 +115,36 @@ def test_an_unverified_triton_takes_the_public_launch_path(monkeypatch):
     monkeypatch.setattr(tc, "FAST_LAUNCH", set())
     assert not tc.fast_launch_supported()
     assert tc.compiled_launcher(object()) is None
+
+
+def test_a_compiled_kernel_carries_what_the_census_reads():
+    """warmup returns the CompiledKernel (kit.launcher keeps it); its ``asm`` holds the AMD stages amdgcn + hsaco and
+    the NVIDIA ones ptx + cubin; its metadata is a namedtuple; the wheel bundles cuobjdump. The real compiles:
+    tests/backends/test_census_compile.py."""
+    from triton.backends.amd.compiler import HIPBackend
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.compiler.compiler import CompiledKernel
+    from triton.runtime.jit import JITFunction
+
+    run = inspect.getsource(JITFunction.run)
+    assert "if not warmup:" in run and re.search(r"\n\s+return kernel\n", run)
+    init = inspect.getsource(CompiledKernel.__init__)
+    assert "self.asm =" in init and "self.metadata =" in init
+    stages = {}
+    for backend, target in ((HIPBackend, ("hip", "gfx942", 64)), (CUDABackend, ("cuda", 90, 32))):
+        b = backend(tc.gpu_target(*target))
+        b.add_stages(stages, b.parse_options({}), None)
+    assert {"amdgcn", "hsaco", "ptx", "cubin"} <= set(stages)
+    tool = tc.nvidia_tool("cuobjdump")
+    assert tool and os.access(tool, os.X_OK)
+
+
+def test_the_census_accessors_degrade_on_what_is_not_a_compiled_kernel():
+    from collections import namedtuple
+
+    md = namedtuple("md", "name num_warps shared")("k", 4, 1024)
+    fake = type("K", (), {"asm": {"hsaco": b"\x7fELF", "amdgcn": "s_endpgm"}, "metadata": md})()
+    assert tc.compiled_binary(fake) == b"\x7fELF" and tc.compiled_text(fake, "amdgcn") == "s_endpgm"
+    assert tc.compiled_metadata(fake) == {"name": "k", "num_warps": 4, "shared": 1024}
+    assert tc.compiled_binary(object()) is None and tc.compiled_text(object(), "ptx") == ""
+    assert tc.compiled_metadata(object()) == {}

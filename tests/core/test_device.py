@@ -1,9 +1,18 @@
 """Device identification, with the HIP branch driven by simulated properties (we have no AMD GPU)."""
-from flytune_nb.core.config import Config
+import os
+import subprocess
+import sys
+
+import pytest
+
+from flytune_nb.core import device as device_mod
 from flytune_nb.core.device import from_properties, interpreter_device, normalise_name
 from flytune_nb.core.registry import get_kernel
+from flytune_nb.core.targets import TARGETS
+from flytune_nb.errors import RunError, UsageError
 from tests.conftest import H200_PROPS as H200
 from tests.conftest import MI300X_PROPS as MI300X
+from tests.conftest import REPO
 
 
 def test_cuda_properties():
@@ -47,3 +56,43 @@ def test_hip_space_has_amd_knobs_and_cuda_space_has_none():
     assert d_cuda in cuda_space and d_cuda.get("BLOCK_N") == 4096 and not d_cuda.hip_only
     # 64 lanes per wave: the same 32 bytes per thread needs half as many waves.
     assert d_hip.num_warps * 2 == d_cuda.num_warps
+
+
+
+# -- compiling for a GPU this process does not have ------------------------------------------------------------------
+def test_in_compile_mode_current_device_answers_the_target(monkeypatch):
+    target = TARGETS["mi300x"].device()
+    monkeypatch.setattr(device_mod, "_COMPILING_FOR", [target])
+    assert device_mod.current_device() is target and device_mod.compiling_for() is target
+    with pytest.raises(RunError, match="one target per process|process of its own"):
+        device_mod.enter_compile_mode(TARGETS["mi355x"].device())
+    device_mod.enter_compile_mode(target)  # the same target again: nothing to do
+
+
+def test_compile_mode_is_refused_where_triton_already_runs_its_interpreter():
+    """This test process imported Triton with TRITON_INTERPRET=1 (conftest): its kernels could never compile."""
+    assert device_mod.interpreting() and "triton.language" in sys.modules
+    with pytest.raises(RunError, match="fresh process"):
+        device_mod.enter_compile_mode(TARGETS["mi300x"].device())
+    with pytest.raises(UsageError):
+        device_mod.enter_compile_mode(device_mod.interpreter_device())
+    assert device_mod.compiling_for() is None
+
+
+def test_a_fresh_process_compiles_for_the_target_even_with_the_interpreter_asked_for():
+    """No GPU here and TRITON_INTERPRET=1 in the environment: ensure_backend used to leave the kernels interpreted
+    (and set TRITON_INTERPRET=1 over "0"). In compile mode the kernel folders' @triton.jit functions are real
+    JITFunctions and the launchers see the target."""
+    code = (
+        "from flytune_nb.core.device import enter_compile_mode, current_device, interpreting\n"
+        "from flytune_nb.core.targets import TARGETS\n"
+        "enter_compile_mode(TARGETS['mi300x'].device())\n"
+        "from flytune_nb.core.registry import get_kernel\n"
+        "import sys\n"
+        "spec = get_kernel('matmul')\n"
+        "mod = sys.modules[spec.run.__module__ + '.kernel']\n"
+        "print(type(mod.matmul_kernel).__name__, current_device().name, interpreting())\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": REPO}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["JITFunction", "AMD_Instinct_MI300X", "False"]

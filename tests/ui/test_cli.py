@@ -165,3 +165,35 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     assert main(["export", "--db", str(tmp_path / "missing.db")]) == 2
 
 
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["census", "rmsnorm", "--target", "mi300"], "unknown target 'mi300'"),
+    (["census", "rmsnorm", "--grid", "M=4 N=256"], "no GPU here .* name a target"),
+    (["census", "rmsnorm", "--target", "mi300x", "--config", "BLOCK_N"], "expected NAME=INT"),
+    (["census"], "name a kernel"),
+    (["sweep", "rmsnorm", "--grid", "M=4 N=256", "--prune-census", "--no-isolate"], "needs a target"),
+])
+def test_census_user_errors_are_one_line_and_exit_2(argv, msg, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("flytune: error:")
+    assert __import__("re").search(msg, err), err
+
+
+def test_cli_census_prints_the_summary_and_stores_the_rows(capsys, tmp_path):
+    csv = tmp_path / "rows.csv"
+    rc = main(["census", "rmsnorm", "--grid", "M=4 N=1024", "--target", "mi300x", "--db", str(tmp_path / "c.db"),
+               "-j", "1", "--quiet", "--csv", str(csv)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "rmsnorm M=4 N=1024 bf16 on AMD_Instinct_MI300X (gfx942)" in out and "0 failed" in out
+    for part in ("distinct binaries:", "spill to scratch: 0", "occupancy ", "waves/SIMD", "heuristic default"):
+        assert part in out, part
+    from flytune_nb.measure.census import census_frame
+
+    df = census_frame(tmp_path / "c.db", "rmsnorm", device="mi300x")
+    assert len(df) == len(csv.read_text().splitlines()) - 1 > 0 and (df["status"] == "ok").all()
+    assert main(["census", "--list-targets"]) == 0
+    listing = capsys.readouterr().out
+    assert "AMD_Instinct_MI355X" in listing and "gfx950" in listing and "160 KiB" in listing

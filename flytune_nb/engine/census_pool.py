@@ -1,0 +1,393 @@
+"""Run a compile census: processes that compile for one GPU (named, or the one being swept) without touching it,
+rows stored beside the trials, and the sweep's census-driven pruning.
+
+- One target per process (Triton's JIT keeps one target per device index): every process of a pool compiles for the
+  same target; ``jobs`` processes compile in parallel (compiling is one busy core per process: on a 2-core machine
+  two processes ran 3.6 configs/s of matmul for gfx942 against 3.0 for one when both cores were free, and were
+  slower when another job held a core).
+- A named target compiles into its own Triton cache (``census_cache_dir``: ``<root>/<backend>-<arch>``), so the local
+  GPU's cache (~/.triton/cache or TRITON_CACHE_DIR) is never written; a census of the GPU being swept shares that
+  GPU's cache on purpose: what it compiles is what the timing worker then loads.
+- Resumable like a sweep: rows are committed one by one under the target's tuning key, and a config already in the
+  store is not compiled again. Re-compiling is cheap anyway once Triton's cache has it (~20 ms a config).
+- A compile that hangs or takes its process down is that config's row (timeout / crashed); the process is replaced.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Iterable
+
+import flytune_nb
+from flytune_nb.core.config import Config
+from flytune_nb.core.device import DeviceInfo
+from flytune_nb.engine.census_worker import DEVICE_ENV
+from flytune_nb.errors import RunError, UsageError
+from flytune_nb.measure.census import CensusRow, CensusSummary, prune, summarise
+
+CACHE_ENV = "FLYTUNE_CENSUS_CACHE"
+STARTUP_S = 300.0  # a fresh process imports torch and Triton: 3-5 s here, much longer on a loaded machine
+COPRIME = 2 * 3 * 5 * 7  # knob periods of the spaces' product orders (2 waves_per_eu, 2 nonkdim, 3-5 warps ...)
+
+
+def census_cache_dir(device: DeviceInfo) -> Path:
+    """Triton's cache for a named target: ``$FLYTUNE_CENSUS_CACHE/<backend>-<arch>`` (default root
+    ``$XDG_CACHE_HOME/flytune_census``). One per arch: an MI300X and an MI325X build the same gfx942 binaries."""
+    root = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"),
+                                              "flytune_census")
+    return Path(root) / f"{device.backend}-{device.arch}"
+
+
+def spread(configs: list, every: int = 1, sample: int | None = None) -> list:
+    """Every ``every``-th config, or about ``sample`` configs spread over the whole list with a stride coprime to 2,
+    3, 5 and 7: a space listed as a product (tile x warps x waves_per_eu x nonkdim) repeats each knob with a small
+    period, and a stride sharing a factor with one would only ever pick one of its values (every 4th config of the
+    MI300X matmul space has one (nonkdim, waves_per_eu) pair)."""
+    if sample is not None:
+        every = max(1, -(-len(configs) // max(1, sample)))
+        while every > 1 and math.gcd(every, COPRIME) != 1:
+            every += 1
+    return list(configs[::max(1, every)])
+
+
+class _Process:
+    """One census process and the thread that reads its replies."""
+
+    def __init__(self, env: dict) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "flytune_nb.engine.census_worker"], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     bufsize=1)
+        self.replies: queue.Queue = queue.Queue()
+        self.stderr: collections.deque = collections.deque(maxlen=40)
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.replies.put), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr.append), daemon=True).start()
+        self.ready = False
+
+    @staticmethod
+    def _read(stream, put) -> None:
+        for line in stream:
+            put(line.rstrip("\n"))
+        put(None)  # end of stream: the process exited
+
+    def _reply(self, timeout: float) -> dict:
+        try:
+            line = self.replies.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise TimeoutError from None
+        if line is None:
+            self.proc.wait()
+            tail = [s for s in self.stderr if s.strip()]
+            raise ChildProcessError(f"exit {self.proc.returncode}" + (f": {tail[-1].strip()}" if tail else ""))
+        return json.loads(line)
+
+    def start(self) -> None:
+        if not self.ready:
+            try:
+                hello = self._reply(STARTUP_S)
+            except (TimeoutError, ChildProcessError) as e:
+                raise RunError(f"a census process did not start ({type(e).__name__}: {e})") from None
+            if "fatal" in hello:
+                raise RunError(f"a census process did not start: {hello['fatal']}")
+            self.ready = True
+
+    def call(self, req: dict, timeout: float) -> dict:
+        self.start()
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return self._reply(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+
+
+class CensusPool:
+    """``jobs`` processes compiling for ``device``; ``cache_dir``: their TRITON_CACHE_DIR (None: the caller's)."""
+
+    def __init__(self, device: DeviceInfo, *, jobs: int | None = None, cache_dir: str | Path | None = None,
+                 paths: Iterable[str] = (), timeout: float = 300.0) -> None:
+        if not device.is_gpu:
+            raise UsageError(f"a census compiles for a GPU; {device.label} is none (name a target: mi300x, h200, ...)")
+        self.device, self.paths, self.timeout = device, tuple(str(p) for p in paths), float(timeout)
+        # ~0.6 GB each (torch + Triton + a compile): up to 16 by default, as the precompile pool
+        self.jobs = max(1, jobs or min(16, os.cpu_count() or 1))
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        # The workers import this very flytune_nb (a checkout run with PYTHONPATH, an editable install, a wheel).
+        root = str(Path(flytune_nb.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env[DEVICE_ENV] = json.dumps(asdict(device))
+        # A census process has no GPU of its own: it never initialises one beside a timing worker.
+        env.update(CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", PYTORCH_NVML_BASED_CUDA_CHECK="1")
+        if cache_dir is not None:
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+            env["TRITON_CACHE_DIR"] = str(cache_dir)
+        self._env = env
+        self._procs: list[_Process | None] = [None] * self.jobs
+        self._lock = threading.Lock()
+
+    def _proc(self, i: int) -> _Process:
+        with self._lock:
+            if self._procs[i] is None or self._procs[i].proc.poll() is not None:
+                self._procs[i] = _Process(self._env)
+            return self._procs[i]
+
+    def start(self) -> None:
+        """Start every process now (their imports overlap whatever the caller does next)."""
+        for i in range(self.jobs):
+            self._proc(i)
+
+    def plan(self, kernel: str, shape: dict, dtype: str) -> dict:
+        """The target's tuning key, space and heuristic default for one shape (computed in a census process: the
+        space depends on the target's DeviceInfo, the key on the codegen environment there)."""
+        try:
+            reply = self._proc(0).call({"op": "plan", "kernel": kernel, "paths": self.paths, "shape": shape,
+                                        "dtype": dtype}, max(self.timeout, STARTUP_S))
+        except (TimeoutError, ChildProcessError) as e:
+            raise RunError(f"census of {kernel} {shape}: cannot plan the shape ({type(e).__name__}: {e})") from None
+        if "error" in reply:
+            raise (UsageError if reply.get("usage") else RunError)(f"{kernel}: {reply['error']}")
+        return reply
+
+    def compile(self, kernel: str, shape: dict, dtype: str, configs: list[dict],
+                done: Callable[[dict, dict], None]) -> None:
+        """Compile ``configs`` over the processes; ``done(config, record)`` as each finishes (in a pool thread)."""
+        todo: queue.Queue = queue.Queue()
+        for c in configs:
+            todo.put(c)
+        errors: list = []
+
+        def drain(i: int) -> None:
+            while not errors:
+                try:
+                    config = todo.get_nowait()
+                except queue.Empty:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    rec = self._proc(i).call({"op": "compile", "kernel": kernel, "paths": self.paths,
+                                              "shape": shape, "dtype": dtype, "config": config}, self.timeout)
+                except TimeoutError:
+                    rec = {"status": "timeout", "error": f"no result after {self.timeout:.0f} s"}
+                except ChildProcessError as e:
+                    rec = {"status": "crashed", "error": f"the compiler's process died ({e})"}
+                except RunError as e:
+                    errors.append(e)
+                    return
+                if "error" in rec and "status" not in rec:  # the request itself failed: not this config's
+                    errors.append((UsageError if rec.get("usage") else RunError)(f"{kernel}: {rec['error']}"))
+                    return
+                rec.setdefault("compile_s", time.perf_counter() - t0)
+                try:
+                    done(config, rec)
+                except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                    errors.append(e)
+                    return
+
+        threads = [threading.Thread(target=drain, args=(i,), daemon=True)
+                   for i in range(min(self.jobs, max(1, len(configs))))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # interruptible (Ctrl-C)
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        for p in self._procs:
+            if p is not None:
+                p.close()
+        self._procs = [None] * self.jobs
+
+
+def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store=None,
+                configs: Iterable[Config] | None = None, every: int = 1, sample: int | None = None,
+                limit: int | None = None, progress: Callable | None = None) -> CensusSummary:
+    """One shape's census on ``pool``'s target: the space (or ``configs``), spread by ``every`` / ``sample`` and cut
+    to ``limit``, always with the heuristic default; rows already in ``store`` are reused, new ones committed one by
+    one. ``progress(done, total)`` after each config."""
+    plan = pool.plan(kernel, shape, dtype)
+    default = Config.from_dict(plan["default"])
+    chosen = list(configs) if configs is not None else [Config.from_dict(c) for c in plan["space"]]
+    chosen = spread(chosen, every, sample)[:limit]
+    chosen = list(dict.fromkeys([default] + chosen))
+    stored = store.census_for(plan["key"]) if store is not None else {}
+    rows: dict = {c: stored[c] for c in chosen if c in stored and stored[c].status == "ok"}
+    todo = [c for c in chosen if c not in rows]
+    device = plan["device"]
+    lock = threading.Lock()
+
+    def done(config: dict, rec: dict) -> None:
+        cfg = Config.from_dict(config)
+        row = CensusRow(kernel, dict(shape), dtype, device["name"], device["arch"], device["backend"], cfg,
+                        rec["status"], rec.get("error", ""), float(rec.get("compile_s", math.nan)), rec.get("binary"),
+                        tuple(rec.get("kernels", ())), cfg == default, plan["occupancy_unit"])
+        with lock:
+            rows[cfg] = row
+            if store is not None:
+                store.add_census(row, key=plan["key"], toolchain=plan["toolchain"], source=plan["source"])
+            if progress is not None:
+                progress(len(rows), len(chosen))
+
+    t0 = time.perf_counter()
+    pool.compile(kernel, shape, dtype, [c.to_dict() for c in todo], done)
+    return summarise([rows[c] for c in chosen], wall_s=time.perf_counter() - t0, stored=len(chosen) - len(todo),
+                     key=plan["key"])
+
+
+def resolve_target(target) -> tuple[DeviceInfo, Path | None]:
+    """(DeviceInfo, Triton cache dir) for ``target``: a name (mi300x, h200, ... : its own cache), a DeviceInfo (as
+    given, e.g. the GPU being swept: the caller's cache), or None (this machine's GPU, its cache)."""
+    from flytune_nb.core.targets import get_target
+
+    if isinstance(target, DeviceInfo):
+        return target, None
+    if target is None:
+        from flytune_nb.core.device import current_device
+
+        dev = current_device()
+        if not dev.is_gpu:
+            from flytune_nb.core.targets import TARGETS
+
+            raise UsageError(f"no GPU here to take a census of; name a target ({', '.join(TARGETS)})")
+        return dev, None
+    dev = get_target(str(target)).device()
+    return dev, census_cache_dir(dev)
+
+
+class Census:
+    """``Census("matmul", "M=4096 N=4096 K=4096", target="mi300x", db="runs.db").run()``: every config of each
+    shape's space compiled for the target, a CensusSummary per (shape, dtype), rows in the store's census table."""
+
+    def __init__(self, kernel: str, grid=None, dtypes: Iterable[str] = ("bf16",), *, target=None, db=None,
+                 paths: Iterable[str] = (), jobs: int | None = None, every: int = 1, sample: int | None = None,
+                 limit: int | None = None, configs: Iterable[Config] | None = None, timeout: float = 300.0,
+                 progress: Callable | None = None) -> None:
+        from flytune_nb.core.dtypes import parse_list
+        from flytune_nb.core.registry import get_kernel
+        from flytune_nb.core.shapes import parse_grid
+
+        self.paths = tuple(str(p) for p in paths)
+        self.spec = get_kernel(kernel, list(self.paths))
+        if grid is None:
+            self.shapes = [self.spec.example()]
+        else:
+            self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
+        self.shapes = [self.spec.check_shape(s) for s in self.shapes]
+        self.dtypes = [self.spec.check_dtype(d) for d in parse_list(dtypes or ())]
+        if not self.shapes or not self.dtypes:
+            raise UsageError("a census needs at least one shape and one dtype")
+        for name, v in (("every", every), ("sample", sample), ("limit", limit), ("jobs", jobs)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise UsageError(f"{name} must be an integer >= 1, got {v!r}")
+        self.device, self.cache_dir = resolve_target(target)
+        self.db, self.jobs, self.every, self.sample, self.limit = db, jobs, every, sample, limit
+        self.configs = None if configs is None else list(configs)
+        self.timeout, self.progress = timeout, progress
+        self.results: list[CensusSummary] = []
+
+    def run(self) -> list[CensusSummary]:
+        from flytune_nb.engine.store import Store
+
+        store = self.db if isinstance(self.db, Store) else Store(self.db) if self.db is not None else None
+        pool = CensusPool(self.device, jobs=self.jobs, cache_dir=self.cache_dir, paths=self.paths,
+                          timeout=self.timeout)
+        try:
+            pool.start()
+            self.results = []
+            for dtype in self.dtypes:
+                for shape in self.shapes:
+                    progress = None if self.progress is None else (
+                        lambda d, t, s=shape, dt=dtype: self.progress(s, dt, d, t))
+                    self.results.append(take_census(pool, self.spec.name, shape, dtype, store=store,
+                                                    configs=self.configs, every=self.every, sample=self.sample,
+                                                    limit=self.limit, progress=progress))
+            return self.results
+        finally:
+            pool.close()
+            if store is not None and store is not self.db:
+                store.close()
+
+
+class CensusPruner:
+    """A sweep's census-driven pruning (``Sweep(prune="census")``): before a shape is timed, its candidates are
+    compiled for ``target`` (None: the GPU being swept, sharing its Triton cache, so the compiles also serve the
+    timing worker) and those that spill to scratch or duplicate another config's binary are left out
+    (flytune_nb.measure.census.prune). What was left out, per shape, is in ``dropped``."""
+
+    def __init__(self, target: str | None = None, *, paths: Iterable[str] = (), jobs: int | None = None) -> None:
+        if target is not None:
+            from flytune_nb.core.targets import get_target
+
+            get_target(target)  # an unknown name fails here, before the sweep writes anything
+        self.target, self.paths, self.jobs = target, tuple(paths), jobs
+        self._pool: CensusPool | None = None
+        self.dropped: dict[tuple, dict] = {}
+        self.summaries: dict[tuple, CensusSummary] = {}
+
+    @classmethod
+    def from_option(cls, prune, *, paths=()) -> "CensusPruner | None":
+        """``prune``: None / False (no pruning), "census" (the GPU being swept), "census:<target>", or a pruner."""
+        if prune in (None, False):
+            return None
+        if isinstance(prune, CensusPruner):
+            return prune
+        text = str(prune)
+        kind, _, target = text.partition(":")
+        if kind != "census":
+            raise UsageError(f"unknown prune option {text!r}; use 'census' or 'census:<target>' (e.g. census:mi300x)")
+        return cls(target.strip() or None, paths=paths)
+
+    def check(self, device: dict) -> None:
+        """Refuse before anything is measured when there is nothing to compile for (the interpreter's kernels build
+        no binaries, so on the CPU path a named target decides); otherwise start the census processes, whose imports
+        then overlap the sweep's own start."""
+        if self.target is None and not DeviceInfo(**device).is_gpu:
+            from flytune_nb.core.targets import TARGETS
+
+            raise UsageError(f"census pruning on {device['name']} needs a target to compile for "
+                             f"(prune='census:<target>', one of {', '.join(TARGETS)})")
+        self._start(device)
+
+    def _start(self, device: dict) -> CensusPool:
+        if self._pool is None:
+            target = self.target if self.target is not None else DeviceInfo(**device)
+            dev, cache = resolve_target(target)
+            jobs = self.jobs or max(1, min(16, (os.cpu_count() or 2) - 1))  # a core for the timing worker
+            self._pool = CensusPool(dev, jobs=jobs, cache_dir=cache, paths=self.paths)
+            self._pool.start()
+        return self._pool
+
+    def __call__(self, kernel: str, shape: dict, dtype: str, space: list, default: Config, device: dict,
+                 store=None) -> list:
+        self._start(device)
+        summary = take_census(self._pool, kernel, shape, dtype, store=store, configs=space)
+        rows = {r.config: r for r in summary.rows}
+        dropped = prune(space, rows, default)
+        key = (kernel, json.dumps(shape), dtype)
+        self.dropped[key], self.summaries[key] = dropped, summary
+        return [c for c in space if c not in dropped]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None

@@ -1,0 +1,119 @@
+"""The census processes: resumable runs into the store, a config that hangs or kills its compiler is its own row,
+and a sweep's census-driven pruning on the CPU path (compiled for a named GPU)."""
+import textwrap
+
+import pytest
+
+from flytune_nb.core.config import Config
+from flytune_nb.core.targets import TARGETS
+from flytune_nb.engine.census_pool import Census, CensusPool, spread, take_census
+from flytune_nb.engine.store import Store
+from flytune_nb.engine.sweep import Sweep
+from flytune_nb.errors import UsageError
+
+
+def test_spread_strides_are_coprime_to_the_knob_periods():
+    space = list(range(2044))
+    picked = spread(space, sample=60)
+    stride = picked[1] - picked[0]
+    assert all(stride % p for p in (2, 3, 5, 7)) and 55 <= len(picked) <= 62
+    assert {x % 4 for x in picked} == {0, 1, 2, 3}  # every (nonkdim, waves_per_eu) pair of a 2x2-period space
+    assert spread(space, every=5) == space[::5] and spread([1, 2], sample=10) == [1, 2]
+
+
+def test_a_census_is_stored_beside_the_trials_and_a_rerun_compiles_nothing(tmp_path):
+    db = tmp_path / "c.db"
+    first, = Census("rmsnorm", "M=4 N=2048", ["bf16"], target="h200", db=db, jobs=1).run()
+    assert first.compiled == first.configs > 0 and first.stored == 0 and first.default is not None
+    # looped BLOCK_N with num_stages 1 and 2: the same binary, found as such
+    assert first.duplicates > 0 and all(
+        {c.num_stages for c in g} == {1, 2} and len({c.num_warps for c in g}) == 1 for g in first.duplicate_groups)
+    again, = Census("rmsnorm", "M=4 N=2048", ["bf16"], target="h200", db=db, jobs=1).run()
+    assert again.stored == again.configs == first.configs
+    assert [(r.config, r.binary, r.registers) for r in again.rows] == [(r.config, r.binary, r.registers)
+                                                                      for r in first.rows]
+    store = Store(db, readonly=True)
+    assert store.count("census") == first.configs and set(store.frame(table="census")["key"]) == {first.key}
+    store.close()
+
+
+@pytest.fixture
+def flaky_plugin(tmp_path):
+    """A kernel whose `run` compiles nothing for MODE=0, kills its process for MODE=1 and hangs for MODE=2."""
+    folder = tmp_path / "plugins" / "flaky"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(textwrap.dedent('''
+        import os, time
+        import torch
+        from flytune_nb.core.config import Config
+        from flytune_nb.core.spec import KernelSpec
+
+        def run(inputs, config):
+            if config["MODE"] == 1:
+                os._exit(3)
+            if config["MODE"] == 2:
+                time.sleep(600)
+            return inputs["x"]
+
+        SPEC = KernelSpec(
+            name="flaky", axes=("N",), batch_axis="N", dtypes=("fp32",),
+            make_inputs=lambda s, d, dev: {"x": torch.empty(s["N"], device=dev.torch_device)},
+            run=run, reference=lambda i: i["x"],
+            configs=lambda s, d, dev: [Config({"MODE": m}) for m in (0, 1, 2, 0)],
+            default=lambda s, d, dev: Config({"MODE": 0}), shape_of=lambda i: {"N": i["x"].shape[0]})
+    '''))
+    for part in ("kernel.py", "configs.py", "heuristic.py", "reference.py"):
+        (folder / part).write_text("")
+    return folder.parent
+
+
+def test_a_config_that_kills_or_hangs_its_compiler_is_its_own_row(flaky_plugin):
+    pool = CensusPool(TARGETS["mi300x"].device(), jobs=1, paths=[flaky_plugin], timeout=10)
+    try:
+        s = take_census(pool, "flaky", {"N": 8}, "fp32")
+    finally:
+        pool.close()
+    status = {r.config["MODE"]: r for r in s.rows}
+    assert status[0].status == "ok" and status[0].binary is None  # compiled nothing: no binary to compare
+    assert status[1].status == "crashed" and "exit 3" in status[1].error
+    assert status[2].status == "timeout" and "10 s" in status[2].error
+    assert s.configs == 3 and s.compiled == 1
+
+
+def test_a_bad_target_or_kernel_is_one_line_before_anything_starts(tmp_path):
+    with pytest.raises(UsageError, match="unknown target"):
+        Census("rmsnorm", "M=4 N=256", target="mi301x")
+    with pytest.raises(UsageError, match="unknown kernel"):
+        Census("rmsnorm2", "M=4 N=256", target="mi300x")
+    with pytest.raises(UsageError, match="no GPU here"):
+        Census("rmsnorm", "M=4 N=256")  # no target, and this machine has no GPU
+    with pytest.raises(UsageError, match="prune option"):
+        Sweep("rmsnorm", "M=4 N=256", ["fp32"], isolate=False, prune="fastest")
+
+
+def test_census_pruning_on_the_cpu_path_times_one_config_per_binary(tmp_path):
+    """The interpreter builds no binaries, so a named target decides: rmsnorm's looped num_stages 1 and 2 build the
+    same H200 binary, and only one of each pair is timed; the rows are in the store, keyed for the H200."""
+    db = tmp_path / "s.db"
+    full = Sweep("rmsnorm", "M=4 N=2048", ["fp32"], db=tmp_path / "full.db", isolate=False, baselines=()).run()[0]
+    sw = Sweep("rmsnorm", "M=4 N=2048", ["fp32"], db=db, isolate=False, baselines=(), prune="census:h200")
+    pruned = sw.run()[0]
+    (dropped,) = sw.prune.dropped.values()
+    timed = {t.config for t in pruned.trials}
+    assert dropped and timed == {t.config for t in full.trials} - set(dropped)
+    assert all(why.startswith("same binary as") for why in dropped.values())
+    for c, why in dropped.items():  # its twin (the other num_stages) was timed
+        twin = Config.parse(why.removeprefix("same binary as "))
+        assert twin in timed and twin.replace(num_stages=c.num_stages) == c
+    assert pruned.best is not None and pruned.default in timed
+    census = Store(db, readonly=True).frame(table="census")
+    assert set(census["device"]) == {"NVIDIA_H200"} and len(census) >= len(timed)
+
+
+def test_census_pruning_without_a_gpu_or_a_target_is_refused_before_anything_is_measured(tmp_path):
+    db = tmp_path / "s.db"
+    with pytest.raises(UsageError, match="needs a target"):
+        Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(), prune="census").run()
+    store = Store(db)
+    assert store.count("trials") == 0 and store.count("census") == 0
+    store.close()
