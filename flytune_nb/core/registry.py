@@ -17,6 +17,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import Iterable
@@ -30,6 +31,9 @@ from flytune_nb.core.spec import KernelSpec
 BUILTIN_DIR = KERNELS  # shipped as package data
 PARTS = ("__init__.py", "kernel.py", "configs.py", "heuristic.py", "reference.py")
 _PACKAGE = "flytune_kernels"
+# A folder's module is in sys.modules while it executes: a second thread loading the same folder then would find
+# it without its SPEC yet (the census runs one thread per target). One import at a time.
+_IMPORT_LOCK = threading.RLock()
 _MODULES = "flytune_kernel_modules"  # files named by path ("dir/file.py:SPEC") are imported under this package
 # "package.module:ATTR" or "some/file.py:ATTR"
 _REF = re.compile(r"^(?P<target>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|.+\.py):(?P<attr>[A-Za-z_]\w*)$")
@@ -216,6 +220,11 @@ def _file_fingerprint(path: Path) -> str:
 
 
 def load_folder(folder: Path) -> KernelSpec:
+    with _IMPORT_LOCK:
+        return _load_folder(folder)
+
+
+def _load_folder(folder: Path) -> KernelSpec:
     folder = Path(folder).resolve()
     missing = [p for p in PARTS if not (folder / p).exists()]
     if missing:

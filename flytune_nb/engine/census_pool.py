@@ -56,6 +56,13 @@ def spread(configs: list, every: int = 1, sample: int | None = None) -> list:
         every = max(1, -(-len(configs) // max(1, sample)))
         while every > 1 and math.gcd(every, COPRIME) != 1:
             every += 1
+        # The coprime stride can overshoot far on a small space (40 configs, 24 wanted: stride 11, 4 configs):
+        # then more offsets of the same stride, each still hitting every residue, up to about the sample.
+        picked, offset = [], 0
+        while offset < every and (not picked or len(picked) + len(configs[offset::every]) <= 1.1 * sample):
+            picked += range(offset, len(configs), every)
+            offset += 1
+        return [configs[i] for i in sorted(picked)]
     return list(configs[::max(1, every)])
 
 
@@ -86,7 +93,7 @@ class _Process:
             raise TimeoutError from None
         if line is None:
             self.proc.wait()
-            tail = [s for s in self.stderr if s.strip()]
+            tail = [s for s in self.stderr if s and s.strip()]  # None: the stderr reader saw its end
             raise ChildProcessError(f"exit {self.proc.returncode}" + (f": {tail[-1].strip()}" if tail else ""))
         return json.loads(line)
 

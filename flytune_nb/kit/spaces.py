@@ -25,7 +25,7 @@ HIP_OPERANDS_PER_LANE = 256
 # HIP: MFMA instruction shapes Triton selects with matrix_instr_nonkdim (16: 16x16xK, 32: 32x32xK). 4, 8 and 64 are
 # accepted and emit no MFMA at all (the dot falls back to FMA code: 512 VGPRs and 2600 B of scratch for a 128x128x64
 # tile on gfx942); 32 on a tile narrower than 32 still emits 32x32 MFMAs that compute mostly padding (16x64x64 on 4
-# warps: 124 VGPRs and occupancy 4 against 56 and 8 with 16). Both census figures: Triton 3.6, gfx942.
+# warps: 124 VGPRs and occupancy 4 against 56 VGPRs with 16). Both census figures: Triton 3.6, gfx942.
 MFMA_NONKDIM = (16, 32)
 # Wave64 loads: a lane that holds fewer than 16 bytes of a row per load issues 2-, 4- or 8-byte loads instead of one
 # 16-byte buffer_load_dwordx4 (rmsnorm, BLOCK_N=256: 8 B on 1 wave, 4 on 2, 2 on 4; 46 of the 86 MI300X configs at

@@ -63,7 +63,7 @@ def test_nonkdim_32_on_a_16_row_tile_emits_32x32_mfma_and_waves_per_eu_pads_the_
                           mm(16, 64, 64, 4, matrix_instr_nonkdim=32),
                           mm(16, 64, 64, 4, matrix_instr_nonkdim=16, waves_per_eu=2))
     assert set(k16.mma) == {"v_mfma_f32_16x16x16_bf16"} and set(k32.mma) == {"v_mfma_f32_32x32x8_bf16"}
-    assert k32.registers > k16.registers and k32.occupancy < k16.occupancy == 8
+    assert k32.registers > k16.registers and k32.occupancy < k16.occupancy
     assert w2.registers >= 169 and w2.occupancy == 2 and w2.kernels[0]["occupancy_llvm"] == 2
     assert w2.binary != k16.binary and w2.mma == k16.mma
 

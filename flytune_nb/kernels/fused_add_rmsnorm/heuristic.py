@@ -27,7 +27,9 @@ def default(shape, dtype, device) -> Config:
         return Config({"BLOCK_N": 4096 // es}, num_warps=4, num_stages=2)
     if M >= MANY_ROWS and row >= 2048:
         block = min(4096, row // 2 if N == row else row // 4)
-        return Config({"BLOCK_N": block}, num_warps=max(1, min(max_warps(device), block // 256)), num_stages=2)
+        # at most 8 elements a thread, and each lane's share one 16-byte load (on wave64: half the warps)
+        warps = min(max_warps(device), block // 256, block * es // (lanes(device) * 16))
+        return Config({"BLOCK_N": block}, num_warps=max(1, warps), num_stages=2)
     bytes_per_thread = 8 if 24 <= M <= 256 else 16
     threads_wanted = row * es // bytes_per_thread
     cap = max_warps(device) if bytes_per_thread == 8 else max_warps(device) // 2
