@@ -57,7 +57,8 @@ class Sweep:
                  timeout: float = 120.0, isolate: bool = True, precompile: bool | None = None,
                  baselines: Iterable[str] | None = None, gpus: Iterable[int] | None = None, ray: str | None = None,
                  timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0,
-                 retry_failed: bool = False, configs: Iterable[Config] | None = None) -> None:
+                 retry_failed: bool = False, configs: Iterable[Config] | None = None,
+                 remeasure: Iterable[Config] = ()) -> None:
         self.paths = tuple(str(p) for p in paths)
         self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
         if not isinstance(kernel, str):
@@ -107,6 +108,9 @@ class Sweep:
         # picks this way); each must name exactly the knobs the kernel's configs have.
         # an optional knob written at its default (TMA=0) is the config without it: one name, timed once
         self.configs = None if configs is None else list(dict.fromkeys(map(self.spec.canonical, configs)))
+        # measured again even when stored (the stored row is replaced): the workbench times an edited heuristic's
+        # new picks beside fresh timings of the default and the best, never against minutes-old ones
+        self.remeasure = set(map(self.spec.canonical, remeasure))
         self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
         self.gpus = list(gpus) if gpus is not None else None
         self.timer = dict(timer or {})
@@ -268,6 +272,8 @@ class Sweep:
         stored = self.store.trials_for(key)
         if self.retry_failed:
             stored = {k: t for k, t in stored.items() if t.ok}
+        if self.remeasure:
+            stored = {k: t for k, t in stored.items() if k[0] not in self.remeasure}
         named = {label: Config.from_dict(c) for label, c in plan.get("named", {}).items()}
         result = SearchResult(spec.name, shape, dtype, device, default, named=named)
         total = planned(space, default, self.budget, named.values())
