@@ -124,7 +124,12 @@ class GridEditor(W.VBox):
                                      description=a, continuous_update=False) for a in spec.axes}
         for box in self.axis_boxes.values():
             box.observe(self._axis_edited, "value")
+        old = list(self.rows.children)
         self.rows.children = list(self.axis_boxes.values())
+        for box in old:  # the previous kernel's axes: their front-end models are freed
+            box.layout.close()
+            box.style.close()
+            box.close()
         self.dtypes.options = list(spec.dtypes)
         wanted = [str(d) for d in (parse_list(dtypes) if dtypes else (self.dtypes.value or spec.dtypes[:1]))]
 

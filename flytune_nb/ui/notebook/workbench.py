@@ -104,8 +104,11 @@ class Workbench(W.VBox):
             self.live.on_new_shape = v["explorer"].add_shape
             for label in list(self.live.entries):
                 v["explorer"].add_shape(label)
+            placeholders = list(self.tabs.children)
             self.tabs.children = [v[k] for k in ("overview", "explorer", "table", "compare", "editor", "runs",
                                                  "exporter")]
+            for w in placeholders:
+                _close_tree(w)
         finally:
             self.views_ready.set()
         self.refresh_views()
@@ -350,8 +353,6 @@ class Workbench(W.VBox):
         self.live.on_change = self.live.on_new_shape = None
         self.views_ready.wait(30)
         _close_tree(self)
-        for view in self._views.values():
-            _close_tree(view)
 
     def show(self):
         display(self)
@@ -365,25 +366,32 @@ def _stem(db: str) -> str:
 
 
 def _widgets_under(root) -> list:
-    """``root`` and every widget under it: children, tab pages, and widgets held as attributes (a FigureSlot's
-    FigureWidget, a view's controls)."""
+    """``root`` and every widget under it: children, tab pages, each widget's Layout and Style models, and widgets
+    held as attributes (a FigureSlot's FigureWidget, a view's controls, the workbench's views)."""
     out, stack, seen = [], [root], set()
     while stack:
         w = stack.pop()
         if id(w) in seen:
             continue
         seen.add(id(w))
-        out.append(w)
-        stack.extend(getattr(w, "children", ()) or ())
-        stack.extend(v for v in vars(w).values() if isinstance(v, W.Widget))
-        stack.extend(v for v in (vars(w).get("_views") or {}).values())
+        if isinstance(w, W.Widget):
+            out.append(w)
+        values = list(getattr(w, "_trait_values", {}).values()) + list(vars(w).values())
+        for v in values:
+            if isinstance(v, W.Widget):
+                stack.append(v)
+            elif isinstance(v, (list, tuple)):
+                stack.extend(x for x in v if isinstance(x, W.Widget))
+            elif isinstance(v, dict):
+                stack.extend(x for x in v.values() if isinstance(x, W.Widget))
     return out
 
 
 def _close_tree(widget) -> None:
     for w in _widgets_under(widget):
         try:
-            w.close()
+            # the workbench's own close() is what called this: close its model, not it again
+            W.Widget.close(w) if isinstance(w, Workbench) else w.close()
         except Exception:  # noqa: BLE001 - closing what is half-gone must not fail the new cell
             pass
 
