@@ -51,3 +51,25 @@ def raise_in_thread(thread_id: int, exc_type: type) -> bool:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
         return False
     return n == 1
+
+
+def drop_forkserver_alive_fd() -> bool:
+    """In a child forked by multiprocessing's forkserver: close this process's copy of the write end of the server's
+    "alive" pipe. Python hands it to every child (so that the child could start processes through the same server;
+    ``forkserver._forkserver._forkserver_alive_fd``, CPython 3.4-3.13), and the server exits only when every copy is
+    closed: a hung child holding one keeps the server alive after its caller died, and with it the child's own
+    parent-death signal, which waits for the server. False where there is no such descriptor."""
+    try:
+        from multiprocessing import forkserver
+    except ImportError:
+        return False
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if not isinstance(fd, int):
+        return False
+    try:
+        os.close(fd)
+    except OSError:
+        return False
+    server._forkserver_alive_fd = None
+    return True

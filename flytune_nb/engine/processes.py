@@ -86,17 +86,22 @@ def watch_parent(caller: int) -> None:
     A kill -9 of a sweep during a hanging config left its worker, the forkserver and the resource tracker alive
     (70 s seen; on a GPU box the worker holds the GPU). Two guards, because either alone has a hole:
     - the kernel's death signal (Linux prctl PR_SET_PDEATHSIG, SIGKILL): needs no Python, so it fires while the hang
-      holds the GIL. It follows the *parent*: for a forked child that is the forkserver, which exits when the
-      caller's end of its "alive" pipe closes, i.e. when the caller dies. It is not set for a spawned child, whose
-      parent is the caller's thread that started it, and the signal would fire when that thread ends.
+      holds the GIL. It follows the *parent*: for a forked child that is the forkserver, which exits when every
+      copy of its "alive" pipe's write end is closed. Python hands a copy to each forked child too, so the child
+      drops its own first (_compat.stdlib.drop_forkserver_alive_fd); the server then exits when the caller dies.
+      It is not set for a spawned child, whose parent is the caller's thread that started it: the signal would
+      fire when that thread ends.
     - a thread that checks every PARENT_POLL_S that the caller still exists: covers spawned children, a forkserver
       some other library started, and a caller that died before the death signal was armed.
     The resource tracker ends by itself once no process holds its pipe, i.e. once these children are gone."""
     import threading
 
-    if os.getppid() != caller:
-        _death_signal()
-        if os.getppid() == 1:  # the parent (the forkserver) died before the signal was armed
+    if os.getppid() != caller:  # forked by the forkserver
+        from flytune_nb._compat.stdlib import drop_forkserver_alive_fd, set_parent_death_signal
+
+        drop_forkserver_alive_fd()  # else this child itself keeps the server (its parent) from ever exiting
+        set_parent_death_signal()
+        if os.getppid() == 1 or not _alive(caller):  # it died before the signal was armed
             os._exit(1)
 
     def watch() -> None:
@@ -124,11 +129,6 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):  # no /proc (not Linux): kill(pid, 0) said it exists
         return True
 
-
-def _death_signal() -> None:
-    from flytune_nb._compat.stdlib import set_parent_death_signal
-
-    set_parent_death_signal()
 
 
 def adopt_env(env: dict) -> None:
