@@ -31,3 +31,22 @@ def graph_objects():
 
         go.FigureWidget  # noqa: B018
         return go
+
+
+def sync_widget_state(widget) -> None:
+    """Put a FigureWidget's whole figure into its synced state (``_widget_data`` / ``_widget_layout``), which plotly
+    sets only at construction and display.
+
+    plotly (6-7, the anywidget FigureWidget) sends every later change as a transient message (``_py2js_update``: set,
+    then reset to None) that only a front-end model whose module has loaded applies. The module is ~5 MB; a widget
+    created and updated before the browser has loaded it (the workbench's first figures, on a loaded machine) kept
+    its first, empty state, and every view drew an empty plot. With the state updated beside the messages, a model
+    that initialises late still starts from the current figure; live views keep applying the messages."""
+    from copy import deepcopy
+
+    data = getattr(widget, "_data", None)
+    layout = getattr(getattr(widget, "_layout_obj", None), "_props", None)
+    if data is None or layout is None or not hasattr(widget, "_widget_data"):
+        return
+    widget._widget_data = deepcopy(data)
+    widget._widget_layout = deepcopy(layout)

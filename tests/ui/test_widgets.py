@@ -337,7 +337,7 @@ def test_switching_kernel_clears_the_previous_kernels_plot_finish_line_and_expor
     wb.picker.dropdown.value = "rmsnorm"
     assert wb.control.label.value == "" and wb.exporter.html.value == "" and wb.explorer.selected is None
     assert wb.live.entries == {} and list(wb.explorer.shape.options) == []
-    assert not any(len(t.x or ()) for t in wb.explorer.slot.widget.data)  # no point of toy left
+    assert not any(t.visible is not False and len(t.x or ()) for t in wb.explorer.slot.widget.data)  # no toy point
     assert "no results for this kernel yet" in wb.explorer.slot.widget.layout.title.text
     assert "no finished shapes" in wb.overview.summary.value
 
@@ -443,7 +443,7 @@ def test_compare_two_stores_and_two_toolchains_in_one(tmp_path):
     assert list(df["N"]) == [64, 96] and df["speedup"].iloc[1] == pytest.approx(2.0) and df["speedup"].iloc[0] > 2
     assert list(df["changed"]) == [True, False]
     assert "winning config changed on <b>1</b>" in wb.runs.summary.value
-    assert {t.name for t in wb.runs.slot.widget.data} == {"same winning config", "winner changed"}
+    assert {t.name for t in wb.runs.slot.shown} == {"same winning config", "winner changed"}
     # one store holding both toolchains
     with sqlite3.connect(a) as c:
         c.execute("ATTACH ? AS other", (str(b),))
@@ -478,7 +478,7 @@ def test_measure_missing_times_picks_beside_fresh_default_and_best_and_plots_the
     entry = wb.live.get("N=64 fp32")
     assert pick in {t.config for t in entry.trials}  # it reached the explorer's data ...
     fig = wb.explorer.slot.widget
-    assert any(str(pick) in c for t in fig.data for c in (t.customdata or ()))  # ... and the plot
+    assert any(str(pick) in c for t in fig.data if t.visible is not False for c in (t.customdata or ()))  # ... plot
     measured = [str(c) for c in wb.sweep.configs]
     assert str(wb.sweep.spec.canonical(entry.default)) in measured and str(best) in measured  # measured again
     assert wb.sweep.remeasure == {entry.default, best}

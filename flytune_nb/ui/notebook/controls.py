@@ -92,8 +92,10 @@ class GridEditor(W.VBox):
     """Per-axis value lists (with presets for the batch axis) and dtypes; ``preview`` counts the work and estimates
     its time from what the store measured before."""
 
-    def __init__(self, picker: KernelPicker, grid: dict | None = None, dtypes=("bf16",), store_getter=None) -> None:
+    def __init__(self, picker: KernelPicker, grid: dict | None = None, dtypes=("bf16",), store_getter=None,
+                 budget: int | None = None) -> None:
         self.picker = picker
+        self._budget = budget or 0
         self.store_getter = store_getter or (lambda: None)
         self.axis_boxes: dict[str, W.Text] = {}
         self.preset = W.Dropdown(options=list(PRESETS), value="custom", description="batch preset")

@@ -255,6 +255,8 @@ def overview_figure(frame, batch_axis: str, height: int = 620) -> go.Figure:
     fig.update_xaxes(type="log", title_text=batch_axis, row=2, col=1)
     fig.update_yaxes(type="log", title_text=f"p50 ({unit})", row=1, col=1)
     fig.update_yaxes(title_text="default / best", row=2, col=1)
+    fig.update_layout(title=dict(text=f"all shapes: {len(frame)}" + (
+        f" ({int(frame['partial'].sum())} partial)" if len(frame) and frame["partial"].any() else ""), x=0.01))
     return _template(fig, height)
 
 

@@ -2,15 +2,22 @@
 
 The workbench paints its controls first and loads plotly in a thread after that (``load_plotly``): the Run button
 must not wait for the FigureWidget chain. A ``FigureSlot`` holds a placeholder until then; ``show(figure)`` is
-remembered and drawn once the widget exists. Each ``show`` copies a plain ``go.Figure`` (from figures.py) into the
-slot's FigureWidget in one batch: trace data updated in place when the traces are the same kinds and names (no
-flicker while a sweep adds points), replaced otherwise.
+remembered and drawn once the widget exists.
+
+Each slot's FigureWidget is built once with a fixed pool of traces of one type (scatter, heatmap, parcoords), and
+``show`` restyles that pool in one batch from a plain ``go.Figure`` (figures.py): unused traces are hidden, axes the
+new figure does not have are hidden. Adding or deleting traces on a displayed FigureWidget (plotly 6-7, anywidget)
+was lost in the browser when its front-end module had not loaded yet (an empty plot stayed, seen in JupyterLab with
+Chromium on the loaded 2-core box), while restyling traces that exist from the start is what the live plot has
+always done reliably; one widget per slot also keeps the ~5 MB plotly.js module from being sent once per redraw.
 """
 from __future__ import annotations
 
 import threading
 
 import ipywidgets as W
+
+from flytune_nb._compat.plotly import sync_widget_state
 
 _READY = threading.Event()
 _LOAD_LOCK = threading.Lock()
@@ -57,15 +64,20 @@ def wait_plotly(timeout: float | None = None) -> bool:
     return _READY.wait(timeout)
 
 
+AXIS_PREFIXES = ("xaxis", "yaxis")
+
+
 class FigureSlot(W.Box):
-    def __init__(self, height: int = 400, placeholder: str = "loading the plot…") -> None:
-        self.height = height
+    def __init__(self, height: int = 400, placeholder: str = "loading the plot…", kind: str = "scatter",
+                 pool: int = 48) -> None:
+        self.height, self.kind, self.pool = height, kind, pool
         self.placeholder = W.HTML(f"<i style='color:#888'>{placeholder}</i>")
         super().__init__([self.placeholder], layout=W.Layout(min_height=f"{height}px", width="100%"))
         self.widget = None
         self.figure = None  # the last go.Figure shown
         self.on_click = None  # fn(trace, points): a click on a point (the overview opens that shape)
         self.draws = 0
+        self.shown = []  # the figure's traces drawn by the last show (tests read them: the pool holds hidden ones)
         self._lock = threading.Lock()
         _SLOTS.append(self)
         if _READY.is_set():
@@ -80,7 +92,10 @@ class FigureSlot(W.Box):
                 return
             import plotly.graph_objects as go
 
-            self.widget = go.FigureWidget(layout=dict(height=self.height, template="plotly_white"))
+            trace = {"scatter": go.Scatter, "heatmap": go.Heatmap, "parcoords": go.Parcoords}[self.kind]
+            self.widget = go.FigureWidget(data=[trace(visible=False) for _ in range(self.pool)],
+                                          layout=dict(height=self.height, template="plotly_white"))
+            self._bind_clicks()
             pending = self.figure
         self.children = [self.widget]
         if pending is not None:
@@ -93,18 +108,31 @@ class FigureSlot(W.Box):
             w = self.widget
             if w is None:
                 return
+            traces = [t for t in figure.data if t.type == self.widget.data[0].type][:self.pool]
             with w.batch_update():
-                same = len(w.data) == len(figure.data) and all(
-                    a.type == b.type and a.name == b.name for a, b in zip(w.data, figure.data))
-                if same:
-                    for a, b in zip(w.data, figure.data):
-                        a.update(b.to_plotly_json(), overwrite=True)
-                else:
-                    w.data = []
-                    w.add_traces(list(figure.data))
-                    self._bind_clicks()
-                w.layout = figure.layout
+                for i, trace in enumerate(w.data):
+                    if i < len(traces):
+                        props = traces[i].to_plotly_json()
+                        props.pop("type", None)
+                        props.pop("uid", None)
+                        trace.update(visible=props.pop("visible", True), **props, overwrite=True)
+                        for gone in set(trace.to_plotly_json()) - set(props) - {"type", "uid", "visible"}:
+                            trace[gone] = None  # what the previous figure set and this one does not
+                    elif trace.visible is not False:
+                        trace.visible = False
+                layout = figure.layout.to_plotly_json()
+                stale = {k: {"visible": False} for k in w.layout.to_plotly_json()
+                         if k.startswith(AXIS_PREFIXES) and k not in layout}
+                w.update_layout(**layout, overwrite=True)
+                if stale:
+                    w.update_layout(**stale)
+                if not layout.get("annotations"):
+                    w.layout.annotations = ()
+                if not layout.get("shapes"):
+                    w.layout.shapes = ()
+            sync_widget_state(w)  # a front-end model that loads late starts from this, not from an empty plot
             self.draws += 1
+        self.shown = traces
 
     def _bind_clicks(self) -> None:
         for trace in self.widget.data:

@@ -51,7 +51,7 @@ class Workbench(W.VBox):
         self.picker = KernelPicker(kernel, self.paths)
         self.settings = SweepSettings(strategy, budget, timeout, (timer or {}).get("rep_ms"), gpus, retry_failed)
         self._timer_extra = {k: v for k, v in (timer or {}).items() if k != "rep_ms"}
-        self.grid = GridEditor(self.picker, grid, dtypes, store_getter=self._store_if_exists)
+        self.grid = GridEditor(self.picker, grid, dtypes, store_getter=self._store_if_exists, budget=budget)
         self.control = RunControl()
         self.message = W.HTML()
         # Answers a parameters-cell typo with what the widgets show instead (the closest kernel name, the first
@@ -62,16 +62,15 @@ class Workbench(W.VBox):
                                       layout=W.Layout(width="auto"))
         # The tabs' pages are built off the cell, after it has returned (the Run button is usable before them):
         # each page is a placeholder until then, and the attributes below wait for it (views_ready).
-        self.tabs = W.Tab(children=[W.HTML("<i>loading…</i>") for _ in TABS])
-        for i, title in enumerate(TABS):
-            self.tabs.set_title(i, title)
-        self.tabs.selected_index = TABS.index("explorer")  # the live view of the running shape
+        self.tabs = None  # built with its pages (a Tab's selected page set after its pages change is not shown)
+        self.tabs_box = W.Box([W.HTML("<i style='color:#888'>loading the views…</i>")],
+                              layout=W.Layout(width="100%", min_height="500px"))
         self._export_dir, self._time_limit = export_dir, heuristic_time_limit
         self.views_ready = threading.Event()
         self._views: dict = {}
         super().__init__([W.HTML("<h3 style='margin:4px 0'>flytune workbench</h3>"), self.picker, self.grid,
                           W.HTML("<small><b>sweep settings</b></small>"), self.settings, self.control,
-                          W.HBox([self.message, self.accept_button]), self.tabs])
+                          W.HBox([self.message, self.accept_button]), self.tabs_box])
         self.accept_button.on_click(lambda _: self.accept_choices())
         self.grid.on_change = self._sync_accept  # every preview: hidden once the user's edits answer the problems
         self.settings.budget.observe(lambda c: self.grid.update_preview(budget=c["new"] or 0), "value")
@@ -104,9 +103,11 @@ class Workbench(W.VBox):
             self.live.on_new_shape = v["explorer"].add_shape
             for label in list(self.live.entries):
                 v["explorer"].add_shape(label)
-            placeholders = list(self.tabs.children)
-            self.tabs.children = [v[k] for k in ("overview", "explorer", "table", "compare", "editor", "runs",
-                                                 "exporter")]
+            pages = [v[k] for k in ("overview", "explorer", "table", "compare", "editor", "runs", "exporter")]
+            self.tabs = W.Tab(children=pages, titles=TABS, selected_index=TABS.index("explorer"),
+                              layout=W.Layout(width="100%"))  # the live view of the running shape first
+            placeholders = list(self.tabs_box.children)
+            self.tabs_box.children = [self.tabs]
             for w in placeholders:
                 _close_tree(w)
         finally:
@@ -160,7 +161,8 @@ class Workbench(W.VBox):
     def open_shape(self, label: str) -> None:
         """Show ``label`` in the explorer (a click on the overview)."""
         self.explorer.select(label, pin=True)
-        self.tabs.selected_index = TABS.index("explorer")
+        if self.tabs is not None:
+            self.tabs.selected_index = TABS.index("explorer")
 
     def finished_results(self) -> list:
         return self.live.finished_results()
@@ -188,7 +190,8 @@ class Workbench(W.VBox):
             for slot in (self.explorer.slot, self.explorer.parallel, self.explorer.heat, self.overview.slot,
                          self.compare.heat, self.runs.slot):
                 slot.show(go.Figure(layout=dict(height=slot.height, template="plotly_white",
-                                                title=dict(text="no results for this kernel yet", x=0.01))))
+                                                title=dict(text="no results for this kernel yet", x=0.01),
+                                                xaxis=dict(visible=False), yaxis=dict(visible=False))))
 
     # -- actions -------------------------------------------------------------------------------------------------
     @property
