@@ -282,7 +282,7 @@ def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
     assert "18 of 24 failed" in label and "retry failed" in label  # failures counted and named
     assert "<table" in wb.table.html.value and "launch_error" in wb.table.html.value
     assert "heuristic regret" in wb.compare.summary.value and "over 3 shapes" in wb.compare.summary.value
-    assert list(wb.compare.heat.widget.data[0].y) == ["N=64", "N=96", "N=128"]  # the heat map holds the grid
+    assert list(wb.compare.heat.figure.data[0].y) == ["N=64", "N=96", "N=128"]  # the heat map holds the grid
     assert list(wb.explorer.shape.options) == ["N=64 fp32", "N=96 fp32", "N=128 fp32"]
     assert wb.explorer.selected == "N=128 fp32"  # it followed the running shape
     files = wb.exporter.refresh()
@@ -305,7 +305,7 @@ def test_overview_draws_all_shapes_and_a_click_opens_one(tmp_path):
     wb.run().join(120)
     ov = wb.overview
     assert list(ov.frame["batch"]) == [64, 128, 256] and ov.frame["best_ms"].notna().all()
-    fig = ov.slot.widget
+    fig = ov.slot.figure
     best = next(t for t in fig.data if t.name == "best all fp32")
     assert list(best.x) == [64, 128, 256] and fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
     assert list(best.customdata) == ["N=64 fp32", "N=128 fp32", "N=256 fp32"]
@@ -313,9 +313,10 @@ def test_overview_draws_all_shapes_and_a_click_opens_one(tmp_path):
     assert [round(v, 6) for v in speed.y] == [round(v, 6) for v in ov.frame["speedup"]]
     assert "heuristic regret" in ov.summary.value and "winning config" in ov.table.value
     wb.tabs.selected_index = 0
-    ov._clicked(best, type("P", (), {"point_inds": [1]})())  # what a click on the N=128 point sends
+    ov.slot.clicks.clicked = best.customdata[1]  # what the front-end sends for a click on the N=128 point
+    ov.slot.clicks.count += 1
     assert wb.explorer.selected == "N=128 fp32" and wb.explorer.pinned and wb.tabs.selected_index == 1
-    assert "N=128 fp32" in wb.explorer.slot.widget.layout.title.text
+    assert "N=128 fp32" in wb.explorer.slot.figure.layout.title.text
 
 
 def test_double_run_starts_one_sweep(tmp_path):
@@ -337,8 +338,8 @@ def test_switching_kernel_clears_the_previous_kernels_plot_finish_line_and_expor
     wb.picker.dropdown.value = "rmsnorm"
     assert wb.control.label.value == "" and wb.exporter.html.value == "" and wb.explorer.selected is None
     assert wb.live.entries == {} and list(wb.explorer.shape.options) == []
-    assert not any(t.visible is not False and len(t.x or ()) for t in wb.explorer.slot.widget.data)  # no toy point
-    assert "no results for this kernel yet" in wb.explorer.slot.widget.layout.title.text
+    assert not wb.explorer.slot.figure.data  # no point of toy left
+    assert "no results for this kernel yet" in wb.explorer.slot.figure.layout.title.text
     assert "no finished shapes" in wb.overview.summary.value
 
 
@@ -443,7 +444,7 @@ def test_compare_two_stores_and_two_toolchains_in_one(tmp_path):
     assert list(df["N"]) == [64, 96] and df["speedup"].iloc[1] == pytest.approx(2.0) and df["speedup"].iloc[0] > 2
     assert list(df["changed"]) == [True, False]
     assert "winning config changed on <b>1</b>" in wb.runs.summary.value
-    assert {t.name for t in wb.runs.slot.shown} == {"same winning config", "winner changed"}
+    assert {t.name for t in wb.runs.slot.figure.data} == {"same winning config", "winner changed"}
     # one store holding both toolchains
     with sqlite3.connect(a) as c:
         c.execute("ATTACH ? AS other", (str(b),))
@@ -477,8 +478,8 @@ def test_measure_missing_times_picks_beside_fresh_default_and_best_and_plots_the
     pick = Config({"BLOCK": 64, "MODE": 0}, num_warps=2)
     entry = wb.live.get("N=64 fp32")
     assert pick in {t.config for t in entry.trials}  # it reached the explorer's data ...
-    fig = wb.explorer.slot.widget
-    assert any(str(pick) in c for t in fig.data if t.visible is not False for c in (t.customdata or ()))  # ... plot
+    fig = wb.explorer.slot.figure
+    assert any(str(pick) in c for t in fig.data for c in (t.customdata or ()))  # ... and the plot
     measured = [str(c) for c in wb.sweep.configs]
     assert str(wb.sweep.spec.canonical(entry.default)) in measured and str(best) in measured  # measured again
     assert wb.sweep.remeasure == {entry.default, best}

@@ -1,28 +1,32 @@
 """Places for plotly figures that cost nothing until plotly is loaded.
 
 The workbench paints its controls first and loads plotly in a thread after that (``load_plotly``): the Run button
-must not wait for the FigureWidget chain. A ``FigureSlot`` holds a placeholder until then; ``show(figure)`` is
-remembered and drawn once the widget exists.
+must not wait for it. A ``FigureSlot`` shows a placeholder until then; ``show(figure)`` is remembered and drawn once
+plotly is there.
 
-Each slot's FigureWidget is built once with a fixed pool of traces of one type (scatter, heatmap, parcoords), and
-``show`` restyles that pool in one batch from a plain ``go.Figure`` (figures.py): unused traces are hidden, axes the
-new figure does not have are hidden. Adding or deleting traces on a displayed FigureWidget (plotly 6-7, anywidget)
-was lost in the browser when its front-end module had not loaded yet (an empty plot stayed, seen in JupyterLab with
-Chromium on the loaded 2-core box), while restyling traces that exist from the start is what the live plot has
-always done reliably; one widget per slot also keeps the ~5 MB plotly.js module from being sent once per redraw.
+A slot draws through an ``Output`` widget holding the figure as plotly's mimetype (what JupyterLab's plotly
+extension renders, the same as ``fig.show()``), replaced whole on every ``show``: one synced value, which may be set
+from the sweep's threads. Not a FigureWidget (plotly 6-7, an anywidget): its updates are transient messages that a
+front-end model whose ~5 MB module has not loaded yet never applies, and on the loaded 2-core box figures created
+off the cell stayed empty in Chromium, even in a fresh view of the same model; each FigureWidget also ships that
+module. Clicks on points come back through ``PlotClicks``, a small anywidget that listens to the rendered plots'
+``plotly_click``.
 """
 from __future__ import annotations
 
+import json
 import threading
+import uuid
 
+import anywidget
 import ipywidgets as W
-
-from flytune_nb._compat.plotly import sync_widget_state
+import traitlets
 
 _READY = threading.Event()
 _LOAD_LOCK = threading.Lock()
-_SLOTS: "list" = []  # weak in effect: a closed slot removes itself
+_SLOTS: list = []
 _LOAD_ERROR: list = []
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
 def plotly_ready() -> bool:
@@ -30,7 +34,7 @@ def plotly_ready() -> bool:
 
 
 def load_plotly(background: bool = True, on_ready=None) -> None:
-    """Import plotly (the FigureWidget chain) and fill every slot waiting for it, then call ``on_ready()``; in a
+    """Import plotly (graph objects and plotly.io) and draw every slot waiting for it, then call ``on_ready()``; in a
     thread by default."""
     def done():
         for slot in list(_SLOTS):
@@ -64,89 +68,94 @@ def wait_plotly(timeout: float | None = None) -> bool:
     return _READY.wait(timeout)
 
 
-AXIS_PREFIXES = ("xaxis", "yaxis")
+class PlotClicks(anywidget.AnyWidget):
+    """Reports a click on a point of the plots inside the element with CSS class ``target``: the point's customdata
+    in ``clicked`` (``count`` counts clicks, so a second click on the same point is a change too)."""
+
+    _esm = """
+    export default {
+      render({ model, el }) {
+        let root = null, observer = null;
+        const bind = () => {
+          root.querySelectorAll('.js-plotly-plot').forEach((gd) => {
+            if (gd._flytuneClicks || typeof gd.on !== 'function') return;
+            gd._flytuneClicks = true;
+            gd.on('plotly_click', (ev) => {
+              const p = ev && ev.points && ev.points[0];
+              if (!p || p.customdata === undefined || p.customdata === null) return;
+              model.set('clicked', String(p.customdata));
+              model.set('count', model.get('count') + 1);
+              model.save_changes();
+            });
+          });
+        };
+        const find = () => {
+          root = document.querySelector('.' + model.get('target'));
+          if (!root) { setTimeout(find, 250); return; }
+          observer = new MutationObserver(() => setTimeout(bind, 50));
+          observer.observe(root, { childList: true, subtree: true });
+          bind();
+        };
+        find();
+        return () => observer && observer.disconnect();
+      }
+    };
+    """
+    target = traitlets.Unicode("").tag(sync=True)
+    clicked = traitlets.Unicode("").tag(sync=True)
+    count = traitlets.Int(0).tag(sync=True)
 
 
-class FigureSlot(W.Box):
-    def __init__(self, height: int = 400, placeholder: str = "loading the plot…", kind: str = "scatter",
-                 pool: int = 48) -> None:
-        self.height, self.kind, self.pool = height, kind, pool
-        self.placeholder = W.HTML(f"<i style='color:#888'>{placeholder}</i>")
-        super().__init__([self.placeholder], layout=W.Layout(min_height=f"{height}px", width="100%"))
-        self.widget = None
-        self.figure = None  # the last go.Figure shown
-        self.on_click = None  # fn(trace, points): a click on a point (the overview opens that shape)
+class FigureSlot(W.VBox):
+    def __init__(self, height: int = 400, placeholder: str = "loading the plot…", clicks: bool = False) -> None:
+        self.height = height
+        self.css = f"flytune-slot-{uuid.uuid4().hex[:10]}"
+        self.out = W.Output(layout=W.Layout(min_height=f"{height}px", width="100%"))
+        self.out.add_class(self.css)
+        self.out.outputs = (_text(f"<i style='color:#888'>{placeholder}</i>"),)
+        self.clicks = PlotClicks(target=self.css, layout=W.Layout(display="none")) if clicks else None
+        super().__init__([self.out] + ([self.clicks] if self.clicks is not None else []),
+                         layout=W.Layout(width="100%"))
+        self.figure = None  # the last go.Figure shown (tests and static exports read it)
+        self.on_click = None  # fn(customdata): a click on a point (the overview opens that shape)
         self.draws = 0
-        self.shown = []  # the figure's traces drawn by the last show (tests read them: the pool holds hidden ones)
         self._lock = threading.Lock()
+        if self.clicks is not None:
+            self.clicks.observe(self._clicked, "count")
         _SLOTS.append(self)
         if _READY.is_set():
             self._materialise()
 
     def _materialise(self) -> None:
-        with self._lock:
-            if self.widget is not None or self not in _SLOTS:
-                return
-            if _LOAD_ERROR:
-                self.placeholder.value = f"<i>plots unavailable: {_LOAD_ERROR[0]}</i>"
-                return
-            import plotly.graph_objects as go
-
-            trace = {"scatter": go.Scatter, "heatmap": go.Heatmap, "parcoords": go.Parcoords}[self.kind]
-            self.widget = go.FigureWidget(data=[trace(visible=False) for _ in range(self.pool)],
-                                          layout=dict(height=self.height, template="plotly_white"))
-            self._bind_clicks()
-            pending = self.figure
-        self.children = [self.widget]
-        if pending is not None:
-            self.show(pending)
+        if _LOAD_ERROR:
+            self.out.outputs = (_text(f"<i>plots unavailable: {_LOAD_ERROR[0]}</i>"),)
+        elif self.figure is not None:
+            self.show(self.figure)
 
     def show(self, figure) -> None:
         """Draw ``figure`` (a go.Figure) now, or as soon as plotly is loaded."""
         with self._lock:
             self.figure = figure
-            w = self.widget
-            if w is None:
+            if not _READY.is_set() or _LOAD_ERROR:
                 return
-            traces = [t for t in figure.data if t.type == self.widget.data[0].type][:self.pool]
-            with w.batch_update():
-                for i, trace in enumerate(w.data):
-                    if i < len(traces):
-                        props = traces[i].to_plotly_json()
-                        props.pop("type", None)
-                        props.pop("uid", None)
-                        trace.update(visible=props.pop("visible", True), **props, overwrite=True)
-                        for gone in set(trace.to_plotly_json()) - set(props) - {"type", "uid", "visible"}:
-                            trace[gone] = None  # what the previous figure set and this one does not
-                    elif trace.visible is not False:
-                        trace.visible = False
-                layout = figure.layout.to_plotly_json()
-                stale = {k: {"visible": False} for k in w.layout.to_plotly_json()
-                         if k.startswith(AXIS_PREFIXES) and k not in layout}
-                w.update_layout(**layout, overwrite=True)
-                if stale:
-                    w.update_layout(**stale)
-                if not layout.get("annotations"):
-                    w.layout.annotations = ()
-                if not layout.get("shapes"):
-                    w.layout.shapes = ()
-            sync_widget_state(w)  # a front-end model that loads late starts from this, not from an empty plot
+            import plotly.io as pio
+
+            spec = json.loads(pio.to_json(figure, validate=False))
+            spec.setdefault("config", {}).update(displaylogo=False, responsive=True)
+            title = (figure.layout.title.text or "plot").split("<br>")[0]
+            self.out.outputs = ({"output_type": "display_data", "metadata": {},
+                                 "data": {PLOTLY_MIME: spec, "text/plain": f"<figure: {title}>"}},)
             self.draws += 1
-        self.shown = traces
 
-    def _bind_clicks(self) -> None:
-        for trace in self.widget.data:
-            if hasattr(trace, "on_click"):
-                trace.on_click(self._clicked)
-
-    def _clicked(self, trace, points, state) -> None:
-        if self.on_click is not None and points.point_inds:
-            self.on_click(trace, points)
+    def _clicked(self, change) -> None:
+        if self.on_click is not None and self.clicks.clicked:
+            self.on_click(self.clicks.clicked)
 
     def close(self) -> None:
         if self in _SLOTS:
             _SLOTS.remove(self)
-        if self.widget is not None:
-            self.widget.close()
-        self.placeholder.close()
         super().close()
+
+
+def _text(html: str) -> dict:
+    return {"output_type": "display_data", "metadata": {}, "data": {"text/html": html, "text/plain": ""}}

@@ -33,7 +33,7 @@ class OverviewView(W.VBox):
 
     def __init__(self) -> None:
         self.summary = W.HTML("<i>no finished shapes yet</i>")
-        self.slot = FigureSlot(620, pool=48)
+        self.slot = FigureSlot(620, clicks=True)
         self.slot.on_click = self._clicked
         self.table = W.HTML()
         self.on_open = None
@@ -71,8 +71,7 @@ class OverviewView(W.VBox):
 
             self.slot.show(overview_figure(df, batch_axis))
 
-    def _clicked(self, trace, points) -> None:
-        label = trace.customdata[points.point_inds[0]] if trace.customdata is not None else None
+    def _clicked(self, label: str) -> None:
         if label and self.on_open is not None:
             self.on_open(label)
 
@@ -91,11 +90,11 @@ class ExplorerView(W.VBox):
         self.metric = W.ToggleButtons(options=[("latency", "latency"), ("% of copy BW", "roofline")],
                                       value="latency", layout=W.Layout(width="auto"))
         self.influence = W.HTML()
-        self.slot = FigureSlot(430, pool=64)
-        self.parallel = FigureSlot(360, kind="parcoords", pool=1)
+        self.slot = FigureSlot(430)
+        self.parallel = FigureSlot(360)
         self.heat_x = W.Dropdown(description="heat x", options=[], layout=W.Layout(width="220px"))
         self.heat_y = W.Dropdown(description="heat y", options=[], layout=W.Layout(width="220px"))
-        self.heat = FigureSlot(320, kind="heatmap", pool=1)
+        self.heat = FigureSlot(320)
         self.selected: str | None = None
         self.pinned = False  # True once the user picks a shape; until then the view follows the running one
         self.source = None  # fn(label) -> SearchResult | None
@@ -315,7 +314,7 @@ class CompareView(W.VBox):
     def __init__(self) -> None:
         self.summary = W.HTML("<i>no finished shapes yet</i>")
         self.table = W.HTML()
-        self.heat = FigureSlot(300, kind="heatmap", pool=1)
+        self.heat = FigureSlot(300)
         super().__init__([self.summary, self.table, self.heat])
 
     def update(self, results) -> None:
@@ -371,7 +370,7 @@ class RunsView(W.VBox):
         self.compare_button = W.Button(description="Compare", icon="balance-scale")
         self.summary = W.HTML()
         self.table = W.HTML()
-        self.slot = FigureSlot(380, pool=4)
+        self.slot = FigureSlot(380)
         self._frames = {}
         super().__init__([W.HBox([self.db_a, self.db_b]), W.HBox([self.side_a, self.side_b]),
                           W.HBox([self.load_button, self.compare_button]), self.summary, self.slot, self.table])
