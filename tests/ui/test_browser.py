@@ -96,12 +96,13 @@ def lab(tmp_path_factory):
 
 def _open(lab, name: str):
     page = lab["browser"].new_page(viewport={"width": 1400, "height": 1700})
-    page.goto(f"{lab['url']}/lab/tree/{name}?token={TOKEN}")
+    # a workspace of its own, reset: the lab opens this notebook alone, not the previous test's beside it
+    page.goto(f"{lab['url']}/lab/workspaces/{Path(name).stem}/tree/{name}?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook", timeout=90_000)
     page.wait_for_selector("text=Python 3 (ipykernel) | Idle", timeout=120_000)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    run = page.locator(".widget-button:has-text('Run')").first
+    run = page.locator(".widget-button:visible:has-text('Run')").first
     run.wait_for(timeout=120_000)
     page.locator(".widget-html-content:has-text('trials after pruning')").first.wait_for(timeout=60_000)
     return page
@@ -147,7 +148,7 @@ def test_first_run_on_the_cpu_path_double_run_tabs_views_export_and_kernel_switc
               'export_dir = "scratch_exports"\npaths = []\nstrategy = "random"\nbudget = 3\ntimeout = 120\n')
     page = _open(lab, "first.ipynb")
     t0 = time.monotonic()
-    page.locator(".widget-button:has-text('Run')").first.dblclick()  # a double-click: one sweep, not two
+    page.locator(".widget-button:visible:has-text('Run')").first.dblclick()  # a double-click: one sweep, not two
     page.wait_for_function(
         "() => document.querySelectorAll('.widget-tab .scatterlayer .trace .points path').length >= 1",
         timeout=120_000)
@@ -179,18 +180,18 @@ def test_first_run_on_the_cpu_path_double_run_tabs_views_export_and_kernel_switc
     assert "def default" in page.locator(".widget-tab textarea").first.input_value()
     page.locator(".widget-html-content:has-text('edited rule vs current')").first.wait_for(timeout=30_000)
     _tab(page, "compare runs")
-    page.locator(".widget-button:has-text('Load')").first.click()
+    page.locator(".widget-button:visible:has-text('Load')").first.click()
     page.locator(".widget-html-content:has-text('device/toolchain group')").first.wait_for(timeout=30_000)
 
     _tab(page, "export")
-    page.locator(".widget-button:has-text('Preview')").first.click()
+    page.locator(".widget-button:visible:has-text('Preview')").first.click()
     page.locator(".widget-html-content:has-text('new file')").first.wait_for(timeout=30_000)
     assert "+{" in page.locator(".widget-tab pre").first.inner_text()  # the diff against nothing committed there
-    page.locator(".widget-button:has-text('Write files')").first.click()
+    page.locator(".widget-button:visible:has-text('Write files')").first.click()
     page.locator(".widget-html-content:has-text('wrote:')").first.wait_for(timeout=30_000)
     assert list((lab["root"] / "scratch_exports" / "rmsnorm").rglob("*.json"))
 
-    page.locator("select").first.select_option("softmax")  # switching kernel
+    page.locator(".widget-dropdown select").first.select_option("softmax")  # switching kernel
     page.wait_for_function("() => ![...document.querySelectorAll('.widget-html-content')]"
                            ".some(e => /^finished/.test(e.innerText) || /wrote:/.test(e.innerText))", timeout=30_000)
     _tab(page, "explorer")
@@ -206,11 +207,11 @@ def test_stop_during_a_hang_ends_the_sweep_within_seconds(lab):
               f'kernel = "evil"\ngrid = {{"N": "16"}}\ndtypes = ["fp32"]\ndb = "hang.db"\nexport_dir = "ex"\n'
               f'paths = [{PLUGINS!r}]\nstrategy = "exhaustive"\nbudget = None\ntimeout = 300\n')
     page = _open(lab, "hang.ipynb")
-    page.locator(".widget-button:has-text('Run')").first.click()
+    page.locator(".widget-button:visible:has-text('Run')").first.click()
     page.locator(".widget-html-content:has-text('MODE=3')").first.wait_for(timeout=120_000)  # the hang runs
     assert "running" in page.locator(".widget-html-content:has-text('MODE=3')").first.inner_text()
     t0 = time.monotonic()
-    page.locator(".widget-button:has-text('Stop')").first.click()
+    page.locator(".widget-button:visible:has-text('Stop')").first.click()
     label = _wait_label(page, "^stopped", 30_000)
     took = time.monotonic() - t0
     assert took < 10, took  # 0.5 s grace, the kill, the page round trips; not the 300 s timeout

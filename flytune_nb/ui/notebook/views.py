@@ -162,10 +162,14 @@ class ExplorerView(W.VBox):
                 keep = self.facet.value if self.facet.value in ks else None
                 self.facet.options = facet_opts
                 self.facet.value = keep
-            if list(self.heat_x.options) != ks:
-                hx = self.heat_x.value if self.heat_x.value in ks else (ks[0] if ks else None)
-                hy = self.heat_y.value if self.heat_y.value in ks else (ks[1] if len(ks) > 1 else hx)
-                self.heat_x.options, self.heat_y.options = ks, ks
+            # the heat map offers every knob; by default the two that vary (one that varies against a fixed one
+            # when only one does: a knob against itself says nothing)
+            every = ks + [k for k in knobs(frame, varying=False) if k not in ks]
+            if list(self.heat_x.options) != every:
+                hx = self.heat_x.value if self.heat_x.value in every else (every[0] if every else None)
+                hy = self.heat_y.value if self.heat_y.value in every and self.heat_y.value != hx else next(
+                    (k for k in every if k != hx), hx)
+                self.heat_x.options, self.heat_y.options = every, every
                 self.heat_x.value, self.heat_y.value = hx, hy
         finally:
             self._programmatic = False
