@@ -22,12 +22,14 @@ def trials_frame(results) -> pd.DataFrame:
     """One row per trial of ``results`` (SearchResults): the shape's axes, ``dtype``, ``shape_label``, ``config``
     (text), one column per knob, ``status``, ``ok``, ``p20``/``p50``/``p80`` (ms; NaN unless ok), ``rel_error``,
     ``reason``, ``fidelity``, ``is_default``, ``is_best``, ``partial`` (its shape was stopped), ``order`` (position
-    measured) and ``rank`` (1 = fastest passing config of its shape; NaN for a failure). ``frame.attrs["knobs"]``
+    measured), ``named`` (the label of a reference config the spec names, e.g. "SGLang shipped", else "") and ``rank``
+    (1 = fastest passing config of its shape; NaN for a failure). ``frame.attrs["knobs"]``
     lists the knob columns in first-seen order."""
     rows, knobs = [], {}
     for r in results:
         best = r.best
         label = shape_label(r.shape, r.dtype)
+        named = {c: name for name, c in (getattr(r, "named", None) or {}).items()}  # e.g. "SGLang shipped"
         for i, t in enumerate(r.trials):
             d = t.config.to_dict()
             for k in d:
@@ -37,7 +39,7 @@ def trials_frame(results) -> pd.DataFrame:
                          "status": t.status, "ok": ok, "p20": t.p20 if ok else math.nan,
                          "p50": t.p50 if ok else math.nan, "p80": t.p80 if ok else math.nan,
                          "rel_error": t.rel_error, "reason": t.reason, "fidelity": t.fidelity,
-                         "is_default": t.config == r.default, "is_best": t is best,
+                         "is_default": t.config == r.default, "is_best": t is best, "named": named.get(t.config, ""),
                          "partial": bool(getattr(r, "stopped", False)), "order": i, "device": t.device})
     df = pd.DataFrame(rows)
     if not df.empty:

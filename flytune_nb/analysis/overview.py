@@ -17,7 +17,8 @@ from flytune_nb.analysis.scores import regret
 def overview_frame(results, batch_axis: str) -> pd.DataFrame:
     """One row per (shape, dtype): the axes, ``dtype``, ``series`` (the other axes, e.g. "N=4096": one line per
     series along the batch axis), ``batch`` (the batch-axis value), ``best_ms``, ``default_ms`` (inf: the default
-    fails; NaN: not measured), ``speedup`` (default / best), ``best`` and ``default`` configs, ``changed`` (the best
+    fails; NaN: not measured), ``speedup`` (default / best), ``named:<label>_ms`` per reference config the spec names
+    (SGLang's shipped entry, ...), ``best`` and ``default`` configs, ``changed`` (the best
     is not the default), ``trials``, ``failed``, ``partial``, the torch baselines' p50 (ms), ``label``."""
     rows = []
     for r in results:
@@ -34,6 +35,8 @@ def overview_frame(results, batch_axis: str) -> pd.DataFrame:
                "failed": sum(not t.ok for t in r.trials), "partial": bool(getattr(r, "stopped", False))}
         for name, base in (r.baselines or {}).items():
             row[f"{name}_ms"] = base.get("p50", math.nan) if base.get("status") == "ok" else math.nan
+        for name, t in (getattr(r, "named_trials", None) or {}).items():  # reference configs the spec names
+            row[f"named:{name}_ms"] = math.nan if t is None else (t.p50 if t.ok else math.inf)
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty:

@@ -613,3 +613,22 @@ def test_a_bad_grid_term_keeps_the_good_axes_and_answering_it_hides_the_accept_b
     assert wb.grid.problems() == [] and wb.accept_button.layout.display == "none"
     wb = Workbench("rmsnorm", {"Q": "1", "N": "1024"}, ["fp32"], db=str(tmp_path / "h.db"), isolate=False)
     assert wb.grid.axis_boxes["N"].value == "1024" and "unknown [&#x27;Q&#x27;]" in wb.grid.preview.value
+
+
+def test_named_reference_configs_show_in_heuristic_vs_best_and_the_explorer(dev):
+    """A spec's named configs (SGLang's shipped entry, ...) are timed beside the default: heuristic vs best shows
+    their p50 and the best's speed-up over them; the explorer marks them."""
+    from flytune_nb.analysis.explore import RANK, trials_frame
+    from flytune_nb.ui.notebook.figures import explorer_figure
+    from flytune_nb.ui.notebook.views import CompareView
+
+    dflt, shipped, best = (Config({"BLOCK_N": b}, num_warps=1) for b in (128, 256, 512))
+    trials = [_trial(dflt, p50=0.004), _trial(shipped, p50=0.003), _trial(best, p50=0.002)]
+    r = SearchResult("rmsnorm", SHAPE, "fp32", dev, dflt, trials, named={"SGLang shipped": shipped})
+    view = CompareView()
+    view.update([r])
+    assert "SGLang shipped p50" in view.table.value and "best vs SGLang shipped" in view.table.value
+    assert "3.00 µs" in view.table.value and "1.50x" in view.table.value
+    fig = explorer_figure(trials_frame([r]), RANK)
+    mark = next(t for t in fig.data if t.name == "SGLang shipped")
+    assert list(mark.y) == [pytest.approx(3.0)]

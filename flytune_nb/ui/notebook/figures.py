@@ -141,6 +141,17 @@ def explorer_figure(frame, x: str = RANK, colour: str | None = None, facet: str 
                             showlegend=name not in legend_seen, row=1, col=col, marker=marker,
                             hovertext=[_hover(r, unit, per) for _, r in mark.iterrows()], hoverinfo="text")
             legend_seen.add(name)
+        if "named" in part:  # reference configs the spec names (SGLang's shipped entry, ...)
+            for label in sorted({n for n in part["named"] if n}):
+                mark = part[part["named"] == label]
+                name = f"{label}"
+                y = [in_unit(v, per) if ok_ else band for v, ok_ in zip(mark["p50"], mark["ok"])]
+                fig.add_scatter(x=[xs[i] for i in mark.index], y=y, mode="markers", name=name, legendgroup=name,
+                                showlegend=name not in legend_seen, row=1, col=col,
+                                marker=dict(symbol="square-open", size=16, color="#e76f51", line=dict(width=2)),
+                                hovertext=[_hover(r, unit, per) + f"<br><i>{html.escape(label)}</i>"
+                                           for _, r in mark.iterrows()], hoverinfo="text")
+                legend_seen.add(name)
         if x not in (RANK, ORDER):
             values = axis_values(part[x])
             fig.update_xaxes(tickvals=list(range(len(values))), ticktext=[str(v) for v in values], row=1, col=col)

@@ -342,12 +342,20 @@ class CompareView(W.VBox):
                                  if worst is not None and math.isfinite(worst["speedup"]) else "")
                               + (f"; {partial} partial shape(s) left out" if partial else ""))
         base_cols = [c for c in df.columns if c.endswith("_ms") and c.startswith("torch")]
-        head = ["shape", "default", "default p50", "best", "best p50", "speed-up"] + [c[:-3] for c in base_cols]
+        named_cols = [c for c in df.columns if c.startswith("named:")]  # SGLang's shipped entry, ...
+        head = (["shape", "default", "default p50"] + [f"{c[6:-3]} p50" for c in named_cols]
+                + ["best", "best p50", "speed-up"] + [f"best vs {c[6:-3]}" for c in named_cols]
+                + [c[:-3] for c in base_cols])
         rows = []
         for _, r in df.iterrows():
+            named = [(r[c] if isinstance(r[c], float) else math.nan) for c in named_cols]
             cells = [r["label"] + (" (partial)" if r["partial"] else ""), r["default"],
-                     fmt_time(r["default_ms"]) if math.isfinite(r["default_ms"]) else "fails", r["best"] or "-",
-                     fmt_time(r["best_ms"]), f"{r['speedup']:.2f}x" if math.isfinite(r["speedup"]) else "-"]
+                     fmt_time(r["default_ms"]) if math.isfinite(r["default_ms"]) else "fails"]
+            cells += [fmt_time(v) if math.isfinite(v) else ("fails" if math.isinf(v) else "-") for v in named]
+            cells += [r["best"] or "-", fmt_time(r["best_ms"]),
+                      f"{r['speedup']:.2f}x" if math.isfinite(r["speedup"]) else "-"]
+            cells += [f"{v / r['best_ms']:.2f}x" if math.isfinite(v) and r["best_ms"] == r["best_ms"] else "-"
+                      for v in named]
             cells += [fmt_time(r[c]) for c in base_cols]
             rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
         self.table.value = (TABLE_CSS + f"<div style='{SCROLL}'><table class='flytune-table'><tr>"
