@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from flytune_nb.analysis.units import fmt_time
 from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
 
 
@@ -42,8 +43,8 @@ class TqdmListener:
             bar = self.bars.get(_key(t.shape, t.dtype))
             if bar is None:  # replayed from the store: nothing measured, no bar
                 return
-            now = f"{t.p50 * 1e3:.1f}us" if t.ok else t.status
-            best = f"{event.best.p50 * 1e3:.1f}us" if event.best is not None else "-"
+            now = fmt_time(t.p50) if t.ok else t.status
+            best = fmt_time(event.best.p50) if event.best is not None else "-"
             bar.set_postfix_str(f"{t.config} {now} | best {best}", refresh=False)
             bar.update(1)
         elif isinstance(event, ShapeDone):
