@@ -1,8 +1,8 @@
 """What share of a sweep's time does the notebook's live view (plot + progress) cost?
 
-Compares the same sweep with and without the LivePlot + progress listeners, alternated, best of 2 each (headless
-widgets, so this measures our Python side: event handling, batching, figure updates; a browser adds rendering on
-its side). Runs on a GPU or on the Triton interpreter. Target: <= 5% of sweep time.
+Compares the same sweep with and without the live results + explorer + progress listeners, alternated, best of 2
+each (headless widgets, so this measures our Python side: event handling, batching, figure updates; a browser adds
+rendering on its side). Runs on a GPU or on the Triton interpreter. Target: <= 5% of sweep time.
 """
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from benchmarks.common import environment, parser, write
 from flytune_nb.core.device import current_device
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.sweep import Sweep
-from flytune_nb.ui.notebook import LivePlot
 from flytune_nb.ui.notebook.controls import RunControl
+from flytune_nb.ui.notebook.live import LiveResults
+from flytune_nb.ui.notebook.slots import load_plotly
+from flytune_nb.ui.notebook.views import ExplorerView
 
 
 def main(argv=None):
@@ -33,9 +35,12 @@ def main(argv=None):
         for live in (False, True):
             listeners = []
             if live:
-                plot, rc = LivePlot(get_kernel("rmsnorm")), RunControl()
-                rc.start(3)
-                listeners = [plot, rc]
+                live, rc, view = LiveResults(), RunControl(), ExplorerView(get_kernel("rmsnorm"))
+                load_plotly(background=False)
+                view.source = live.get
+                live.on_change = view.follow
+                rc.start([0, 0, 0])
+                listeners = [live, rc]
             t0 = time.perf_counter()
             Sweep("rmsnorm", grid, [dtype], db=str(tmp / f"{rep}{live}.db"), isolate=False, baselines=(),
                   listeners=listeners).run()
@@ -48,7 +53,7 @@ def main(argv=None):
                     f"{env['date']}, torch {env['torch']}, triton {env['triton']}, flytune_nb {env['flytune_nb']}"
                     + (f", commit {env['commit']}" if env["commit"] else ""), "",
                     "| | sweep wall time (best of 2) |", "|---|---|", f"| no listeners | {plain:.2f} s |",
-                    f"| LivePlot + progress | {live:.2f} s |", f"| overhead | {live / plain - 1:+.1%} |"])
+                    f"| live results + explorer + progress | {live:.2f} s |", f"| overhead | {live / plain - 1:+.1%} |"])
     write("widgets_overhead", payload, md, out=args.out)
 
 

@@ -15,6 +15,53 @@ class HeuristicError(UsageError):
     """An edited heuristic that does not compile, raises, or returns something that is not a Config."""
 
 
+TIME_LIMIT_S = 2.0  # an edited rule is a few comparisons per shape (microseconds); two seconds is a loop that never ends
+
+
+class _RuleStopped(BaseException):
+    """Raised inside a rule that ran past its time limit (BaseException: a rule's own ``except Exception`` cannot
+    swallow it)."""
+
+
+def with_time_limit(fn, limit_s: float = TIME_LIMIT_S, what: str = "the edited heuristic"):
+    """``fn()`` in a thread of its own, off the caller's (the notebook kernel's main thread, which must keep serving
+    the page): its result, or HeuristicError when it raised, ran past ``limit_s`` (it is then stopped where CPython
+    can stop it: a pure-Python loop at once; a call blocked in C when it returns) or was interrupted."""
+    import threading
+
+    from flytune_nb._compat.stdlib import raise_in_thread
+
+    box: dict = {}
+
+    def body():
+        try:
+            box["value"] = fn()
+        except _RuleStopped:
+            box["stopped"] = True
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    th = threading.Thread(target=body, daemon=True, name="flytune-heuristic")
+    th.start()
+    try:
+        th.join(limit_s)
+    except KeyboardInterrupt:  # the user interrupted the kernel while waiting: stop the rule, keep the edit
+        raise_in_thread(th.ident, _RuleStopped)
+        raise HeuristicError(f"{what} was interrupted; the edit is kept, fix it and re-score") from None
+    if th.is_alive():
+        stopped = raise_in_thread(th.ident, _RuleStopped)
+        th.join(0.5)
+        left = " (it is blocked in a call that cannot be stopped and keeps running in the background)" if (
+            th.is_alive() or not stopped) else ""
+        raise HeuristicError(f"{what} did not return within {limit_s:g} s: an endless loop?{left}")
+    if "error" in box:
+        e = box["error"]
+        if isinstance(e, HeuristicError):
+            raise e
+        raise HeuristicError(f"{what} raised: {type(e).__name__}: {e}") from None
+    return box.get("value")
+
+
 @dataclass(frozen=True)
 class ShapeScore:
     shape: dict
@@ -85,7 +132,18 @@ def load_heuristic(source: str, name: str = "default", package: str | None = Non
     return fn
 
 
-def rescore(fn, results, device, canonical) -> Rescore:
+def check_knobs(spec, config: Config, reference: Config) -> str:
+    """"" when ``config`` names the kernel's knobs (those of ``reference``, its heuristic default, optional knobs
+    aside); else what is wrong, in one line."""
+    missing, extra = spec.knob_mismatch(config.to_dict(), reference.to_dict())
+    if not missing and not extra:
+        return ""
+    parts = ([f"unknown knob{'s' * (len(extra) > 1)} {', '.join(sorted(extra))}"] if extra else []) + (
+        [f"missing {', '.join(sorted(missing))}"] if missing else [])
+    return f"{'; '.join(parts)} (this kernel's knobs: {', '.join(sorted(reference.to_dict()))})"
+
+
+def rescore(fn, results, device, canonical, spec=None) -> Rescore:
     """Score heuristic ``fn`` on every (shape, dtype) of ``results`` from their stored timings. ``canonical``: the
     kernel's ``KernelSpec.canonical`` (an edited heuristic is a bare function, not the spec's wrapped one), so an
     edit that writes an optional knob at its default (``TMA=0``) finds the timings of the config stored without it."""
@@ -100,6 +158,10 @@ def rescore(fn, results, device, canonical) -> Rescore:
             raise HeuristicError(f"raised for {r.shape} {r.dtype}: {type(e).__name__}: {e}") from None
         if not isinstance(new, Config):
             raise HeuristicError(f"returned {type(new).__name__} for {r.shape} {r.dtype}, not a Config")
+        if spec is not None:  # a config outside the kernel's space is said at once, not at measure time
+            wrong = check_knobs(spec, new, r.default)
+            if wrong:
+                raise HeuristicError(f"returned {new} for {r.shape} {r.dtype}: {wrong}")
         new = canonical(new)
         out.rows.append(ShapeScore(dict(r.shape), r.dtype, best.p50, r.default, measured_ms(r, r.default), new,
                                    measured_ms(r, new)))

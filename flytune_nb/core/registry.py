@@ -64,7 +64,10 @@ def search_path(paths: Iterable[str | os.PathLike] | None = None) -> list[Path]:
     dirs += [Path(p) for p in env.split(os.pathsep) if p.strip()]
     for d in dirs:
         if not d.is_dir():
-            raise RegistryError(f"kernel path {d} is not a folder (from paths= or FLYTUNE_KERNEL_PATH)")
+            raise RegistryError(f"kernel path {d} is not a folder (from --path / paths= or FLYTUNE_KERNEL_PATH)")
+        if all((d / part).exists() for part in PARTS):  # it would list nothing: its subfolders are searched
+            raise RegistryError(f"kernel path {d} is a kernel folder itself; give the folder that holds kernel "
+                                f"folders: {d.resolve().parent}")
     return dirs + [BUILTIN_DIR]
 
 
@@ -102,7 +105,8 @@ def get_kernel(name: str, paths=None) -> KernelSpec:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise KernelNotFound(f"unknown kernel {name!r}.{hint} Known: {', '.join(known) or 'none'}. "
-                         f"Add folders with FLYTUNE_KERNEL_PATH or paths=, or name a module attribute "
+                         f"Add the folder holding a kernel folder with --path (CLI), paths= (Python) or "
+                         f"FLYTUNE_KERNEL_PATH, or name a module attribute "
                          f"('package.module:SPEC' or 'file.py:SPEC').")
 
 

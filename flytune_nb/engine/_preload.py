@@ -77,3 +77,19 @@ _t = time.perf_counter()
 _key.join()
 TIMES["key_wait_s"] = time.perf_counter() - _t
 TIMES["wall_end"] = time.time()
+
+
+def _exit_now() -> None:
+    """The server exits when its caller is gone (its "alive" pipe closes); with torch and Triton loaded, Python's
+    normal finalisation then took seconds on a loaded 2-core box, and the server's children (a hung worker, whose
+    parent-death signal fires when the server is gone: flytune_nb.engine.processes.watch_parent) waited for it.
+    Nothing in the server needs flushing. Registered last, so it runs first; only in the server itself (its forked
+    children inherit the registration but end through os._exit)."""
+    if os.getpid() == _SERVER_PID:
+        os._exit(0)
+
+
+_SERVER_PID = os.getpid()
+import atexit  # noqa: E402
+
+atexit.register(_exit_now)

@@ -26,6 +26,11 @@ class WorkerTimeout(RunError):
     pass
 
 
+class WorkerStopped(WorkerCrashed):
+    """The caller stopped the lane (Stop, Ctrl-C) and its worker was killed: the trial in flight is nobody's
+    failure and is not stored."""
+
+
 class WorkerStartError(RunError):
     """The worker process could not start at all: the machine's problem, not a config's."""
 
@@ -35,10 +40,69 @@ class WorkerError(RunError):
 
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch + triton on a loaded 2-core machine can take ~10 s; a GPU context more
+# A worker's stdout reaches the caller's terminal (or the notebook server's log) up to this much per task; a kernel
+# that printed 50 MB flooded a terminal. The rest of that task's output is dropped, with one line saying so.
+OUTPUT_LIMIT_BYTES = 64 << 10
+POLL_S = 0.1  # how often a waiting call looks for a cancel (Stop ends a sweep within ~1 s)
+
+
+def _bound_stdout(limit: int):
+    """Relay this process's fd 1 through a pipe, passing at most ``limit`` bytes per task. Returns ``next_task()``,
+    which the worker calls before each task to renew the allowance. Only stdout: stderr carries the tracebacks and
+    compiler messages that explain a failure, and C code writing to it while holding the GIL could block on a full
+    pipe that the relay thread (which needs the GIL) never empties."""
+    import fcntl
+
+    try:
+        real = os.dup(1)
+        r, w = os.pipe()
+        try:
+            fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ: room for a burst while the relay waits for the GIL
+        except (OSError, ValueError):
+            pass
+        os.dup2(w, 1)
+        os.close(w)
+    except OSError:
+        return lambda: None
+    state = {"left": limit, "noted": False}
+
+    def relay() -> None:
+        while True:
+            try:
+                chunk = os.read(r, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            keep = chunk[:max(0, state["left"])]
+            state["left"] -= len(chunk)
+            try:
+                if keep:
+                    os.write(real, keep)
+                if state["left"] < 0 and not state["noted"]:
+                    state["noted"] = True
+                    os.write(real, f"\n[flytune worker {os.getpid()}: more than {limit >> 10} KiB of output in one "
+                                   f"task; the rest of it is dropped]\n".encode())
+            except OSError:
+                pass
+
+    threading.Thread(target=relay, daemon=True, name="flytune-stdout-relay").start()
+
+    def next_task() -> None:
+        import sys
+
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        state["left"], state["noted"] = limit, False
+
+    return next_task
 
 
 def _worker_main(conn, env: dict) -> None:
     child_init(env)
+    next_task = _bound_stdout(OUTPUT_LIMIT_BYTES)
     dump = _profiler()
     from flytune_nb.core.device import ensure_backend
 
@@ -52,6 +116,7 @@ def _worker_main(conn, env: dict) -> None:
             op, kwargs = conn.recv()
         except (EOFError, OSError, KeyboardInterrupt):
             return
+        next_task()
         try:
             answer = ("ok", HANDLERS[op](**kwargs))
         except Exception as e:  # noqa: BLE001 - shipped to the parent, which decides
@@ -136,6 +201,9 @@ class InProcessLane:
         except Exception as e:  # noqa: BLE001 - same contract as the process lane
             raise WorkerError(f"{type(e).__name__}: {e}") from e
 
+    def cancel(self) -> None:
+        """Nothing to kill: a trial in this process ends when it returns (no isolation, no Stop mid-trial)."""
+
     def close(self) -> None:
         pass
 
@@ -146,6 +214,15 @@ class ProcessLane:
         self.name = name
         self.proc = None
         self.conn = None
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """From any thread: kill the worker now and refuse further calls (WorkerStopped). Stop and Ctrl-C use this,
+        so a hung trial ends the sweep at once instead of after its timeout."""
+        self._cancelled.set()
+        proc = self.proc
+        if proc is not None and proc.is_alive():
+            proc.kill()
 
     def _start(self) -> None:
         ctx = context()
@@ -172,24 +249,46 @@ class ProcessLane:
         return proc, conn
 
     def call(self, op: str, kwargs: dict, timeout: float | None = None):
+        if self._cancelled.is_set():
+            raise WorkerStopped(f"{self.name}: stopped")
         if self.proc is None or not self.proc.is_alive():
             _stop(*self._detach())  # a dead worker's pipe is closed before the fresh one starts
             self._start()
         try:
             self.conn.send((op, kwargs))
-            answered = self.conn.poll(timeout)
+            answered = self._wait(timeout)
             if answered:
                 status, value = self.conn.recv()
         except (EOFError, OSError):  # it died before or while answering (a broken pipe on send included)
             proc, conn = self._detach()
-            _stop(proc, conn, grace=10)
+            _stop(proc, conn, grace=0 if self._cancelled.is_set() else 10)
+            if self._cancelled.is_set():
+                raise WorkerStopped(f"{self.name}: stopped (worker killed)") from None
             raise WorkerCrashed(_describe_exit(proc.exitcode)) from None
+        if not answered and self._cancelled.is_set():
+            _stop(*self._detach())
+            raise WorkerStopped(f"{self.name}: stopped (worker killed)")
         if not answered:
             _stop(*self._detach())
             raise WorkerTimeout(f"no answer within {timeout:g} s (worker killed)")
         if status == "error":
             raise WorkerError(value)
         return value
+
+    def _wait(self, timeout: float | None) -> bool:
+        """conn.poll(timeout) in slices, so that a cancel from another thread is seen within POLL_S even when the
+        kill did not reach the pipe (a worker not started yet)."""
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_S if end is None else min(POLL_S, end - time.monotonic())
+            if left <= 0:
+                return False
+            if self.conn.poll(left):
+                return True
+            if self._cancelled.is_set():
+                return False
 
     def close(self) -> None:
         """Tell the worker to exit and return at once: a worker that imported torch takes ~0.7 s to exit (measured

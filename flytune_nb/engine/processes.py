@@ -53,20 +53,82 @@ def context():
     return ctx
 
 
+# The caller's pid, handed to every child inside its environment (and removed there): a child ends when that
+# process is gone (watch_parent).
+PARENT_VAR = "_FLYTUNE_PARENT_PID"
+PARENT_POLL_S = 0.5  # how often a child's watch thread looks for its caller; a killed sweep's children end within this
+
+
 def child_env(overrides: dict | None = None) -> dict:
-    """The caller's environment now, plus ``overrides`` (which GPU a worker is pinned to). (The working directory
-    needs nothing: multiprocessing starts every child in the caller's.)"""
-    return {**os.environ, **(overrides or {})}
+    """The caller's environment now, plus ``overrides`` (which GPU a worker is pinned to) and the caller's pid.
+    (The working directory needs nothing: multiprocessing starts every child in the caller's.)"""
+    return {**os.environ, **(overrides or {}), PARENT_VAR: str(os.getpid())}
 
 
 def child_init(env: dict) -> None:
     """First thing in every worker and pool process. Interrupts are the parent's: Ctrl-C in a terminal reaches the
     whole process group, and a child dying of SIGINT mid-trial would be recorded as that config crashing; the parent
-    stops after the trial in flight instead. Then the caller's environment (adopt_env)."""
+    stops after the trial in flight instead. Then the caller's environment (adopt_env), and the child ends when its
+    caller is gone (watch_parent)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    env = dict(env or {})
+    caller = env.pop(PARENT_VAR, None)
     adopt_env(env)
+    if caller is not None:
+        watch_parent(int(caller))
+
+
+def watch_parent(caller: int) -> None:
+    """End this process when ``caller`` (the sweep's process) is gone, even while a hung kernel holds the GIL.
+
+    A kill -9 of a sweep during a hanging config left its worker, the forkserver and the resource tracker alive
+    (70 s seen; on a GPU box the worker holds the GPU). Two guards, because either alone has a hole:
+    - the kernel's death signal (Linux prctl PR_SET_PDEATHSIG, SIGKILL): needs no Python, so it fires while the hang
+      holds the GIL. It follows the *parent*: for a forked child that is the forkserver, which exits when every
+      copy of its "alive" pipe's write end is closed. Python hands a copy to each forked child too, so the child
+      drops its own first (_compat.stdlib.drop_forkserver_alive_fd); the server then exits when the caller dies.
+      It is not set for a spawned child, whose parent is the caller's thread that started it: the signal would
+      fire when that thread ends.
+    - a thread that checks every PARENT_POLL_S that the caller still exists: covers spawned children, a forkserver
+      some other library started, and a caller that died before the death signal was armed.
+    The resource tracker ends by itself once no process holds its pipe, i.e. once these children are gone."""
+    import threading
+
+    if os.getppid() != caller:  # forked by the forkserver
+        from flytune_nb._compat.stdlib import drop_forkserver_alive_fd, set_parent_death_signal
+
+        drop_forkserver_alive_fd()  # else this child itself keeps the server (its parent) from ever exiting
+        set_parent_death_signal()
+        if os.getppid() == 1 or not _alive(caller):  # it died before the signal was armed
+            os._exit(1)
+
+    def watch() -> None:
+        import time
+
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if not _alive(caller):
+                os._exit(1)  # a worker's trial in flight is lost, as it is with its sweep's process
+
+    threading.Thread(target=watch, daemon=True, name="flytune-parent-watch").start()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (killed, not yet reaped by its own parent) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists (someone else's process)
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):  # no /proc (not Linux): kill(pid, 0) said it exists
+        return True
+
 
 
 def adopt_env(env: dict) -> None:

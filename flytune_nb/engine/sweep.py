@@ -29,7 +29,8 @@ from flytune_nb.strategies.loop import SearchResult, explore, planned
 from flytune_nb.strategies.selection import Rule, select, shortlist
 from flytune_nb.measure.trial import Trial
 from flytune_nb.errors import first_line
-from flytune_nb.engine.lanes import WorkerCrashed, WorkerError, WorkerStartError, WorkerTimeout, local_lanes
+from flytune_nb.engine.lanes import (WorkerCrashed, WorkerError, WorkerStartError, WorkerStopped, WorkerTimeout,
+                                    local_lanes)
 
 
 # Interpreter timings only exercise the machinery, and an interpreted trial costs ~0.1-1 s: the stage re-times the
@@ -43,6 +44,9 @@ class SweepError(RunError):
 
 class _Stopped(Exception):
     pass
+
+
+STOP_GRACE_S = 0.5  # Stop lets the trial in flight finish this long (and be stored), then kills its worker
 
 
 class Sweep:
@@ -70,7 +74,8 @@ class Sweep:
                  baselines: Iterable[str] | None = None, gpus: Iterable[int] | None = None, ray: str | None = None,
                  timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0,
                  retry_failed: bool = False, configs: Iterable[Config] | None = None, timing: str | None = None,
-                 selection: Rule | dict | str | None = "auto", twins: bool = True, prune=None) -> None:
+                 selection: Rule | dict | str | None = "auto", twins: bool = True, prune=None,
+                 remeasure: Iterable[Config] = ()) -> None:
         self.paths = tuple(str(p) for p in paths)
         self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
         if not isinstance(kernel, str):
@@ -122,11 +127,14 @@ class Sweep:
         if not 0 < timeout < float("inf"):
             raise UsageError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         self.budget, self.timeout, self.isolate, self.seed = budget, timeout, isolate, seed
-        self.retry_failed = retry_failed  # re-measure stored crashed/timeout trials (e.g. with a longer timeout)
+        self.retry_failed = retry_failed  # re-measure every stored trial that did not pass (any failure status)
         # An explicit candidate list instead of the kernel's space (the workbench measures an edited heuristic's
         # picks this way); each must name exactly the knobs the kernel's configs have.
         # an optional knob written at its default (TMA=0) is the config without it: one name, timed once
         self.configs = None if configs is None else list(dict.fromkeys(map(self.spec.canonical, configs)))
+        # measured again even when stored (the stored row is replaced): the workbench times an edited heuristic's
+        # new picks beside fresh timings of the default and the best, never against minutes-old ones
+        self.remeasure = set(map(self.spec.canonical, remeasure))
         self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
         from flytune_nb.engine.census_pool import CensusPruner
 
@@ -151,13 +159,24 @@ class Sweep:
         self._db = db
         self.store: Store | None = db if isinstance(db, Store) else None
         self._stop = threading.Event()
+        self._live_lanes: list = []
         self.results: list[SearchResult] = []
         self.run_id: str | None = None
 
     # -- control -------------------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Ask the sweep to stop after the trial in flight (everything measured stays in the store)."""
+        """Stop the sweep within ~1 s: the trial in flight gets STOP_GRACE_S to finish (and is stored), then its
+        worker is killed and it is not stored, as with Ctrl-C. Everything measured before stays in the store."""
         self._stop.set()
+        timer = threading.Timer(STOP_GRACE_S, self._cancel_lanes)
+        timer.daemon = True
+        timer.start()
+
+    def _cancel_lanes(self) -> None:
+        for lane in list(self._live_lanes):
+            cancel = getattr(lane, "cancel", None)  # a Ray actor cannot be killed mid-call: it stops after it
+            if cancel is not None:
+                cancel()
 
     @property
     def stopped(self) -> bool:
@@ -171,7 +190,7 @@ class Sweep:
         try:
             if self._override:
                 tasks._OVERRIDES[self._task_kernel] = self.spec
-            lanes = self._lanes()
+            lanes = self._live_lanes = self._lanes()
             precompiler = self._precompiler()  # its processes start while the timing worker plans
             plans = self._plan(lanes[0])  # user errors (too large, broken plugin) surface here, before any write
             self._check_configs(plans[0])
@@ -209,8 +228,9 @@ class Sweep:
                 threading.Thread(target=drain, args=(lane, done), daemon=True).start()
             try:
                 _wait_all(finished)
-            except BaseException:  # Ctrl-C / a notebook interrupt: stop after the trial in flight, then unwind
+            except BaseException:  # Ctrl-C / a notebook interrupt: end the trial in flight now, then unwind
                 self._stop.set()
+                self._cancel_lanes()  # a hang would otherwise hold the interrupt for the rest of its timeout
                 _wait_all(finished)  # the lanes are closed below only once no thread uses them
                 raise
             if errors:
@@ -254,6 +274,8 @@ class Sweep:
                                                    timing=self.timing),
                                   timeout=max(self.timeout, 300.0))
                 except (WorkerError, WorkerCrashed, WorkerTimeout, WorkerStartError) as e:
+                    if self._stop.is_set():
+                        raise SweepError("stopped before the first trial") from e
                     raise SweepError(f"{self.spec.name} {shape} {dtype}: cannot prepare the shape: "
                                      f"{first_line(e)}") from e
                 if d.get("too_large"):
@@ -312,7 +334,9 @@ class Sweep:
             space = self.prune(spec.name, shape, dtype, space, default, plan["device"], self.store)
         stored = self.store.trials_for(key)
         if self.retry_failed:
-            stored = {k: t for k, t in stored.items() if t.status not in ("crashed", "timeout")}
+            stored = {k: t for k, t in stored.items() if t.ok}
+        if self.remeasure:
+            stored = {k: t for k, t in stored.items() if k[0] not in self.remeasure}
         named = {label: Config.from_dict(c) for label, c in plan.get("named", {}).items()}
         result = SearchResult(spec.name, shape, dtype, device, default, named=named)
         total = planned(space, default, self.budget, named.values())
@@ -368,7 +392,7 @@ class Sweep:
                     twin_of[config] = rep
                 else:
                     trial = self._measure(lane, shape, dtype, config, fidelity, device)
-                    if self._stop.is_set() and trial.status in ("crashed", "timeout"):
+                    if self._stop.is_set() and trial.status == "crashed":
                         raise _Stopped  # the interrupt took the worker down: not this config's fault, measure it next run
                     if h and trial.ok:
                         timed_for.setdefault((h, fidelity), config)
@@ -434,8 +458,10 @@ class Sweep:
             d = lane.call("trial", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype,
                                         config=config.to_dict(), timer=self._timer(fidelity)),
                           timeout=self.timeout)
-        except WorkerTimeout as e:
+        except WorkerTimeout as e:  # stored even when a stop came meanwhile: the hang was the config's own
             return Trial(**base, status="timeout", reason=str(e))
+        except WorkerStopped:
+            raise _Stopped from None
         except WorkerCrashed as e:
             return Trial(**base, status="crashed", reason=str(e))
         except (WorkerError, WorkerStartError) as e:
@@ -458,6 +484,8 @@ class Sweep:
                                                    timer=self._timer("full")),
                                  timeout=max(self.timeout, 600.0))  # torch.compile's first call takes a while
             except (WorkerTimeout, WorkerCrashed) as e:
+                if self._stop.is_set():  # Stop killed the worker under the baselines: nothing to store
+                    return {}
                 rows = [{"name": n, "status": "error", "reason": str(e), "p20": math.inf, "p50": math.inf,
                          "p80": math.inf} for n in missing]
             for r in rows:

@@ -10,7 +10,7 @@ from flytune_nb.errors import UsageError
 from flytune_nb.analysis.scores import speedup_rows
 from flytune_nb.artifacts.export import export, refuse_interpreter_timings
 from flytune_nb.ui.progress import TqdmListener
-from flytune_nb.ui.report import summary_table, trials_table
+from flytune_nb.ui.report import failure_line, summary_table, trials_table
 from flytune_nb.engine.sweep import Sweep
 
 
@@ -26,18 +26,37 @@ def _check_outputs(export_dir, *files) -> None:
         refuse_interpreter_timings(export_dir, {current_device().name})
 
 
+def _beside(db, suffix: str) -> str:
+    """``runs.db`` -> ``runs.results.csv``, in the store's folder: a batch's outputs stay with its store instead of
+    landing in whatever folder papermill was started from."""
+    db = Path(db)
+    return str(db.with_name(db.stem + suffix))
+
+
 def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustive", budget: int | None = None,
-              db: str = "batch.db", export_dir: str | None = "exports", results_csv: str | None = "results.csv",
-              results_json: str | None = "results.json", isolate: bool = True, paths=(), progress: bool = True):
-    """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults."""
+              db: str = "batch.db", export_dir: str | None = "exports", results_csv: str | None = "",
+              results_json: str | None = "", isolate: bool = True, paths=(), progress: bool = True,
+              timeout: float | str = 120.0, retry_failed: bool = False):
+    """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults.
+    ``results_csv`` / ``results_json``: "" (default) writes them beside ``db`` (``batch.results.csv``), None skips.
+    ``timeout``: seconds per trial before its worker is killed (recorded as timeout); ``paths``: folders that hold
+    kernel folders (a plugin of yours)."""
     if isinstance(budget, str):  # papermill -r passes text
         try:
             budget = int(budget) if budget.strip() else None
         except ValueError:
             raise UsageError(f"budget must be a whole number of configs, got {budget!r}") from None
+    try:
+        timeout = float(timeout)
+    except (TypeError, ValueError):
+        raise UsageError(f"timeout must be a number of seconds, got {timeout!r}") from None
+    if isinstance(paths, str):  # papermill -p paths ./my_kernels
+        paths = [p for p in paths.split(",") if p.strip()]
+    results_csv = _beside(db, ".results.csv") if results_csv == "" else results_csv
+    results_json = _beside(db, ".results.json") if results_json == "" else results_json
     _check_outputs(export_dir, results_csv, results_json)  # before the sweep, not after an hour of it
     sweep = Sweep(kernel, grid, dtypes, db=db, strategy=strategy, budget=budget, isolate=isolate, paths=paths,
-                  listeners=[TqdmListener(disable=not progress)])
+                  timeout=timeout, retry_failed=retry_failed, listeners=[TqdmListener(disable=not progress)])
     results = sweep.run()
     rows = speedup_rows(results)
     if results_csv:
@@ -53,7 +72,7 @@ def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustiv
         print(trials_table(results[0], sweep.spec))  # every config of the first shape: latency, pass/fail, marks
         print()
     print(summary_table(results))
-    print(f"\n{sum(len(r.trials) for r in results)} trials in {db}"
+    print(f"\n{sum(len(r.trials) for r in results)} trials in {db}: {failure_line(results)}"
           + (f"; results: {', '.join(p for p in (results_csv, results_json) if p)}" if rows else "")
           + (f"; exported {len(written)} file(s) under {export_dir}" if written else ""))
     return results

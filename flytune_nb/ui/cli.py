@@ -44,11 +44,17 @@ def _positive(text: str) -> int:
     return v
 
 
+PATH_HELP = ("a folder that holds kernel folders (each subfolder with __init__.py, kernel.py, configs.py, "
+             "heuristic.py, reference.py is one kernel); repeatable")
+TIMEOUT_S = 120.0
+WORKBENCH_DIR = "flytune-workbench"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flytune", description="Tune GPU kernels; export configs; check regressions.")
     sub = p.add_subparsers(dest="cmd", required=True)
     k = sub.add_parser("kernels", help="list kernels: name, axes, dtypes, space size")
-    k.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    k.add_argument("--path", action="append", default=[], help=PATH_HELP)
     s = sub.add_parser("sweep", help="sweep a kernel over a shape grid (resumable; results in --db)")
     s.add_argument("kernel")
     s.add_argument("--grid", required=True, help='e.g. "M=1,64,4096 N=4096,8192" (M=sglang for SGLang sizes)')
@@ -56,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--strategy", default="exhaustive", help="exhaustive | random | halving | surrogate")
     s.add_argument("--budget", type=_positive, default=None, help="at most this many configs per shape (>= 1)")
     s.add_argument("--db", default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
-    s.add_argument("--timeout", type=_seconds, default=120.0, help="seconds one trial may take before it is killed")
+    s.add_argument("--timeout", type=_seconds, default=TIMEOUT_S,
+                   help="seconds one trial may take before its worker is killed and it is recorded as timeout "
+                        "(default %(default)g)")
     s.add_argument("--rep-ms", type=_millis, default=None,
                    help="GPU timing budget per config in ms (default 100, whose spread on the H200 measured 0.6%%; less is faster)")
     s.add_argument("--timing", default="events", choices=("events", "graph"),
@@ -73,13 +81,15 @@ def _parser() -> argparse.ArgumentParser:
                         "widens to 3 standard errors of the measured spread)")
     s.add_argument("--no-twins", action="store_true",
                    help="time every config, also those whose compiled binary is identical to one timed before")
-    s.add_argument("--retry-failed", action="store_true", help="measure stored crashed/timeout trials again")
+    s.add_argument("--retry-failed", action="store_true",
+                   help="measure every stored trial that did not pass again (wrong, compile_error, launch_error, "
+                        "crashed, timeout), e.g. after a fix or with a longer --timeout")
     s.add_argument("--gpus", default=None, help="GPU indices, one worker each, e.g. 0,1,2,3")
     s.add_argument("--ray", default=None, metavar="ADDRESS", help="use Ray actors (auto | local | host:port)")
     s.add_argument("--no-isolate", action="store_true", help="run trials in this process (no crash isolation)")
     s.add_argument("--no-precompile", action="store_true", help="do not compile candidates in a pool first")
     s.add_argument("--baselines", default=None, help="torch_eager,torch_compile (default: both on GPU) or none")
-    s.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    s.add_argument("--path", action="append", default=[], help=PATH_HELP)
     s.add_argument("--all-trials", action="store_true", help="print every config of every shape")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--prune-census", nargs="?", const="", default=None, metavar="TARGET",
@@ -104,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     ce.add_argument("--csv", default=None, help="also write every row here")
     ce.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one config may take to compile")
     ce.add_argument("--list-targets", action="store_true", help="the named GPUs and their properties")
-    ce.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    ce.add_argument("--path", action="append", default=[], help=PATH_HELP)
     ce.add_argument("--quiet", action="store_true", help="no progress bar")
     e = sub.add_parser("export", help="write SGLang-format config files from a results store")
     e.add_argument("--db", required=True, help="results store written by `flytune sweep`")
@@ -114,14 +124,14 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--replace-stale", action="store_true",
                    help="drop a file's entries of another kernel source, toolchain or timing mode that this export "
                         "does not cover (by default export refuses to mix them)")
-    e.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    e.add_argument("--path", action="append", default=[], help=PATH_HELP)
     lk = sub.add_parser("lookup", help="the config a serving run would use, and where it comes from")
     lk.add_argument("kernel")
     lk.add_argument("shape", nargs="+", help="axis values, e.g. M=37 N=4096")
     lk.add_argument("--dtype", default="bf16")
     lk.add_argument("--device", default=None, help="device name as in file names (default: this machine's)")
     lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/)")
-    lk.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    lk.add_argument("--path", action="append", default=[], help=PATH_HELP)
     c = sub.add_parser("check", help="re-time committed configs on this device; non-zero exit on regression")
     c.add_argument("dir", nargs="?", default=None, help="config dir (default: the repo's exports/)")
     c.add_argument("--json", default=None, help="also write the rows as JSON here")
@@ -142,13 +152,17 @@ def _parser() -> argparse.ArgumentParser:
                         "latencies as the exported ones in provenance.json")
     c.add_argument("--all", action="store_true", help="print every row (default: the rows that are not OK)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
-    c.add_argument("--path", action="append", default=[], help="extra kernel folder (repeatable)")
+    c.add_argument("--path", action="append", default=[], help=PATH_HELP)
     ca = sub.add_parser("cache", help="where tuned winners are cached on disk; --clear forgets them")
     ca.add_argument("--clear", action="store_true", help="delete the cached winners (all, or --kernel's)")
     ca.add_argument("--kernel", default=None, help="only this kernel")
     _audit_sglang_parser(sub)
     d = sub.add_parser("demo", help="the embedded default sweep (GPU if present, else the Triton interpreter)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    w = sub.add_parser("workbench", help="copy the workbench notebook into a folder of yours and open JupyterLab there")
+    w.add_argument("dir", nargs="?", default=WORKBENCH_DIR, help=f"the folder (default ./{WORKBENCH_DIR}); results "
+                                                                 f"and exports are written there")
+    w.add_argument("--no-lab", action="store_true", help="only copy the notebook and print the command to open it")
     return p
 
 
@@ -177,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_demo(quiet=args.quiet)
         if args.cmd == "audit-sglang":
             return cmd_audit_sglang(args)
+        if args.cmd == "workbench":
+            return cmd_workbench(args)
     except UsageError as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -184,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"flytune: failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("flytune: interrupted; everything measured so far is in the results store (re-run to resume)",
-              file=sys.stderr)
+        cut = [f"; not recorded, in flight: {t}" for t in _INTERRUPTED]
+        print("flytune: interrupted; everything measured so far is in the results store (re-run to resume)"
+              + "".join(cut), file=sys.stderr)
         return 130
     return 0
 
@@ -217,6 +234,12 @@ def cmd_kernels(args) -> int:
     from flytune_nb.ui.report import table
 
     print(table(rows, ["kernel", "axes", "batch", "dtypes", f"space ({dev.name})"]))
+    from flytune_nb.core.registry import discover
+
+    for path in args.path:  # a folder that adds nothing is said, not silently listed as nothing
+        if not discover([path]).keys() - discover([]).keys():
+            print(f"flytune: warning: --path {path} holds no kernel folders (subfolders with "
+                  f"__init__.py, kernel.py, configs.py, heuristic.py, reference.py)", file=sys.stderr)
     return 1 if broken else 0
 
 
@@ -229,9 +252,12 @@ def _ints(text: str | None, what: str) -> list[int] | None:
         raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
 
 
+_INTERRUPTED: list = []  # the trials a Ctrl-C cut, for main's message
+
+
 def cmd_sweep(args) -> int:
     from flytune_nb.ui.progress import TqdmListener
-    from flytune_nb.ui.report import summary_table, trials_table
+    from flytune_nb.ui.report import failure_line, summary_table, trials_table
     from flytune_nb.engine.sweep import Sweep
 
     baselines = None
@@ -241,10 +267,11 @@ def cmd_sweep(args) -> int:
         bad = [b for b in baselines if b not in ("torch_eager", "torch_compile")]
         if bad:
             raise UsageError(f"unknown baseline {bad[0]!r}; use torch_eager, torch_compile or none")
+    progress = TqdmListener(disable=True if args.quiet else None)  # quiet: no bar, but it still tracks the trial in flight
     sw = Sweep(args.kernel, args.grid, args.dtype or ["bf16"], db=args.db, paths=args.path, strategy=args.strategy,
                budget=args.budget, timeout=args.timeout, isolate=not args.no_isolate,
                precompile=False if args.no_precompile else None, baselines=baselines,
-               gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[] if args.quiet else [TqdmListener()],
+               gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[progress],
                retry_failed=args.retry_failed,
                timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms}, timing=args.timing,
                selection=_selection(args), twins=not args.no_twins,
@@ -253,7 +280,11 @@ def cmd_sweep(args) -> int:
     print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
           flush=True)
-    results = sw.run()
+    try:
+        results = sw.run()
+    except KeyboardInterrupt:
+        _INTERRUPTED[:] = progress.interrupted()
+        raise
     for r in (results if args.all_trials else results[:1]):
         print()
         print(trials_table(r, sw.spec))
@@ -264,6 +295,9 @@ def cmd_sweep(args) -> int:
             why = collections.Counter("spill" if d.startswith("spills") else "same binary" for d in dropped.values())
             print(f"census pruning, {shape} {dtype}: {len(dropped)} configs not timed "
                   f"({why['spill']} spill to scratch, {why['same binary']} duplicate another's binary)")
+    print(f"\ntrials: {failure_line(results)}" + (
+        "; `--retry-failed` measures the failed ones again" if any(not t.ok for r in results for t in r.trials)
+        else ""))
     if results and results[0].device.backend == "interpreter":
         print("\n(timings are Triton-interpreter wall-clock times on the CPU: they exercise the machinery, "
               "they say nothing about GPU speed)")
@@ -598,6 +632,41 @@ def cmd_demo(quiet: bool = False) -> int:
           f"results.json, store {out}/demo.db, exports under {out}/exports/. Open the notebook in JupyterLab to see "
           f"its plots.")
     return 0
+
+
+def cmd_workbench(args) -> int:
+    """Copy the packaged workbench notebook into ``args.dir`` (kept if it is there: it may hold the user's edits)
+    and start JupyterLab on it there, so results and exports land in the user's folder, never in the package."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from flytune_nb.core.resources import NOTEBOOKS
+
+    folder = Path(args.dir).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder} exists and is not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "workbench.ipynb"
+    if target.exists():
+        print(f"flytune: {target} is there already; opening it as it is")
+    else:
+        shutil.copyfile(NOTEBOOKS / "workbench.ipynb", target)
+        print(f"flytune: copied the workbench notebook to {target}")
+    command = [sys.executable, "-m", "jupyterlab", str(target.name)]
+    shown = f"cd {folder} && jupyter lab workbench.ipynb"
+    if args.no_lab:
+        print(f"open it with: {shown}")
+        return 0
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        raise UsageError("JupyterLab is not installed: pip install 'flytune_nb[notebook]', then " + shown) from None
+    print(f"flytune: starting JupyterLab in {folder} ({shown}); Ctrl-C stops it")
+    try:
+        return subprocess.call(command, cwd=folder)
+    except KeyboardInterrupt:
+        return 0
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@ One bar per (shape, dtype) in flight, so the per-GPU threads of a multi-GPU swee
 from __future__ import annotations
 
 import sys
+import time
 
+from flytune_nb.analysis.units import fmt_time
 from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
 
 
@@ -16,12 +18,20 @@ class TqdmListener:
         self.file = file or sys.stderr
         self.disable = disable
         self.bars: dict[tuple, object] = {}
+        self.in_flight: dict[tuple, tuple] = {}  # (shape, dtype) -> (config, monotonic start): what an interrupt cut
+
+    def interrupted(self) -> list[str]:
+        """The trials in flight, for the message after Ctrl-C: "N=64 fp32 {MODE: 3} (running 12 s)"."""
+        now = time.monotonic()
+        return [f"{' '.join(f'{k}={v}' for k, v in dict(key[0]).items())} {key[1]} {config} (running "
+                f"{now - t0:.0f} s)" for key, (config, t0) in self.in_flight.items()]
 
     def __call__(self, event) -> None:
         from tqdm.auto import tqdm
 
         if isinstance(event, TrialStarted):
             key = _key(event.shape, event.dtype)
+            self.in_flight[key] = (event.config, time.monotonic())
             if key not in self.bars:
                 shape = " ".join(f"{k}={v}" for k, v in event.shape.items())
                 self.bars[key] = tqdm(total=event.total, desc=f"{event.kernel} {shape} {event.dtype}",
@@ -29,11 +39,12 @@ class TqdmListener:
             self.bars[key].set_postfix_str(str(event.config), refresh=False)
         elif isinstance(event, (TrialDone, TrialFailed)):
             t = event.trial
+            self.in_flight.pop(_key(t.shape, t.dtype), None)
             bar = self.bars.get(_key(t.shape, t.dtype))
             if bar is None:  # replayed from the store: nothing measured, no bar
                 return
-            now = f"{t.p50 * 1e3:.1f}us" if t.ok else t.status
-            best = f"{event.best.p50 * 1e3:.1f}us" if event.best is not None else "-"
+            now = fmt_time(t.p50) if t.ok else t.status
+            best = fmt_time(event.best.p50) if event.best is not None else "-"
             bar.set_postfix_str(f"{t.config} {now} | best {best}", refresh=False)
             bar.update(1)
         elif isinstance(event, ShapeDone):

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import math
 
+from flytune_nb.analysis.failures import summarize
+from flytune_nb.analysis.units import fmt_time
 from flytune_nb.strategies.loop import SearchResult
 
-
-def _ms(v: float) -> str:
-    if not math.isfinite(v):
-        return "-"
-    return f"{v * 1e3:.1f}us" if v < 1 else f"{v:.3f}ms"
+REASON_WIDTH = 60  # a reason longer than this is cut in the table and printed whole below it, numbered
 
 
 def _shape(shape: dict) -> str:
@@ -23,24 +21,33 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def trials_table(result: SearchResult, spec=None) -> str:
-    """Every config of one shape, fastest first; failures last with their reason."""
+    """Every config of one shape, fastest first; failures last with their reason (a long one numbered and printed
+    whole under the table)."""
     best, default = result.best, result.default
     ordered = sorted(result.trials, key=lambda t: (not t.ok, t.score))
-    rows = []
+    rows, notes = [], {}
     for t in ordered:
         mark = ("best " if t is best else "") + ("default" if t.config == default else "")
         gbs = ""
         if t.ok and spec is not None and spec.bytes is not None and result.device.is_gpu:
             gbs = f"{spec.bytes(result.shape, result.dtype) / (t.p50 * 1e-3) / 1e9:.0f}"
-        rows.append([str(t.config), t.status, _ms(t.p50), _ms(t.p20), _ms(t.p80), gbs,
-                     f"{t.rel_error:.1e}" if math.isfinite(t.rel_error) else "-", mark.strip(), t.reason[:60]])
+        reason = t.reason
+        if len(reason) > REASON_WIDTH:
+            n = notes.setdefault(reason, len(notes) + 1)
+            reason = f"{reason[:REASON_WIDTH - 6]}… [{n}]"
+        rows.append([str(t.config), t.status, fmt_time(t.p50), fmt_time(t.p20), fmt_time(t.p80), gbs,
+                     f"{t.rel_error:.1e}" if math.isfinite(t.rel_error) else "-", mark.strip(), reason])
     head = f"{result.kernel} {_shape(result.shape)} {result.dtype} on {result.device.name}"
-    return head + "\n" + table(rows, ["config", "status", "p50", "p20", "p80", "GB/s", "rel_err", "", "reason"])
+    text = head + "\n" + table(rows, ["config", "status", "p50", "p20", "p80", "GB/s", "rel_err", "", "reason"])
+    if notes:
+        text += "\n" + "\n".join(f"[{n}] {reason}" for reason, n in notes.items())
+    return text
 
 
 def summary_table(results: list[SearchResult]) -> str:
-    """One line per (shape, dtype): the heuristic default vs the searched best, and the pick (the selection
-    stage's winner: "default" when the default was kept, else "best" or the config) with why."""
+    """One line per (shape, dtype): the heuristic default vs the searched best (a stopped shape is marked partial),
+    and the pick (the selection stage's winner: "default" when the default was kept, else "best" or the config)
+    with why."""
     rows = []
     # the spec's named configs (SGLang's shipped entry, ...): their p50 beside the default's, when any result has them
     labels = list(dict.fromkeys(label for r in results for label in r.named))
@@ -55,9 +62,15 @@ def summary_table(results: list[SearchResult]) -> str:
         else:
             pick = "best" if b is not None and r.selection.winner == b.config else str(r.selection.winner)
         why = r.selection.line() if r.selection is not None else ""
-        rows.append([_shape(r.shape), r.dtype, f"{n_ok}/{len(r.trials)}", str(r.default), _ms(d.p50 if d else math.inf),
-                     *[_ms(named[x].p50) if named.get(x) is not None else "-" for x in labels],
-                     str(b.config) if b else "NONE PASSED", _ms(b.p50 if b else math.inf),
-                     f"{r.speedup:.2f}x" if math.isfinite(r.speedup) else "-", pick, why])
+        rows.append([_shape(r.shape) + (" (partial)" if r.stopped else ""), r.dtype, f"{n_ok}/{len(r.trials)}",
+                     str(r.default), fmt_time(d.p50 if d else math.inf),
+                     *[fmt_time(named[x].p50) if named.get(x) is not None else "-" for x in labels],
+                     str(b.config) if b else "NONE PASSED", fmt_time(b.p50 if b else math.inf),
+                     f"{r.speedup:.2f}x" if math.isfinite(r.speedup) and not r.stopped else "-", pick, why])
     return table(rows, ["shape", "dtype", "passed", "default", "default p50", *[f"{x} p50" for x in labels], "best",
                         "best p50", "speedup", "pick", "why"])
+
+
+def failure_line(results: list[SearchResult]) -> str:
+    """ "0 of 24 failed" or "102 of 102 failed (all: launch_error: ...)": how many trials failed and why."""
+    return summarize(t for r in results for t in r.trials).line()

@@ -197,3 +197,55 @@ def test_cli_census_prints_the_summary_and_stores_the_rows(capsys, tmp_path):
     assert main(["census", "--list-targets"]) == 0
     listing = capsys.readouterr().out
     assert "AMD_Instinct_MI355X" in listing and "gfx950" in listing and "160 KiB" in listing
+def test_sweep_help_states_the_timeout_default_and_what_retry_failed_covers(capsys):
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default 120)" in out and "wrong, compile_error, launch_error, crashed, timeout" in out
+    assert "a folder that holds kernel folders" in out
+
+
+def test_path_naming_a_kernel_folder_itself_says_which_folder_to_give(capsys):
+    """--path wants the kernels' parent; pointing it at the kernel folder silently listed nothing."""
+    assert main(["kernels", "--path", f"{PLUGINS}/toy"]) == 2
+    err = capsys.readouterr().err
+    assert "is a kernel folder itself" in err and PLUGINS in err
+
+
+def test_a_path_holding_no_kernels_is_said(tmp_path, capsys):
+    assert main(["kernels", "--path", str(tmp_path)]) == 0
+    assert "holds no kernel folders" in capsys.readouterr().err
+
+
+def test_cli_errors_name_the_cli_option_not_the_python_argument(capsys):
+    assert main(["sweep", "nosuchkernel", "--grid", "N=8"]) == 2
+    err = capsys.readouterr().err
+    assert "--path" in err
+
+
+def test_sweep_prints_how_many_failed_and_why_with_reasons_whole(tmp_path, capsys):
+    """The finish line said nothing about failures, and reasons were cut at 60 characters with no way to see them
+    whole."""
+    rc = main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", str(tmp_path / "t.db"),
+               "--quiet", "--no-isolate"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "trials: 6 of 8 failed" in out and "--retry-failed" in out
+    reason = "RuntimeError: launch failed: simulated out of memory for this config"
+    assert len(reason) > 60 and f"] {reason}" in out  # the footnote carries it whole
+    assert "µs" in out or " ms" in out
+    assert not __import__("re").search(r"\dus\b|\d us\b", out)  # never the ASCII "us"
+
+
+def test_retry_failed_in_the_cli_measures_every_failure_status(tmp_path, capsys):
+    db = str(tmp_path / "r.db")
+    argv = ["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", db, "--quiet",
+            "--no-isolate"]
+    assert main(argv) == 0
+    import sqlite3
+
+    before = dict(sqlite3.connect(db).execute("SELECT config, created || id FROM trials WHERE status != 'ok'"))
+    assert main(argv + ["--retry-failed"]) == 0
+    after = dict(sqlite3.connect(db).execute("SELECT config, created || id FROM trials WHERE status != 'ok'"))
+    assert set(before) == set(after) and len(before) == 6
+    assert all(after[c] != before[c] for c in before)  # each failed row written again (wrong, launch_error)

@@ -1,5 +1,6 @@
 """Every notebook runs headless on the CPU (papermill, small parameters), and stays small and output-free in git."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,23 +17,31 @@ def test_notebooks_are_committed_without_outputs_and_have_a_parameters_cell():
 
 
 def test_batch_sweep_notebook_writes_store_results_exports_and_static_plots(tmp_path):
+    """Results land beside the store by default; each figure is plotly JSON with a PNG beside it (only the plotly
+    mimetype was saved, so nbconvert's HTML and code-hosting viewers showed nothing)."""
     out = run_notebook("batch_sweep.ipynb", tmp_path / "out.ipynb",
                        {"kernel": "rmsnorm", "grid": "M=2,4 N=300", "dtypes": "fp32", "db": "b.db",
                         "export_dir": "ex", "isolate": False}, cwd=tmp_path)
-    assert out.stat().st_size < 1_000_000
+    assert out.stat().st_size < 1_500_000
     text = printed_output(out)
-    assert "M=2 N=300" in text and "M=4 N=300" in text and "trials in b.db" in text
-    rows = json.loads((tmp_path / "results.json").read_text())
+    assert "M=2 N=300" in text and "M=4 N=300" in text and "trials in b.db: 0 of" in text
+    rows = json.loads((tmp_path / "b.results.json").read_text())
     assert [r["M"] for r in rows] == [2, 4] and all(r["best_ms"] > 0 and r["speedup"] >= 1 for r in rows)
-    assert (tmp_path / "results.csv").read_text().count("\n") == 3
+    assert (tmp_path / "b.results.csv").read_text().count("\n") == 3
     [export] = list((tmp_path / "ex" / "rmsnorm").rglob("N=300,*.json"))
     assert sorted(json.loads(export.read_text()), key=int) == ["2", "4"]
     nb = json.loads(out.read_text())
-    plots = [o for c in nb["cells"] for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in
-             o.get("data", {})]
-    assert len(plots) == 3  # one scatter per shape + the speed-up heat map
-    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for c in nb["cells"]
-                   for o in c.get("outputs", []))  # static figures, no widget state
+    outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(plots) == 4  # the overview, one explorer per shape, the speed-up heat map
+    titles = [p["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"] for p in plots]
+    assert "M=2 N=300 fp32" in titles[1] and "speed-up" in titles[3]
+    if Path("/usr/bin/chromium").exists():  # kaleido draws through a headless Chromium
+        import base64
+
+        pngs = [base64.b64decode(p["data"]["image/png"]) for p in plots]
+        assert all(png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000 for png in pngs)
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
 
 
 def test_workbench_notebook_executes_headless(tmp_path):

@@ -1,5 +1,10 @@
-"""Widgets, headless: feed them events / results and check the values they show (no front-end needed)."""
+"""Widgets, headless: feed them events / results and check the values they show (no front-end needed).
+
+Each test that covers a defect of the workbench says which behaviour it pins and what the code before the fix did
+with it (so it fails there)."""
+import html
 import math
+import threading
 import time
 
 import pytest
@@ -7,69 +12,142 @@ import pytest
 pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 
+import ipywidgets as W  # noqa: E402
+
 from flytune_nb.core.config import Config  # noqa: E402
 from flytune_nb.core.device import current_device  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
 from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted  # noqa: E402
 from flytune_nb.engine.sweep import Sweep  # noqa: E402
 from flytune_nb.measure.trial import Trial  # noqa: E402
-from flytune_nb.strategies.loop import SearchResult
-from flytune_nb.ui.notebook import LivePlot, Workbench  # noqa: E402
+from flytune_nb.strategies.loop import SearchResult  # noqa: E402
+from flytune_nb.ui.notebook import Workbench  # noqa: E402
 from flytune_nb.ui.notebook.controls import GridEditor, KernelPicker, RunControl  # noqa: E402
 from flytune_nb.ui.notebook.editor import HeuristicEditor  # noqa: E402
+from flytune_nb.ui.notebook.slots import load_plotly  # noqa: E402
 from tests.conftest import PLUGINS  # noqa: E402
 
 SHAPE = {"M": 4, "N": 256}
+load_plotly(background=False)  # the views draw at once in these tests
 
 
-def _trial(cfg, status="ok", p50=0.01, **kw):
-    return Trial("rmsnorm", SHAPE, "fp32", cfg, status, kw.pop("reason", ""), p20=p50, p50=p50, p80=p50,
-                 device="NVIDIA_H200", **kw)
+def _trial(cfg, status="ok", p50=0.01, shape=SHAPE, **kw):
+    return Trial("rmsnorm", shape, "fp32", cfg, status, kw.pop("reason", ""), p20=p50 * 0.9 if status == "ok" else
+                 math.inf, p50=p50, p80=p50 * 1.2 if status == "ok" else math.inf, device="NVIDIA_H200", **kw)
 
 
-def test_live_plot_draws_points_by_status_marks_default_best_and_baselines(dev):
-    plot = LivePlot(get_kernel("rmsnorm"), interval=0.0)
-    c = [Config({"BLOCK_N": b}, num_warps=w) for b, w in ((256, 1), (256, 2), (128, 1), (512, 4))]
-    trials = [_trial(c[0], p50=0.010), _trial(c[1], p50=0.004), _trial(c[2], "wrong", math.inf, reason="bad"),
-              _trial(c[3], "compile_error", math.inf, reason="boom")]
-    for i, t in enumerate(trials):
-        plot((TrialDone if t.ok else TrialFailed)("rmsnorm", t, i, 4))
-    ok, wrong, failed, dflt, best = plot.fig.data
-    assert list(ok.x) == [0, 1] and [round(y, 3) for y in ok.y] == [10.0, 4.0]  # microseconds
-    assert list(wrong.x) == [2] and list(failed.x) == [3]
-    assert list(dflt.y) == [pytest.approx(10.0)] and list(best.y) == [pytest.approx(4.0)]
-    assert "of copy bandwidth" in ok.hovertext[1]  # roofline % on hover (H200's measured 4.27 TB/s)
-    result = SearchResult("rmsnorm", SHAPE, "fp32", dev, c[0], trials,
-                          baselines={"torch_eager": {"status": "ok", "p50": 0.02}})
-    plot(ShapeDone("rmsnorm", result))
-    assert [s.y0 for s in plot.fig.layout.shapes] == [pytest.approx(20.0)]
-    assert "best 4.00 us" in plot.fig.layout.title.text
-    plot.set_metric("roofline")  # % of the H200's measured 4.27 TB/s copy bandwidth
-    nbytes = get_kernel("rmsnorm").bytes(SHAPE, "fp32")
-    assert list(plot.fig.data[0].y) == [pytest.approx(nbytes / 10e-6 / 4.27e12 * 100),
-                                        pytest.approx(nbytes / 4e-6 / 4.27e12 * 100)]
-    assert list(plot.fig.data[4].y) == [pytest.approx(nbytes / 4e-6 / 4.27e12 * 100)]  # best = highest %
-    assert "copy bandwidth" in plot.fig.layout.yaxis.title.text
+def _wb(tmp_path, grid="N=64", name="wb.db", **kw):
+    wb = Workbench("toy", grid, ["fp32"], db=str(tmp_path / name), isolate=False, paths=[PLUGINS], **kw)
+    assert wb.wait_ready(60)
+    return wb
 
 
-def test_live_plot_batches_redraws_and_always_draws_the_last_points(dev):
-    plot = LivePlot(None, interval=0.3)
-    for i in range(50):
-        plot(TrialDone("rmsnorm", _trial(Config({"BLOCK_N": 256 + i})), i, 50))
-    assert plot.redraws == 1  # the first event drew; the other 49 were buffered...
-    time.sleep(0.8)
-    assert plot.redraws == 2 and len(plot.fig.data[0].x) == 50  # ...and drawn by the timer, with no new event
+def _space(n=4):
+    return [Config({"BLOCK_N": b}, num_warps=w) for b, w in ((256, 1), (512, 2), (1024, 4), (128, 1))][:n]
 
 
-def test_progress_label_counts_and_shows_best_so_far():
+def test_explorer_figure_shows_failures_plainly_with_error_bars_and_baselines(dev):
+    """Failed configs were drawn with symbol x-thin and line width 0 (invisible). Now: large red crosses in a band
+    above every passing point, counted in the legend, with the reason on hover; p20/p80 as error bars; the torch
+    baselines labelled lines; microseconds written "µs"."""
+    from flytune_nb.analysis.explore import RANK, trials_frame
+    from flytune_nb.ui.notebook.figures import explorer_figure
+
+    c = _space()
+    trials = [_trial(c[0], p50=0.010), _trial(c[1], p50=0.004), _trial(c[2], "wrong", math.inf, reason="rel 0.5"),
+              _trial(c[3], "compile_error", math.inf, reason="out of resource: shared memory")]
+    r = SearchResult("rmsnorm", SHAPE, "fp32", dev, c[0], trials,
+                     baselines={"torch_eager": {"status": "ok", "p50": 0.02}})
+    fig = explorer_figure(trials_frame([r]), RANK, "num_warps", baselines=r.baselines, title="t")
+    by_name = {t.name: t for t in fig.data}
+    failed = by_name["failed (1)"]
+    assert failed.marker.size >= 12 and failed.marker.line.width >= 2 and failed.marker.color == "#d00000"
+    ok_y = [y for t in fig.data if t.name.startswith("num_warps") for y in t.y]
+    assert sorted(ok_y) == [pytest.approx(4.0), pytest.approx(10.0)]  # µs
+    assert failed.y[0] > max(ok_y) and by_name["wrong result (1)"].y[0] > max(ok_y)
+    assert "out of resource: shared memory" in failed.hovertext[0]
+    fast = next(t for t in fig.data if t.name == "num_warps=2")
+    assert list(fast.error_y.array) == [pytest.approx(0.8)] and list(fast.error_y.arrayminus) == [pytest.approx(0.4)]
+    assert fig.layout.yaxis.title.text == "p50 (µs)"
+    assert [a.text for a in fig.layout.annotations] == ["torch eager 20.0 µs"]
+    assert "2 failed" in fig.layout.title.text
+    assert by_name["heuristic default"].y[0] == pytest.approx(10.0) and by_name["best"].y[0] == pytest.approx(4.0)
+
+
+def test_explorer_by_knob_colour_and_facet_and_knobs_in_numeric_order(dev):
+    from flytune_nb.analysis.explore import heat_table, knob_influence, trials_frame
+    from flytune_nb.ui.notebook.figures import explorer_figure, heat_figure, parallel_figure
+
+    cfgs = [Config({"BLOCK_N": b}, num_warps=w, num_stages=s) for b in (512, 1024, 64) for w in (1, 4) for s in (1, 2)]
+    trials = [_trial(c, p50=0.001 * c["BLOCK_N"] / c.num_warps + 0.0005 * c.num_stages) for c in cfgs]
+    trials[0] = _trial(cfgs[0], "launch_error", math.inf, reason="boom")
+    r = SearchResult("rmsnorm", SHAPE, "fp32", dev, cfgs[1], trials)
+    df = trials_frame([r])
+    fig = explorer_figure(df, "BLOCK_N", "num_warps", "num_stages")
+    assert [a.text for a in fig.layout.annotations] == ["num_stages=1", "num_stages=2"]  # one facet per value
+    assert list(fig.layout.xaxis.ticktext) == ["64", "512", "1024"]  # numeric, not string, order
+    assert {t.name for t in fig.data} >= {"num_warps=1", "num_warps=4", "failed (1)"}
+    par = parallel_figure(df)
+    assert [d.label for d in par.data[0].dimensions] == ["BLOCK_N", "num_stages", "num_warps", "p50 (µs)"]
+    assert len(par.data[0].dimensions[0].values) == 11  # the passing configs
+    table = heat_table(df, "BLOCK_N", "num_warps")
+    assert table["xs"] == [64, 512, 1024] and table["ys"] == [1, 4]
+    assert table["best"].loc[4, 64] == pytest.approx(0.001 * 64 / 4 + 0.0005)
+    heat = heat_figure(table)
+    assert list(heat.data[0].x) == ["64", "512", "1024"] and "x" not in {t for row in heat.data[0].text for t in row}
+    assert heat.layout.height == 160 + 42 * 2  # grows with the rows, not a fixed 300 px
+    assert knob_influence(df)[0][0] == "BLOCK_N"  # the knob that matters most comes first
+
+
+def test_speedup_heatmap_sorts_numerically_and_leaves_no_literal_x(dev):
+    """The old heat map sorted columns as strings (N=1024 before N=512), wrote "x" in cells without a value and
+    was 300 px high whatever the grid."""
+    from flytune_nb.ui.notebook.figures import speedup_heatmap
+
+    good, bad = Config({"BLOCK_N": 256}, num_warps=2), Config({"BLOCK_N": 256}, num_warps=1)
+    results = []
+    for m in (1, 16, 256):
+        for n in (512, 1024, 4096):
+            tr = [Trial("rmsnorm", {"M": m, "N": n}, "fp32", bad, "ok", p20=2.0, p50=2.0, p80=2.0),
+                  Trial("rmsnorm", {"M": m, "N": n}, "fp32", good, "ok", p20=1.0, p50=1.0, p80=1.0)]
+            results.append(SearchResult("rmsnorm", {"M": m, "N": n}, "fp32", dev, bad, tr, stopped=(m, n) == (16, 512)))
+    fig = speedup_heatmap(results)
+    assert list(fig.data[0].x) == ["N=512 fp32", "N=1024 fp32", "N=4096 fp32"]
+    assert list(fig.data[0].y) == ["M=1", "M=16", "M=256"]
+    cells = [t for row in fig.data[0].text for t in row]
+    assert "x" not in cells and cells.count("2.00x") == 8 and "partial" in cells
+    assert fig.data[0].z[1][0] is None  # the partial shape counts for nothing
+    assert fig.layout.height == 150 + 34 * 3
+
+
+def test_units_scale_to_the_data_and_are_written_us():
+    from flytune_nb.analysis.units import fmt_time, unit_for
+
+    assert fmt_time(0.00085) == "850 ns" and fmt_time(0.0123) == "12.3 µs" and fmt_time(2.034) == "2.03 ms"
+    assert fmt_time(1500.0) == "1.50 s" and fmt_time(math.inf) == "-"
+    assert unit_for([0.004, 0.01]) == ("µs", 1e-3) and unit_for([3.0, 40.0]) == ("ms", 1.0)
+
+
+def test_progress_is_over_the_whole_sweep_with_an_eta_from_measured_trials():
+    """The old bar restarted at 0 for each shape, its ETA assumed every shape had the current one's config count,
+    and a resume's stored trials (replayed at once) counted as instant measurements."""
     rc = RunControl()
-    rc.start(total_shapes=1)
-    cfg = Config({"BLOCK_N": 256})
-    rc(TrialStarted("rmsnorm", SHAPE, "fp32", cfg, 0, 4))
-    best = _trial(cfg, p50=0.005)
-    rc(TrialDone("rmsnorm", best, 0, 4, best))
-    assert (rc.bar.value, rc.bar.max) == (1, 4)
-    assert "1 of 4" in rc.label.value and "best so far 5.00 us" in rc.label.value and "ETA" in rc.label.value
+    rc.start([4, 10])  # two shapes of 4 and 10 trials
+    cfg = [Config({"BLOCK_N": b}) for b in (64, 128, 256, 512)]
+    for i, c in enumerate(cfg[:2]):  # replayed from the store: no TrialStarted
+        t = _trial(c, p50=0.005)
+        rc(TrialDone("rmsnorm", t, i, 4, t))
+    assert rc.eta_s() is None and (rc.done, rc.replayed, rc.measured) == (2, 2, 0)
+    rc(TrialStarted("rmsnorm", SHAPE, "fp32", cfg[2], 2, 4))
+    time.sleep(0.2)
+    t = _trial(cfg[2], p50=0.004)
+    rc(TrialDone("rmsnorm", t, 2, 4, t))
+    assert (rc.bar.value, rc.bar.max) == (3, 14)  # one bar over both shapes
+    assert rc.eta_s() == pytest.approx(11 * rc.spent / 1, rel=1e-6) and 0.2 <= rc.spent < 1.0
+    rc(TrialStarted("rmsnorm", SHAPE, "fp32", cfg[3], 3, 4))
+    rc._render()
+    assert "config 4 of 4" in rc.label.value and "running 0 s" in rc.label.value
+    assert "best so far 4.00 µs" in rc.label.value and "3 of 14 trials (2 from the store)" in rc.label.value
 
 
 def test_a_flydsl_kernel_is_in_the_picker_and_says_where_it_runs():
@@ -88,14 +166,27 @@ def test_a_flydsl_kernel_is_in_the_picker_and_says_where_it_runs():
     assert "launches on" not in picker.info.value
 
 
-def test_grid_editor_previews_work_and_explains_bad_input():
+def test_grid_editor_previews_work_estimates_from_the_store_and_explains_bad_input(tmp_path):
+    """The preview once promised a flat 0.05 s a trial; it now estimates from what the store measured (compile +
+    timing) and says when it is guessing."""
     picker = KernelPicker("rmsnorm")
     grid = GridEditor(picker, {"M": "1,64", "N": "4096"}, ["bf16"])
+    grid.fits_thread.join(60)
     assert "<b>2</b> shapes" in grid.preview.value and "<b>98</b> trials" in grid.preview.value  # 47 + 51
+    assert "a guess" in grid.preview.value
+    db = tmp_path / "e.db"
+    Sweep("rmsnorm", "M=2 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    from flytune_nb.engine.store import Store
+
+    store = Store(db)
+    rows = store.frame("rmsnorm")
+    per = (rows["compile_s"] + (rows["reps"] + 1) * rows["p50"] / 1e3).median()
+    timed = GridEditor(picker, {"M": "1,64", "N": "4096"}, ["fp32"], store_getter=lambda: store)
+    timed.fits_thread.join(60)
+    assert f"from {len(rows)} trials this store measured" in timed.preview.value
+    assert f"{per:.2g} s a trial" in timed.preview.value
     grid.axis_boxes["M"].value = "1,x"
     assert "not a positive integer" in grid.preview.value and "&#9888;" in grid.preview.value
-    grid.axis_boxes["M"].value = ""
-    assert "no values" in grid.preview.value
     grid.axis_boxes["M"].value = "4"
     grid.dtypes.value = ()
     assert "at least one dtype" in grid.preview.value
@@ -126,16 +217,61 @@ def test_heuristic_editor_rescores_on_stored_data_and_rejects_bad_edits(tmp_path
     ed.code.value = ("from flytune_nb.core.config import Config\n"
                      "def default(shape, dtype, device):\n    return Config({'BLOCK_N': 256}, num_warps=8, num_stages=3)\n")
     assert ed.last.unmeasured and "never measured" in ed.result.value
-    target = tmp_path / "heuristic.py"
-    target.write_text("old")
-    ed.save_path.value = str(target)
+
+
+def test_editor_refuses_knobs_the_kernel_does_not_have_at_once(dev):
+    """An unknown or a missing knob was accepted at re-score (and failed only when measured)."""
+    results = Sweep("rmsnorm", "M=2 N=256", ["fp32"], isolate=False, baselines=()).run()
+    spec = get_kernel("rmsnorm")
+    ed = HeuristicEditor(lambda: spec, lambda: results, lambda: dev)
+    head = "from flytune_nb.core.config import Config\ndef default(shape, dtype, device):\n    return "
+    ed.code.value = head + "Config({'BLOCK_N': 256, 'BLOCK_Q': 4}, num_warps=1, num_stages=1)\n"
+    text = html.unescape(ed.result.value)
+    assert ed.last is None and "unknown knob BLOCK_Q" in text and "this kernel's knobs: BLOCK_N" in text
+    ed.code.value = head + "Config({}, num_warps=1, num_stages=1)\n"
+    assert "missing BLOCK_N" in html.unescape(ed.result.value)
+
+
+def test_an_edit_that_never_returns_costs_seconds_and_keeps_the_edit(dev):
+    """A rule looping forever froze the notebook kernel (re-scoring ran it on the main thread), and after an
+    interrupt the editor showed the old code. Now it runs in a thread with a time limit and is stopped there."""
+    results = Sweep("rmsnorm", "M=2 N=256", ["fp32"], isolate=False, baselines=()).run()
+    spec = get_kernel("rmsnorm")
+    ed = HeuristicEditor(lambda: spec, lambda: results, lambda: dev, time_limit=1.0)
+    looping = "def default(shape, dtype, device):\n    while True:\n        pass\n"
+    t0 = time.monotonic()
+    ed.code.set_state({"value": looping})  # what the front-end's edit does, through the comm
+    took = time.monotonic() - t0
+    assert took < 5, took
+    assert ed.code.value == looping and "did not return within 1 s" in ed.result.value
+    time.sleep(0.3)
+    assert not [t for t in threading.enumerate() if t.name == "flytune-heuristic"]  # the loop was stopped
+    ed.code.value = "import time\ntime.sleep(2)\n" + looping  # module-level code is limited too
+    assert "did not return" in ed.result.value
+
+
+def test_editor_saves_to_a_user_file_unless_asked_for_the_kernels_own(tmp_path, dev, monkeypatch):
+    """Save once wrote into the committed kernels/<k>/heuristic.py by default."""
+    monkeypatch.chdir(tmp_path)
+    results = Sweep("toy", "N=64", ["fp32"], isolate=False, paths=[PLUGINS], baselines=()).run()
+    spec = get_kernel("toy", [PLUGINS])
+    kernel_file = spec.source_dir / "heuristic.py"
+    before = kernel_file.read_text()
+    ed = HeuristicEditor(lambda: spec, lambda: results, lambda: dev)
+    assert ed.save_path.value == "toy_heuristic.py" and not ed.into_kernel.value
+    ed.code.value = before + "\n# tried: BLOCK 64\n"
     ed.save()
-    assert target.read_text() == ed.code.value and (tmp_path / "heuristic.py.bak").read_text() == "old"
+    assert (tmp_path / "toy_heuristic.py").read_text() == ed.code.value and kernel_file.read_text() == before
+    ed.save_path.value = str(kernel_file)
+    ed.save()  # the kernel's own file without the tick: refused
+    assert "tick" in ed.result.value and kernel_file.read_text() == before
+    ed.into_kernel.value = True
+    assert ed.save_path.value == str(kernel_file) and "fingerprint" in ed.note.value
+    ed2 = HeuristicEditor(lambda: spec, lambda: results, lambda: dev)
+    assert ed2.code.value.endswith("# tried: BLOCK 64\n")  # the user's draft is what opens next time
 
 
 def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
-    import threading
-
     started = threading.Event()
     measured = []
 
@@ -145,8 +281,7 @@ def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
             if len(measured) == 3:
                 started.set()
 
-    wb = Workbench("toy", {"N": "64,96,128"}, ["fp32"], db=str(tmp_path / "wb.db"), isolate=False, paths=[PLUGINS],
-                   listeners=[watch])
+    wb = _wb(tmp_path, {"N": "64,96,128"}, listeners=[watch])
     th = wb.run()
     assert started.wait(60)
     wb.stop()  # pressed from the notebook's thread while the sweep thread runs
@@ -154,15 +289,19 @@ def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
     assert wb.sweep.stopped and "stopped" in wb.control.label.value and not wb.control.run_button.disabled
     first = len(measured)
     assert 3 <= first <= 4  # Stop is honoured after the trial in flight
+    assert "(1 partial)" in wb.control.label.value  # the stopped shape is marked partial ...
+    assert "over 0 shapes" in wb.compare.summary.value and "1 partial shape(s) left out" in wb.compare.summary.value
     th = wb.run()  # Run again resumes: only what was not stored is measured
     th.join(120)
     assert len(measured) == 24 and wb.store.count() == 24
-    assert "finished: 3 shapes" in wb.control.label.value
+    label = wb.control.label.value
+    assert "finished: 3 shape(s), 24 trials" in label and f"({24 - first} measured now, {first} from the store)" in label
+    assert "18 of 24 failed" in label and "retry failed" in label  # failures counted and named
     assert "<table" in wb.table.html.value and "launch_error" in wb.table.html.value
-    assert "heuristic regret" in wb.compare.summary.value
-    assert list(wb.compare.heat.data[0].y) == ["N=64", "N=96", "N=128"]  # the heat map holds the grid
-    assert list(wb.shape_select.options) == ["N=64 fp32", "N=96 fp32", "N=128 fp32"]
-    assert wb.plot.selected == "N=128 fp32"  # it followed the running shape
+    assert "heuristic regret" in wb.compare.summary.value and "over 3 shapes" in wb.compare.summary.value
+    assert list(wb.compare.heat.figure.data[0].y) == ["N=64", "N=96", "N=128"]  # the heat map holds the grid
+    assert list(wb.explorer.shape.options) == ["N=64 fp32", "N=96 fp32", "N=128 fp32"]
+    assert wb.explorer.selected == "N=128 fp32"  # it followed the running shape
     files = wb.exporter.refresh()
     assert len(files) == 1 and "new file" in wb.exporter.html.value
     from flytune_nb.artifacts.files import BUILTIN_DIR
@@ -178,20 +317,189 @@ def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
     assert "wrote:" in wb.exporter.html.value and list((tmp_path / "scratch" / "toy").rglob("*.json"))
 
 
-def test_editor_measures_unmeasured_picks_and_scores_wins_and_failures(tmp_path):
-    wb = Workbench("toy", {"N": "64"}, ["fp32"], db=str(tmp_path / "m.db"), isolate=False, paths=[PLUGINS])
+def test_overview_draws_all_shapes_and_a_click_opens_one(tmp_path):
+    wb = _wb(tmp_path, {"N": "64,128,256"})
+    wb.run().join(120)
+    ov = wb.overview
+    assert list(ov.frame["batch"]) == [64, 128, 256] and ov.frame["best_ms"].notna().all()
+    fig = ov.slot.figure
+    best = next(t for t in fig.data if t.name == "best all fp32")
+    assert list(best.x) == [64, 128, 256] and fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert list(best.customdata) == ["N=64 fp32", "N=128 fp32", "N=256 fp32"]
+    speed = next(t for t in fig.data if t.name == "speed-up all fp32")
+    assert [round(v, 6) for v in speed.y] == [round(v, 6) for v in ov.frame["speedup"]]
+    assert "heuristic regret" in ov.summary.value and "winning config" in ov.table.value
+    wb.tabs.selected_index = 0
+    ov.slot.clicks.clicked = best.customdata[1]  # what the front-end sends for a click on the N=128 point
+    ov.slot.clicks.count += 1
+    assert wb.explorer.selected == "N=128 fp32" and wb.explorer.pinned and wb.tabs.selected_index == 1
+    assert "N=128 fp32" in wb.explorer.slot.figure.layout.title.text
+
+
+def test_double_run_starts_one_sweep(tmp_path):
+    """Two clicks on Run started two concurrent sweeps (two run ids, duplicate points)."""
+    wb = _wb(tmp_path, {"N": "64,96"})
+    first = wb.run()
+    second = wb.run()
+    assert first is not None and second is None and wb.control.run_button.disabled
+    first.join(120)
+    runs = wb.store.frame(table="runs")
+    assert len(runs) == 1 and wb.store.count() == 16
+
+
+def test_switching_kernel_clears_the_previous_kernels_plot_finish_line_and_export(tmp_path):
+    wb = _wb(tmp_path, {"N": "64"})
     wb.run().join(60)
+    wb.exporter.refresh()
+    assert "finished" in wb.control.label.value and wb.exporter.html.value and wb.explorer.selected
+    wb.picker.dropdown.value = "rmsnorm"
+    assert wb.control.label.value == "" and wb.exporter.html.value == "" and wb.explorer.selected is None
+    assert wb.live.entries == {} and list(wb.explorer.shape.options) == []
+    assert not wb.explorer.slot.figure.data  # no point of toy left
+    assert "no results for this kernel yet" in wb.explorer.slot.figure.layout.title.text
+    assert "no finished shapes" in wb.overview.summary.value
+
+
+def test_rerunning_the_cell_closes_the_previous_workbench(tmp_path):
+    """Each re-run of the workbench cell leaked a whole Workbench (2754 widget models after ~20 re-runs)."""
+    from ipywidgets.widgets.widget import _instances
+
+    first = _wb(tmp_path, {"N": "64"}, name="a.db")
+    after_one = len(_instances)
+    for i in range(3):
+        _wb(tmp_path, {"N": "64"}, name=f"b{i}.db")
+    assert len(_instances) <= after_one + 5, (after_one, len(_instances))
+    assert first.comm is None and first.control.run_button.comm is None  # closed, front-end models freed
+
+
+def test_a_shape_too_large_is_refused_at_run_like_a_typo(tmp_path):
+    """The preview flagged it, yet Run started and failed later in the worker."""
+    wb = Workbench("rmsnorm", {"M": "100000000", "N": "100000000"}, ["fp32"], db=str(tmp_path / "big.db"),
+                   isolate=False)
+    assert "needs ~" in wb.grid.preview.value and wb.grid.fits_problem
+    assert wb.run() is None and "not run:" in wb.message.value and "GiB" in wb.message.value
+    assert not (tmp_path / "big.db").exists()  # nothing started, nothing written
+
+
+def test_sweep_settings_reach_the_sweep_and_bad_entries_are_one_line(tmp_path):
+    wb = _wb(tmp_path, {"N": "64"})
+    wb.settings.strategy.value, wb.settings.budget.value, wb.settings.timeout.value = "random", 3, 7.0
+    assert "<b>3</b> trials after pruning and the budget" in wb.grid.preview.value
+    wb.run().join(60)
+    assert (wb.sweep.strategy_name, wb.sweep.budget, wb.sweep.timeout) == ("random", 3, 7.0)
+    assert len(wb.sweep.results[0].trials) == 3
+    wb.settings.gpus.value = "0,x"
+    assert wb.run() is None and "comma-separated integers" in wb.message.value
+    wb.settings.gpus.value = ""
+    wb.settings.timeout.value = 0
+    assert wb.run() is None and "timeout must be" in wb.message.value
+
+
+def test_retry_failed_measures_every_failure_status_again(tmp_path):
+    """Run on a store of failures re-measured nothing, and --retry-failed covered only crashed/timeout."""
+    wb = _wb(tmp_path, {"N": "64"})
+    wb.run().join(60)
+    events = []
+    wb.extra_listeners.append(events.append)
+    wb.run().join(60)
+    assert not [e for e in events if isinstance(e, TrialStarted)]  # resume: nothing measured again
+    wb.settings.retry_failed.value = True
+    wb.run().join(60)
+    again = {e.config["MODE"] for e in events if isinstance(e, TrialStarted)}
+    assert again == {1, 2, 3}  # wrong (1, 3) and launch_error (2), every failure status
+    assert "6 measured now, 2 from the store" in wb.control.label.value
+
+
+def test_results_table_filters_sorts_both_ways_scrolls_and_writes_csv(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    wb = _wb(tmp_path, {"N": "64,96"})
+    wb.run().join(120)
+    t = wb.table
+    t.shape.value = "N=96 fp32"
+    t.status.value = "passed"
+    t.sort.value = "p50"
+    shown = t.shown()
+    assert set(shown["shape_label"]) == {"N=96 fp32"} and shown["ok"].all()
+    assert list(shown["p50"]) == sorted(shown["p50"])
+    t.descending.value = True
+    assert list(t.shown()["p50"]) == sorted(shown["p50"], reverse=True)
+    assert "max-height:440px;overflow:auto" in t.html.value and "p50 (ms)" in t.html.value  # interpreter: ms
+    t.status.value = "failed"
+    long_reason = max(t.shown()["reason"], key=len)
+    assert html.escape(long_reason) in t.html.value  # whole, not cut at 60 characters
+    path = t.write_csv()
+    import pandas as pd
+
+    csv = pd.read_csv(path)
+    assert len(csv) == 6 and set(csv["status"]) == {"wrong", "launch_error"}
+    assert "download='wb.trials.csv'" in t.link.value and "data:text/csv;base64," in t.link.value
+
+
+def test_compare_two_stores_and_two_toolchains_in_one(tmp_path):
+    import json
+    import sqlite3
+
+    a, b = tmp_path / "a.db", tmp_path / "b.db"
+    Sweep("toy", "N=64,96", ["fp32"], db=a, paths=[PLUGINS], isolate=False, baselines=()).run()
+    with sqlite3.connect(a) as src, sqlite3.connect(b) as dst:  # a copy (the WAL's rows included)
+        src.backup(dst)
+    with sqlite3.connect(b) as c:  # B: the same shapes "on Triton 9.9", its N=64 winner another config and 2x faster
+        for (rid, tool, cfg, p50) in c.execute("SELECT id, toolchain, config, p50 FROM trials").fetchall():
+            t = json.loads(tool)
+            t["triton"] = "9.9.0"
+            c.execute("UPDATE trials SET toolchain=?, p50=? WHERE id=?",
+                      (json.dumps(t), None if p50 is None else p50 / 2, rid))
+        (loser,) = c.execute("SELECT config FROM trials WHERE shape='{\"N\":64}' AND status='ok' ORDER BY p50 DESC "
+                             "LIMIT 1").fetchone()
+        c.execute("UPDATE trials SET p50=0.000001 WHERE shape='{\"N\":64}' AND config=?", (loser,))
+    wb = _wb(tmp_path, {"N": "64"}, name="a.db")
+    wb._store()
+    wb.runs.db_b.value = str(b)
+    wb.runs.load()
+    assert len(wb.runs.side_a.options) == 1 and "triton 9.9.0" in wb.runs.side_b.value
+    df = wb.runs.compare()
+    assert list(df["N"]) == [64, 96] and df["speedup"].iloc[1] == pytest.approx(2.0) and df["speedup"].iloc[0] > 2
+    assert list(df["changed"]) == [True, False]
+    assert "winning config changed on <b>1</b>" in wb.runs.summary.value
+    assert {t.name for t in wb.runs.slot.figure.data} == {"same winning config", "winner changed"}
+    # one store holding both toolchains
+    with sqlite3.connect(a) as c:
+        c.execute("ATTACH ? AS other", (str(b),))
+        c.execute("INSERT INTO trials (run_id, kernel, shape, dtype, config, fidelity, status, reason, p20, p50, p80,"
+                  " rel_error, compile_s, reps, method, device, arch, toolchain, key, created, is_default, source) "
+                  "SELECT run_id, kernel, shape, dtype, config, fidelity, status, reason, p20, p50, p80, rel_error, "
+                  "compile_s, reps, method, device, arch, toolchain, key || 'b', created, is_default, source "
+                  "FROM other.trials")
+    wb.runs.db_b.value = ""
+    wb.runs.load()
+    assert len(wb.runs.side_a.options) == 2 and wb.runs.side_a.value != wb.runs.side_b.value
+    assert len(wb.runs.compare()) == 2
+
+
+def test_measure_missing_times_picks_beside_fresh_default_and_best_and_plots_them(tmp_path):
+    """Measured-missing configs never reached the plot and were judged against timings minutes old."""
+    wb = _wb(tmp_path, {"N": "64"}, name="m.db")
+    wb.run().join(60)
+    best = wb.live.finished_results()[0].best.config
     code = ("from flytune_nb.core.config import Config\n"
             "def default(shape, dtype, device):\n    return Config({'BLOCK': 64, 'MODE': %d}, num_warps=%d)\n")
     wb.editor.code.value = code % (1, 1)  # a pick that gives wrong results
     assert wb.editor.last.rows[0].verdict == "fails" and wb.editor.last.summary()["new_regret"] == math.inf
     wb.editor.code.value = code % (0, 2)  # a valid pick nobody measured (num_warps=2 is not in the toy space)
     assert wb.editor.last.unmeasured and not wb.editor.measure_button.disabled
-    th = wb.measure_configs(wb.editor.last.unmeasured)
+    th = wb.editor._measure_missing()
     th.join(60)
     row = wb.editor.last.rows[0]
     assert row.verdict in ("wins", "loses", "ties") and math.isfinite(row.new_ms)
     assert wb.store.count() == 9  # the 8 swept configs + the one measured for the editor
+    pick = Config({"BLOCK": 64, "MODE": 0}, num_warps=2)
+    entry = wb.live.get("N=64 fp32")
+    assert pick in {t.config for t in entry.trials}  # it reached the explorer's data ...
+    fig = wb.explorer.slot.figure
+    assert any(str(pick) in c for t in fig.data for c in (t.customdata or ()))  # ... and the plot
+    measured = [str(c) for c in wb.sweep.configs]
+    assert str(wb.sweep.spec.canonical(entry.default)) in measured and str(best) in measured  # measured again
+    assert wb.sweep.remeasure == {entry.default, best}
 
 
 def test_workbench_reports_bad_parameters_inline(tmp_path):
@@ -227,8 +535,6 @@ def test_grid_editor_never_drops_a_typo_and_takes_the_batch_notebooks_forms():
     (what batch_sweep.ipynb documents) work; a dtype problem clears once the user picks from the list; a shape that
     cannot fit is refused in the preview."""
     picker = KernelPicker("rmsnorm")
-    import html
-
     typo = GridEditor(picker, {"M": "1,16", "n": "1024"}, ["bf16"])
     assert "unknown ['n']" in html.unescape(typo.preview.value)
     bad = GridEditor(picker, "M=1,64 N4096", ["bf16"])
@@ -243,6 +549,18 @@ def test_grid_editor_never_drops_a_typo_and_takes_the_batch_notebooks_forms():
     assert "needs ~" in wrong.preview.value and "GiB" in wrong.preview.value
 
 
+def test_grid_editor_finds_a_too_large_shape_its_traffic_model_misses(monkeypatch):
+    """The quick check is 3x the kernel's traffic; the exact one (meta tensors, in the background) catches a shape
+    whose inputs are larger than its traffic (fused_moe's experts), and Run then refuses it."""
+    from flytune_nb.measure import memory
+
+    monkeypatch.setattr(memory, "host_memory", lambda: 1 << 30)  # a 1 GiB machine
+    picker = KernelPicker("fused_moe")
+    grid = GridEditor(picker, {"M": "1", "E": "64", "N": "4096", "K": "4096", "topk": "2"}, ["bf16"])
+    grid.fits_thread.join(120)
+    assert grid.fits_problem and "needs ~" in grid.preview.value
+
+
 def test_compare_view_shows_a_failing_default_as_infinite_regret(dev):
     """A heuristic that is wrong on some shapes must not show a clean regret."""
     from flytune_nb.ui.notebook.views import CompareView
@@ -254,9 +572,13 @@ def test_compare_view_shows_a_failing_default_as_infinite_regret(dev):
     failing = SearchResult("rmsnorm", {"M": 2, "N": 256}, "fp32", dev, bad,
                            [Trial("rmsnorm", {"M": 2, "N": 256}, "fp32", bad, "wrong", "rel error 0.5"),
                             Trial("rmsnorm", {"M": 2, "N": 256}, "fp32", good, "ok", p20=1.0, p50=1.0, p80=1.0)])
+    partial = SearchResult("rmsnorm", {"M": 4, "N": 256}, "fp32", dev, bad,
+                           [Trial("rmsnorm", {"M": 4, "N": 256}, "fp32", bad, "ok", p20=1.0, p50=1.0, p80=1.0)],
+                           stopped=True)
     view = CompareView()
-    view.update([ok])
-    assert "2.000x" in view.summary.value
+    view.update([ok, partial])
+    assert "2.000x" in view.summary.value and "over 1 shapes" in view.summary.value  # the partial one is left out
+    assert "1 partial shape(s) left out" in view.summary.value and "M=4 N=256 fp32 (partial)" in view.table.value
     view.update([ok, failing])
     assert "inf: the heuristic default fails on 1 shape" in view.summary.value
 
@@ -308,3 +630,22 @@ def test_a_bad_grid_term_keeps_the_good_axes_and_answering_it_hides_the_accept_b
     assert wb.grid.problems() == [] and wb.accept_button.layout.display == "none"
     wb = Workbench("rmsnorm", {"Q": "1", "N": "1024"}, ["fp32"], db=str(tmp_path / "h.db"), isolate=False)
     assert wb.grid.axis_boxes["N"].value == "1024" and "unknown [&#x27;Q&#x27;]" in wb.grid.preview.value
+
+
+def test_named_reference_configs_show_in_heuristic_vs_best_and_the_explorer(dev):
+    """A spec's named configs (SGLang's shipped entry, ...) are timed beside the default: heuristic vs best shows
+    their p50 and the best's speed-up over them; the explorer marks them."""
+    from flytune_nb.analysis.explore import RANK, trials_frame
+    from flytune_nb.ui.notebook.figures import explorer_figure
+    from flytune_nb.ui.notebook.views import CompareView
+
+    dflt, shipped, best = (Config({"BLOCK_N": b}, num_warps=1) for b in (128, 256, 512))
+    trials = [_trial(dflt, p50=0.004), _trial(shipped, p50=0.003), _trial(best, p50=0.002)]
+    r = SearchResult("rmsnorm", SHAPE, "fp32", dev, dflt, trials, named={"SGLang shipped": shipped})
+    view = CompareView()
+    view.update([r])
+    assert "SGLang shipped p50" in view.table.value and "best vs SGLang shipped" in view.table.value
+    assert "3.00 µs" in view.table.value and "1.50x" in view.table.value
+    fig = explorer_figure(trials_frame([r]), RANK)
+    mark = next(t for t in fig.data if t.name == "SGLang shipped")
+    assert list(mark.y) == [pytest.approx(3.0)]

@@ -1,13 +1,21 @@
 """The notebook layer: the only package that imports ipywidgets or plotly. Everything here subscribes to the
-headless core's events or displays its results."""
-from flytune_nb.ui.notebook.plot import LivePlot, speedup_heatmap, static_figures
+headless core's events or displays its results. plotly is imported on first use (figures, static reports), never by
+importing this package: the workbench shows its controls before plotly has loaded."""
 from flytune_nb.ui.notebook.workbench import Workbench
 
 
-def static_report(results, spec=None) -> None:
-    """For papermill / headless runs: static plotly figures (JSON in the notebook, no widget state)."""
-    for fig in static_figures(results, spec):
-        fig.show(renderer="plotly_mimetype")
+def static_figures(results, spec=None):
+    from flytune_nb.ui.notebook.report import static_figures as figures
+
+    return figures(results, spec)
 
 
-__all__ = ["LivePlot", "Workbench", "speedup_heatmap", "static_figures", "static_report"]
+def static_report(results, spec=None, image: bool = True) -> None:
+    """For papermill / headless runs: each figure as plotly JSON (interactive in JupyterLab, no widget state) with
+    a PNG beside it (kaleido), so nbconvert's HTML and code-hosting viewers show it too."""
+    from flytune_nb.ui.notebook.report import static_report as report
+
+    report(results, spec, image=image)
+
+
+__all__ = ["Workbench", "static_figures", "static_report"]

@@ -1,4 +1,4 @@
-"""Input widgets: kernel picker, shape-grid editor with a live preview, Run / Stop with progress.
+"""Input widgets: kernel picker, shape-grid editor with a live preview, sweep settings, Run / Stop with progress.
 
 Each shows bad input inline (one red line) instead of raising into the notebook.
 """
@@ -12,15 +12,18 @@ import time
 import ipywidgets as W
 
 from flytune_nb.backends import cannot_launch
+from flytune_nb.analysis.estimate import duration, estimate
+from flytune_nb.analysis.units import fmt_time
 from flytune_nb.core.device import current_device
 from flytune_nb.core.dtypes import DtypeError, canonical, parse_list
-from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
-from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid, split_known
-from flytune_nb.measure.memory import check_fits
 from flytune_nb.core.registry import get_kernel, list_kernels
+from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid, split_known
+from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.errors import UsageError
 
 PRESETS = {"custom": None, "SGLang batch sizes (1 ... 4096)": ",".join(map(str, SGLANG_BATCH_SIZES)),
            "decode (1, 2, 4, 8)": "1,2,4,8", "prefill (1024 ... 8192)": "1024,2048,4096,8192"}
+STRATEGIES = ("exhaustive", "random", "halving", "surrogate")
 
 
 def error_html(msg: str) -> str:
@@ -70,11 +73,34 @@ class KernelPicker(W.VBox):
             self.info.value = error_html(str(e))
 
 
-class GridEditor(W.VBox):
-    """Per-axis value lists (with presets for the batch axis) and dtypes; ``preview`` counts the work."""
+def quick_fits(spec, shape: dict, dtype: str, device) -> str:
+    """A too-large shape, judged without torch's meta machinery (5 s to import on the 2-core box): 3x the kernel's
+    traffic model against the memory there is. Catches the typos (M=100000000); the exact check on meta tensors
+    follows in the background (GridEditor) and in the worker before anything is written."""
+    from flytune_nb.measure.memory import host_memory
 
-    def __init__(self, picker: KernelPicker, grid: dict | None = None, dtypes=("bf16",)) -> None:
+    if spec.bytes is None:
+        return ""
+    try:
+        need = 3 * int(spec.bytes(shape, dtype))
+    except Exception:  # noqa: BLE001 - a traffic model that cannot answer: the exact check decides
+        return ""
+    have = device.total_memory if device.is_gpu else host_memory()
+    if have and need > have:
+        return (f"{spec.name} {' '.join(f'{k}={v}' for k, v in shape.items())} {dtype} needs ~{need / 2**30:.1f} GiB;"
+                f" {device.name} has {have / 2**30:.1f} GiB")
+    return ""
+
+
+class GridEditor(W.VBox):
+    """Per-axis value lists (with presets for the batch axis) and dtypes; ``preview`` counts the work and estimates
+    its time from what the store measured before."""
+
+    def __init__(self, picker: KernelPicker, grid: dict | None = None, dtypes=("bf16",), store_getter=None,
+                 budget: int | None = None) -> None:
         self.picker = picker
+        self._budget = budget or 0
+        self.store_getter = store_getter or (lambda: None)
         self.axis_boxes: dict[str, W.Text] = {}
         self.preset = W.Dropdown(options=list(PRESETS), value="custom", description="batch preset")
         self.dtypes = W.SelectMultiple(description="dtypes", rows=3)
@@ -82,7 +108,11 @@ class GridEditor(W.VBox):
         self.rows = W.VBox()
         self._rebuilding = False
         self.on_change = None  # called after every preview: the workbench shows or hides its accept button
-        super().__init__([self.rows, self.preset, self.dtypes, self.preview])
+        self.fits_problem = ""  # a shape too large for the device: Run refuses, as it refuses typos
+        self.planned: list[int] = []  # trials per (dtype, shape) of the current grid, in the sweep's order
+        self._fits_gen = 0
+        self._estimate = None
+        super().__init__([self.rows, W.HBox([self.preset, self.dtypes]), self.preview])
         self.preset.observe(self._apply_preset, "value")
         self.dtypes.observe(self._dtypes_changed, "value")
         picker.dropdown.observe(lambda _: self.rebuild(), "value")
@@ -100,7 +130,12 @@ class GridEditor(W.VBox):
                                      description=a, continuous_update=False) for a in spec.axes}
         for box in self.axis_boxes.values():
             box.observe(self._axis_edited, "value")
+        old = list(self.rows.children)
         self.rows.children = list(self.axis_boxes.values())
+        for box in old:  # the previous kernel's axes: their front-end models are freed
+            box.layout.close()
+            box.style.close()
+            box.close()
         self.dtypes.options = list(spec.dtypes)
         wanted = [str(d) for d in (parse_list(dtypes) if dtypes else (self.dtypes.value or spec.dtypes[:1]))]
 
@@ -120,6 +155,7 @@ class GridEditor(W.VBox):
             self.dtypes.value = tuple(dict.fromkeys(chosen)) or tuple(spec.dtypes[:1])
         finally:
             self._rebuilding = False
+        self._estimate = None  # another kernel: another history
         self.update_preview()
 
     def _axis_edited(self, _) -> None:
@@ -145,76 +181,245 @@ class GridEditor(W.VBox):
         """The grid as shapes; raises GridError with a one-line reason."""
         return parse_grid({a: b.value for a, b in self.axis_boxes.items()}, self.picker.spec.axes)
 
-    def update_preview(self) -> tuple[int, int] | None:
+    def update_preview(self, budget: int | None = None) -> tuple[int, int] | None:
+        if budget is not None:
+            self._budget = budget
         try:
             return self._preview()
         finally:
             if self.on_change is not None:
                 self.on_change()
 
+    def forget_estimate(self) -> None:
+        """After a sweep: the next preview estimates from the store's new measurements."""
+        self._estimate = None
+
     def _preview(self) -> tuple[int, int] | None:
+        self.fits_problem = ""
         try:
             shapes = self.shapes()
             if not self.dtypes.value:
                 raise GridError("choose at least one dtype")
             spec, dev = self.picker.spec, current_device()
-            for s in shapes:  # too large for this device: one line now, not a failed worker later
-                for d in self.dtypes.value:
-                    check_fits(spec, s, d, dev)
-            n = sum(len(set(spec.configs(s, d, dev)) | {spec.default(s, d, dev)}) for s in shapes
-                    for d in self.dtypes.value)
-            per_trial = 0.2 if dev.is_gpu else 0.05  # s: ~125 ms of timing on a GPU; interpreter at small shapes
-            warn = "".join(error_html(p) + "<br>" for p in self.problems())
-            self.preview.value = warn + (f"<b>{len(shapes)}</b> shapes x <b>{len(self.dtypes.value)}</b> dtypes = "
-                                  f"<b>{n}</b> trials after pruning, roughly {max(1, round(n * per_trial))} s "
-                                  f"on {dev.name}, plus compile time on a GPU (less when the store already has "
-                                  f"some; fewer trials with a budget)")
+            for d in self.dtypes.value:
+                for s in shapes:
+                    problem = quick_fits(spec, s, d, dev)
+                    if problem:
+                        self.fits_problem = problem
+                        raise UsageError(problem)
+            budget = getattr(self, "_budget", None)
+            self.planned = []
+            for d in self.dtypes.value:  # the sweep's order: dtype-major
+                for s in shapes:
+                    n = len(set(spec.configs(s, d, dev)) | {spec.default(s, d, dev)})
+                    self.planned.append(n if not budget else min(n, budget))
+            n = sum(self.planned)
+            self._shown = (len(shapes), len(self.dtypes.value), n, budget, dev.name)
+            self._render()
+            self._check_in_background(spec, shapes, list(self.dtypes.value), dev)
             return len(shapes), n
-        except Exception as e:  # noqa: BLE001 - GridError, a dtype error, or a broken plugin
+        except Exception as e:  # noqa: BLE001 - GridError, a dtype error, a shape too large, or a broken plugin
+            self.planned = []
             self.preview.value = error_html(str(e))
             return None
 
+    def _render(self) -> None:
+        n_shapes, n_dtypes, n, budget, dev_name = self._shown
+        warn = "".join(error_html(p) + "<br>" for p in self.problems())
+        when = self._estimate.describe(n) if self._estimate is not None else "estimating the time…"
+        self.preview.value = warn + (
+            f"<b>{n_shapes}</b> shapes x <b>{n_dtypes}</b> dtypes = <b>{n}</b> trials after pruning"
+            f"{' and the budget' if budget else ''}; {when} on {dev_name} (less where the store has them already)")
+
+    def _check_in_background(self, spec, shapes, dtypes, dev) -> None:
+        """Off the cell: the time estimate (it reads the store, and pandas) and memory.check_fits on meta tensors
+        (the kernel's real input sizes; its first call imports torch's symbolic machinery, ~5 s on 2 cores), which
+        the Run button must not wait for. A shape found too large is shown and refused like a typo; a newer preview
+        supersedes an older check."""
+        self._fits_gen += 1
+        gen = self._fits_gen
+
+        def work():
+            from flytune_nb.measure.memory import ShapeTooLarge, check_fits
+
+            if self._estimate is None:
+                try:
+                    self._estimate = estimate(self.store_getter(), spec.name, dev.name, dev.is_gpu)
+                except Exception:  # noqa: BLE001 - an estimate never fails the preview
+                    self._estimate = None
+                if gen == self._fits_gen and self._estimate is not None and not self.fits_problem:
+                    self._render()
+            for d in dtypes:
+                for s in shapes:
+                    if gen != self._fits_gen:
+                        return
+                    try:
+                        check_fits(spec, s, d, dev)
+                    except ShapeTooLarge as e:
+                        if gen == self._fits_gen:
+                            self.fits_problem = str(e)
+                            self.preview.value = error_html(str(e))
+                            if self.on_change is not None:
+                                self.on_change()
+                        return
+                    except Exception:  # noqa: BLE001 - the worker checks again before anything is written
+                        return
+
+        self.fits_thread = threading.Thread(target=work, daemon=True, name="flytune-fits")
+        self.fits_thread.start()
+
+
+class SweepSettings(W.HBox):
+    """Strategy, budget, per-trial timeout, GPU timing budget, GPUs, retry failed: the sweep's knobs, checked on Run."""
+
+    def __init__(self, strategy: str = "exhaustive", budget: int | None = None, timeout: float = 120.0,
+                 rep_ms: float | None = None, gpus=None, retry_failed: bool = False) -> None:
+        narrow = W.Layout(width="190px")
+        self.strategy = W.Dropdown(options=list(STRATEGIES), value=strategy if strategy in STRATEGIES else
+                                   "exhaustive", description="strategy", layout=W.Layout(width="230px"))
+        self.budget = W.IntText(value=int(budget or 0), description="budget", layout=narrow,
+                                tooltip="at most this many configs per shape; 0: the whole space")
+        self.timeout = W.FloatText(value=float(timeout), description="timeout s", layout=narrow,
+                                   tooltip="seconds one trial may take before its worker is killed (recorded as timeout)")
+        self.rep_ms = W.FloatText(value=float(rep_ms or 100.0), description="timing ms", layout=narrow,
+                                  tooltip="GPU timing budget per config (ms); the interpreter always times 3 reps")
+        self.gpus = W.Text(value=",".join(map(str, gpus)) if gpus else "", description="GPUs", placeholder="0,1,2,3",
+                           layout=W.Layout(width="200px"), tooltip="GPU indices, one worker each; empty: one worker")
+        self.retry_failed = W.Checkbox(value=bool(retry_failed), description="retry failed", indent=False,
+                                       layout=W.Layout(width="110px"),
+                                       tooltip="measure again every stored trial that did not pass (any status)")
+        super().__init__([self.strategy, self.budget, self.timeout, self.rep_ms, self.gpus, self.retry_failed],
+                         layout=W.Layout(flex_flow="row wrap"))
+
+    def values(self) -> dict:
+        """Sweep keyword arguments; UsageError with one line for a bad entry."""
+        budget = self.budget.value
+        if budget < 0:
+            raise UsageError(f"budget must be >= 1 (or 0 for the whole space), got {budget}")
+        if not self.timeout.value > 0:
+            raise UsageError(f"timeout must be a number of seconds > 0, got {self.timeout.value:g}")
+        if not self.rep_ms.value > 0:
+            raise UsageError(f"timing budget must be > 0 ms, got {self.rep_ms.value:g}")
+        try:
+            gpus = [int(g) for g in self.gpus.value.split(",") if g.strip()] or None
+        except ValueError:
+            raise UsageError(f"GPUs must be comma-separated integers, got {self.gpus.value!r}") from None
+        timer = None if self.rep_ms.value == 100.0 else {"rep_ms": float(self.rep_ms.value)}
+        return {"strategy": self.strategy.value, "budget": budget or None, "timeout": float(self.timeout.value),
+                "gpus": gpus, "retry_failed": self.retry_failed.value, "timer": timer}
+
 
 class RunControl(W.VBox):
-    """Run / Stop and progress: "i of N, current config, its median, best so far, ETA". Also a sweep listener."""
+    """Run / Stop and progress over the whole sweep: shape i of n, config j of its total, the running config and how
+    long it has run, best so far, trials done of all, and an ETA from this run's measured trial times (stored
+    trials replayed on a resume count as done, not as instant measurements). Also a sweep listener."""
+
+    TICK_S = 1.0  # how often the running config's elapsed time is refreshed
 
     def __init__(self) -> None:
         self.run_button = W.Button(description="Run", button_style="success", icon="play")
         self.stop_button = W.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
-        self.bar = W.IntProgress(value=0, min=0, max=1, description="idle")
+        self.bar = W.IntProgress(value=0, min=0, max=1, description="idle", layout=W.Layout(width="60%"))
         self.label = W.HTML()
-        super().__init__([W.HBox([self.run_button, self.stop_button]), self.bar, self.label])
-        self.done = 0
+        super().__init__([W.HBox([self.run_button, self.stop_button, self.bar]), self.label])
+        self.running = False
+        self._lock = threading.Lock()
+        self._reset([])
+
+    def _reset(self, planned) -> None:
+        self.planned = list(planned)
+        self.total = sum(self.planned)
+        self.done = self.measured = self.failed = self.replayed = 0
+        self.spent = 0.0  # seconds of measured trials (TrialStarted -> done)
+        self.shapes_done = 0
+        self.shape_index = 0
+        self.in_flight: tuple | None = None  # (label, config, i, n, monotonic start)
+        self.best_text = "-"
         self._t0 = time.monotonic()
 
-    def start(self, total_shapes: int) -> None:
-        self.done, self._t0 = 0, time.monotonic()
+    def start(self, planned) -> None:
+        """``planned``: trials per (dtype, shape) of the sweep (GridEditor.planned)."""
+        with self._lock:
+            self._reset(planned)
+            self.running = True
         self.run_button.disabled, self.stop_button.disabled = True, False
-        self.bar.value, self.bar.max, self.bar.description = 0, 1, "running"
-        self.total_shapes, self.shapes_done = total_shapes, 0
+        self.bar.value, self.bar.max, self.bar.description = 0, max(self.total, 1), "running"
+        self.label.value = "<i>starting the workers…</i>"
+        self._tick()
 
     def finish(self, message: str) -> None:
+        with self._lock:
+            self.running = False
+            self.in_flight = None
         self.run_button.disabled, self.stop_button.disabled = False, True
         self.bar.description = "done"
         self.label.value = message
 
+    def eta_s(self) -> float | None:
+        if not self.measured:
+            return None
+        return max(0, self.total - self.done) * self.spent / self.measured
+
+    def _tick(self) -> None:
+        if not self.running:
+            return
+        self._render()
+        t = threading.Timer(self.TICK_S, self._tick)
+        t.daemon = True
+        t.start()
+
+    def _render(self) -> None:
+        with self._lock:
+            flight, eta = self.in_flight, self.eta_s()
+            parts = []
+            if flight is not None:
+                label, config, i, n, t0 = flight
+                parts.append(f"<b>{html.escape(label)}</b> (shape {self.shape_index} of {len(self.planned) or '?'}): "
+                             f"config {i + 1} of {n} <code>{html.escape(str(config))}</code> running "
+                             f"{time.monotonic() - t0:.0f} s")
+            parts.append(f"best so far {self.best_text}")
+            parts.append(f"{self.done} of {self.total} trials" + (f" ({self.replayed} from the store)"
+                                                                   if self.replayed else ""))
+            if self.failed:
+                parts.append(f"<span style='color:#b00020'>{self.failed} failed</span>")
+            parts.append(f"elapsed {duration(time.monotonic() - self._t0)}")
+            parts.append(f"ETA {duration(eta)}" if eta is not None else "ETA: after the first measured trial")
+        if self.running:
+            self.label.value = " &middot; ".join(parts)
+
     def __call__(self, event) -> None:
-        if isinstance(event, TrialStarted):
-            self.bar.max = max(event.total, 1)
-        elif isinstance(event, (TrialDone, TrialFailed)):
-            t = event.trial
-            self.bar.value = min(event.index + 1, self.bar.max)
-            self.done += 1
-            rate = (time.monotonic() - self._t0) / self.done
-            left = (self.bar.max - self.bar.value) + (self.total_shapes - self.shapes_done - 1) * self.bar.max
-            now = f"{t.p50 * 1e3:.2f} us" if t.ok else t.status
-            best = f"{event.best.p50 * 1e3:.2f} us" if event.best is not None else "-"
-            shape = " ".join(f"{k}={v}" for k, v in t.shape.items())
-            self.label.value = (f"{shape} {t.dtype}: {event.index + 1} of {event.total} &middot; "
-                                f"<code>{html.escape(str(t.config))}</code> {now} &middot; best so far {best} "
-                                f"&middot; ETA {max(0, left) * rate:.0f} s")
-        elif isinstance(event, ShapeDone):
-            self.shapes_done += 1
+        with self._lock:
+            if isinstance(event, TrialStarted):
+                label = " ".join(f"{k}={v}" for k, v in event.shape.items()) + f" {event.dtype}"
+                if event.index == 0 or self.in_flight is None or self.in_flight[0] != label:
+                    self.shape_index = max(self.shape_index, self.shapes_done + 1)
+                self.in_flight = (label, event.config, event.index, event.total, time.monotonic())
+            elif isinstance(event, (TrialDone, TrialFailed)):
+                t = event.trial
+                flight = self.in_flight
+                if flight is not None and flight[1] == t.config:
+                    self.measured += 1
+                    self.spent += time.monotonic() - flight[4]
+                    self.in_flight = None
+                else:
+                    self.replayed += 1
+                    if event.index == 0:
+                        self.shape_index = self.shapes_done + 1
+                self.done += 1
+                self.failed += not t.ok
+                if event.best is not None:
+                    self.best_text = fmt_time(event.best.p50)
+            elif isinstance(event, ShapeDone):
+                self.shapes_done += 1
+                # a budgeted or stopped shape has fewer trials than planned: the rest is not coming
+                i = self.shapes_done - 1
+                if i < len(self.planned):
+                    self.total -= max(0, self.planned[i] - len(event.result.trials))
+                    self.planned[i] = len(event.result.trials)
+        if isinstance(event, (TrialDone, TrialFailed)):
+            self.bar.max = max(self.total, 1)
+            self.bar.value = min(self.done, self.bar.max)
+            self._render()
         elif isinstance(event, SweepDone):
             self.bar.value = self.bar.max
 

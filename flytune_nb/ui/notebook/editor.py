@@ -1,8 +1,13 @@
 """The heuristic editor: the kernel's default rule as code, re-scored on every edit against the stored sweep data.
 
-Re-scoring never re-runs anything: each shape's new pick is looked up among the measured trials. Picks that were
-never measured are listed, with a button to measure just those. Save writes the edit to the kernel's heuristic.py
-(or another file) — the previous text is kept beside it as heuristic.py.bak.
+Re-scoring never re-runs anything: each shape's new pick is looked up among the measured trials. The edited rule runs
+in a thread with a time limit (analysis.heuristic_edit.with_time_limit), never on the kernel's main thread, so a rule
+that loops forever costs two seconds and a red line, not a frozen notebook. A pick that names knobs the kernel does
+not have is refused at once. Picks never measured are listed, with a button to measure them beside the default and
+the best, fresh, so the verdict compares timings taken together.
+
+Save writes to a file of the user's (``<kernel>_heuristic.py`` beside the notebook) unless "into the kernel's
+folder" is ticked: the kernel's own heuristic.py is part of its source fingerprint, which keys every stored trial.
 """
 from __future__ import annotations
 
@@ -13,37 +18,62 @@ from pathlib import Path
 
 import ipywidgets as W
 
-from flytune_nb.analysis.heuristic_edit import HeuristicError, load_heuristic, rescore
+from flytune_nb.analysis.heuristic_edit import HeuristicError, load_heuristic, rescore, with_time_limit
+from flytune_nb.analysis.units import fmt_time
 from flytune_nb.ui.notebook.controls import error_html
 
 
 class HeuristicEditor(W.VBox):
-    def __init__(self, spec_getter, results_getter, device_getter, measure=None) -> None:
+    def __init__(self, spec_getter, results_getter, device_getter, measure=None, time_limit: float | None = None) -> None:
         self.spec_getter, self.results_getter, self.device_getter = spec_getter, results_getter, device_getter
-        self.measure = measure  # fn(list of (shape, dtype, config)) -> None: times configs never measured
+        self.measure = measure  # fn(list of (shape, dtype, config)) -> thread: times configs never measured
+        self.time_limit = time_limit
         self.code = W.Textarea(layout=W.Layout(width="100%", height="260px"), continuous_update=False)
         self.score_button = W.Button(description="Re-score", icon="refresh")
-        self.measure_button = W.Button(description="Measure missing", icon="flask", disabled=True)
+        self.measure_button = W.Button(description="Measure missing", icon="flask", disabled=True,
+                                       tooltip="time the picks never measured, with the default and best beside them")
         self.save_path = W.Text(description="save to", layout=W.Layout(width="60%"))
+        self.into_kernel = W.Checkbox(description="into the kernel's folder", value=False, indent=False)
         self.save_button = W.Button(description="Save", icon="save")
         self.result = W.HTML()
-        self.note = W.HTML("<small>Saving into the kernel's folder changes its source fingerprint, which is part of "
-                           "the tuning key: stored timings stay in the store, but the next sweep measures again under "
-                           "the new key. Save elsewhere to keep a draft.</small>")
+        self.note = W.HTML()
         super().__init__([self.code, W.HBox([self.score_button, self.measure_button]),
-                          W.HBox([self.save_path, self.save_button]), self.note, self.result])
+                          W.HBox([self.save_path, self.into_kernel, self.save_button]), self.note, self.result])
         self.score_button.on_click(lambda _: self.score())
         self.measure_button.on_click(lambda _: self._measure_missing())
         self.save_button.on_click(lambda _: self.save())
+        self.into_kernel.observe(lambda _: self._target_changed(), "value")
         self.code.observe(lambda _: self.score(), "value")
         self.last = None
         self.load()
 
-    def load(self) -> None:
+    def _kernel_file(self) -> Path:
         spec = self.spec_getter()
-        path = Path(inspect.getsourcefile(inspect.unwrap(spec.default)))  # the registry may wrap it (canonical)
-        self.save_path.value = str(path)
-        self.code.value = path.read_text()
+        return Path(inspect.getsourcefile(inspect.unwrap(spec.default)))  # the registry may wrap it (canonical)
+
+    def _user_file(self) -> Path:
+        return Path(f"{self.spec_getter().name}_heuristic.py")
+
+    def load(self) -> None:
+        """The kernel's rule as it is (or the user's saved draft of it), saving to the user's file."""
+        self.into_kernel.value = False
+        user = self._user_file()
+        self.save_path.value = str(user)
+        self.code.value = user.read_text() if user.is_file() else self._kernel_file().read_text()
+        self._target_changed()
+
+    def _target_changed(self) -> None:
+        if self.into_kernel.value:
+            self.save_path.value = str(self._kernel_file())
+            self.note.value = ("<small style='color:#b35900'>&#9888; Saving into the kernel's folder changes its "
+                               "source fingerprint, part of the tuning key: stored timings stay in the store, but the "
+                               "next sweep measures again under the new key (and the committed exports go stale)."
+                               "</small>")
+        else:
+            if self.save_path.value == str(self._kernel_file()):
+                self.save_path.value = str(self._user_file())
+            self.note.value = ("<small>Saved to a file of yours; tick <i>into the kernel's folder</i> to change the "
+                               "kernel itself.</small>")
 
     def _package(self) -> str | None:
         import sys
@@ -56,9 +86,14 @@ class HeuristicEditor(W.VBox):
         if not results:
             self.result.value = "<i>run a sweep first: the edit is scored on its stored timings</i>"
             return None
+        spec, device, source, package = self.spec_getter(), self.device_getter(), self.code.value, self._package()
         try:
-            fn = load_heuristic(self.code.value, package=self._package())
-            self.last = rescore(fn, results, self.device_getter(), self.spec_getter().canonical)
+            def work():
+                fn = load_heuristic(source, package=package)
+                return rescore(fn, results, device, spec.canonical, spec=spec)
+
+            limit = {} if self.time_limit is None else {"limit_s": self.time_limit}
+            self.last = with_time_limit(work, **limit)
         except HeuristicError as e:
             self.last = None
             self.measure_button.disabled = True
@@ -66,7 +101,7 @@ class HeuristicEditor(W.VBox):
             return None
         s = self.last.summary()
         ratio = lambda v: "-" if v != v else ("inf (a pick fails)" if v == math.inf else f"{v:.3f}x")  # noqa: E731
-        us = lambda v: "never measured" if math.isnan(v) else ("failed" if math.isinf(v) else f"{v * 1e3:.2f} us")  # noqa: E731
+        us = lambda v: "never measured" if math.isnan(v) else ("failed" if math.isinf(v) else fmt_time(v))  # noqa: E731
         rows = "".join(
             f"<tr><td>{html.escape(' '.join(f'{k}={v}' for k, v in r.shape.items()))} {r.dtype}</td>"
             f"<td><code>{html.escape(str(r.old))}</code> {us(r.old_ms)}</td>"
@@ -76,25 +111,30 @@ class HeuristicEditor(W.VBox):
             f"<p>edited rule vs current: <b>{s['wins']}</b> wins, <b>{s['loses']}</b> losses, "
             f"<b>{s['fails']}</b> picks that fail, {s['ties']} ties, {s['same']} unchanged, {s['unmeasured']} never "
             f"measured. Regret (geomean vs best, over the {s['compared']} shapes both rules have timings for): "
-            f"current {ratio(s['old_regret'])}, edited {ratio(s['new_regret'])}.</p><table><tr><th>shape</th>"
-            f"<th>current</th>"
-            f"<th>edited</th><th>best</th><th></th></tr>{rows}</table>")
+            f"current {ratio(s['old_regret'])}, edited {ratio(s['new_regret'])}.</p>"
+            f"<div style='max-height:360px;overflow:auto'><table><tr><th>shape</th><th>current</th><th>edited</th>"
+            f"<th>best</th><th></th></tr>{rows}</table></div>")
         self.measure_button.disabled = not (self.last.unmeasured and self.measure)
         return self.last
 
-    def _measure_missing(self) -> None:
+    def _measure_missing(self):
         """Hands the never-measured picks to the workbench, which times them in its isolated workers off the cell
         and calls ``score`` again when they are stored."""
         if self.last and self.measure:
             self.measure_button.disabled = True
-            self.measure(self.last.unmeasured)
+            return self.measure(self.last.unmeasured)
+        return None
 
     def save(self) -> None:
         try:
-            load_heuristic(self.code.value, package=self._package())  # never save code that does not load
+            source, package = self.code.value, self._package()
+            with_time_limit(lambda: load_heuristic(source, package=package))  # never save code that does not load
             if not self.save_path.value.strip():
                 raise HeuristicError("choose a file to save to")
             path = Path(self.save_path.value.strip())
+            if path.resolve() == self._kernel_file().resolve() and not self.into_kernel.value:
+                raise HeuristicError("that is the kernel's own heuristic.py: tick 'into the kernel's folder' to "
+                                     "write it")
             if path.exists():
                 path.with_suffix(path.suffix + ".bak").write_text(path.read_text())
             path.write_text(self.code.value)

@@ -1,95 +1,457 @@
-"""Result views: the results table, heuristic-vs-best (table + speed-up heatmap + regret), the export panel."""
+"""Result views: overview of all shapes, the config-space explorer of one shape, the results table,
+heuristic-vs-best, two runs compared, and the export panel. Each computes its data with flytune_nb.analysis
+(headless) and draws with figures.py into FigureSlots (which wait for plotly to load)."""
 from __future__ import annotations
 
+import base64
 import difflib
 import html
 import math
+from pathlib import Path
 
 import ipywidgets as W
-import pandas as pd
-import plotly.graph_objects as go
 
+from flytune_nb.analysis.explore import ORDER, RANK, heat_table, knob_influence, knobs, trials_frame
+from flytune_nb.analysis.units import fmt_time, in_unit, unit_for
 from flytune_nb.errors import UsageError
-from flytune_nb.analysis.scores import regret, speedup_rows
-from flytune_nb.artifacts.export import export, preview
 from flytune_nb.ui.notebook.controls import error_html
-from flytune_nb.ui.notebook.plot import speedup_heatmap
+from flytune_nb.ui.notebook.slots import FigureSlot, plotly_ready
+
+SCROLL = "max-height:440px;overflow:auto;border:1px solid #eee"
+TABLE_CSS = ("<style>.flytune-table td{white-space:normal;word-break:break-word;max-width:520px;"
+             "vertical-align:top;font-size:12px}.flytune-table th{position:sticky;top:0;background:#fafafa;"
+             "font-size:12px}.flytune-table tr.failed td{color:#9d0208}</style>")
 
 
-def trials_frame(results) -> pd.DataFrame:
-    rows = []
-    for r in results:
-        for t in r.trials:
-            rows.append({**t.shape, "dtype": t.dtype, "config": str(t.config), "status": t.status,
-                         "p50_us": t.p50 * 1e3 if t.ok else math.nan, "p20_us": t.p20 * 1e3 if t.ok else math.nan,
-                         "p80_us": t.p80 * 1e3 if t.ok else math.nan, "rel_error": t.rel_error,
-                         "default": t.config == r.default, "reason": t.reason, "fidelity": t.fidelity})
-    return pd.DataFrame(rows)
+def _label(shape: dict, dtype: str) -> str:
+    return " ".join(f"{k}={v}" for k, v in shape.items()) + f" {dtype}"
+
+
+class OverviewView(W.VBox):
+    """All shapes: best and default p50 against the batch axis per dtype (log axes), speed-up against it, regret per
+    dtype over the complete shapes, and the winning config per shape. Clicking a shape calls ``on_open(label)``."""
+
+    def __init__(self) -> None:
+        self.summary = W.HTML("<i>no finished shapes yet</i>")
+        self.slot = FigureSlot(620, clicks=True)
+        self.slot.on_click = self._clicked
+        self.table = W.HTML()
+        self.on_open = None
+        self.frame = None
+        super().__init__([self.summary, self.slot, self.table])
+
+    def update(self, results, batch_axis: str) -> None:
+        from flytune_nb.analysis.overview import overview_frame, regret_by_dtype
+
+        self.frame = df = overview_frame(results, batch_axis)
+        if df.empty:
+            self.summary.value = "<i>no finished shapes yet</i>"
+            self.table.value = ""
+            return
+        parts = []
+        for dtype, s in regret_by_dtype(df).items():
+            r = s["regret"]
+            text = ("-" if r != r else "<b style='color:#b00020'>inf: the default fails on a shape</b>"
+                    if math.isinf(r) else f"<b>{r:.3f}x</b>")
+            parts.append(f"{dtype}: heuristic regret {text} over {s['shapes']} shapes"
+                         + (f", worst at {html.escape(s['worst'])}" if s["worst"] else "")
+                         + (f" ({s['partial']} partial shapes left out)" if s["partial"] else ""))
+        self.summary.value = "<br>".join(parts) + "<br><small>click a point to open that shape in the explorer</small>"
+        rows = "".join(
+            f"<tr{' class=failed' if not r['best'] else ''}><td>{html.escape(r['label'])}"
+            f"{' <i>(partial)</i>' if r['partial'] else ''}</td><td><code>{html.escape(r['best'] or 'none passed')}"
+            f"</code></td><td>{fmt_time(r['best_ms'])}</td><td><code>{html.escape(r['default'])}</code></td>"
+            f"<td>{fmt_time(r['default_ms']) if math.isfinite(r['default_ms']) else 'fails'}</td>"
+            f"<td>{r['speedup']:.2f}x</td><td>{r['failed']} / {r['trials']}</td></tr>" for _, r in df.iterrows())
+        self.table.value = (TABLE_CSS + f"<div style='{SCROLL}'><table class='flytune-table'><tr><th>shape</th>"
+                            f"<th>winning config</th><th>best</th><th>heuristic default</th><th>default</th>"
+                            f"<th>speed-up</th><th>failed</th></tr>{rows}</table></div>")
+        if plotly_ready():
+            from flytune_nb.ui.notebook.figures import overview_figure
+
+            self.slot.show(overview_figure(df, batch_axis))
+
+    def _clicked(self, label: str) -> None:
+        if label and self.on_open is not None:
+            self.on_open(label)
+
+
+class ExplorerView(W.VBox):
+    """One shape's config space: x = a knob (or latency rank / order measured), colour = another, facet = a third;
+    knobs -> latency as parallel coordinates; a knob x knob heat map of the best latency per cell. Follows the shape
+    being measured until the user picks one."""
+
+    def __init__(self, spec=None) -> None:
+        self.spec = spec
+        self.shape = W.Dropdown(description="shape", options=[], layout=W.Layout(width="300px"))
+        self.x = W.Dropdown(description="x", options=[RANK, ORDER], value=RANK, layout=W.Layout(width="220px"))
+        self.colour = W.Dropdown(description="colour", options=[("status", None)], layout=W.Layout(width="220px"))
+        self.facet = W.Dropdown(description="facet", options=[("none", None)], layout=W.Layout(width="220px"))
+        self.metric = W.ToggleButtons(options=[("latency", "latency"), ("% of copy BW", "roofline")],
+                                      value="latency", layout=W.Layout(width="auto"))
+        self.influence = W.HTML()
+        self.slot = FigureSlot(430)
+        self.parallel = FigureSlot(360)
+        self.heat_x = W.Dropdown(description="heat x", options=[], layout=W.Layout(width="220px"))
+        self.heat_y = W.Dropdown(description="heat y", options=[], layout=W.Layout(width="220px"))
+        self.heat = FigureSlot(320)
+        self.selected: str | None = None
+        self.pinned = False  # True once the user picks a shape; until then the view follows the running one
+        self.source = None  # fn(label) -> SearchResult | None
+        self._programmatic = False
+        super().__init__([W.HBox([self.shape, self.x, self.colour, self.facet]), W.HBox([self.metric]),
+                          self.influence, self.slot, self.parallel, W.HBox([self.heat_x, self.heat_y]), self.heat])
+        self.shape.observe(self._picked, "value")
+        for w in (self.x, self.colour, self.facet, self.metric, self.heat_x, self.heat_y):
+            w.observe(lambda _: self.redraw(), "value")
+
+    def set_shapes(self, labels) -> None:
+        self._programmatic = True
+        try:
+            self.shape.options = list(labels)
+            self.shape.value = self.selected if self.selected in labels else None
+        finally:
+            self._programmatic = False
+
+    def add_shape(self, label: str) -> None:
+        if label not in self.shape.options:
+            self.set_shapes(list(self.shape.options) + [label])
+
+    def _picked(self, change) -> None:
+        if not self._programmatic and change["new"]:
+            self.select(change["new"], pin=True)
+
+    def select(self, label: str, pin: bool = True) -> None:
+        self.selected, self.pinned = label, pin
+        if label not in self.shape.options:
+            self.add_shape(label)
+        self._programmatic = True
+        try:
+            self.shape.value = label
+        finally:
+            self._programmatic = False
+        self.redraw()
+
+    def follow(self, label: str | None) -> None:
+        """A sweep event for ``label``: redraw if it is the shape shown, or show it if the user has not picked."""
+        if label is not None and not self.pinned and label != self.selected:
+            self.select(label, pin=False)
+        elif label is None or label == self.selected:
+            self.redraw()
+
+    def clear(self) -> None:
+        self.selected, self.pinned = None, False
+        self.set_shapes([])
+        self.influence.value = ""
+
+    def _choices(self, frame) -> None:
+        ks = knobs(frame)
+        self._programmatic = True
+        try:
+            if list(self.x.options) != [RANK, ORDER] + ks:
+                keep = self.x.value if self.x.value in ks else RANK
+                self.x.options = [RANK, ORDER] + ks
+                self.x.value = keep
+            colour_opts = [("status", None)] + [(k, k) for k in ks]
+            if list(self.colour.options) != colour_opts:
+                keep = self.colour.value if self.colour.value in ks else (ks[0] if ks else None)
+                self.colour.options = colour_opts
+                self.colour.value = keep
+            facet_opts = [("none", None)] + [(k, k) for k in ks]
+            if list(self.facet.options) != facet_opts:
+                keep = self.facet.value if self.facet.value in ks else None
+                self.facet.options = facet_opts
+                self.facet.value = keep
+            # the heat map offers every knob; by default the two that vary (one that varies against a fixed one
+            # when only one does: a knob against itself says nothing)
+            every = ks + [k for k in knobs(frame, varying=False) if k not in ks]
+            if list(self.heat_x.options) != every:
+                hx = self.heat_x.value if self.heat_x.value in every else (every[0] if every else None)
+                hy = self.heat_y.value if self.heat_y.value in every and self.heat_y.value != hx else next(
+                    (k for k in every if k != hx), hx)
+                self.heat_x.options, self.heat_y.options = every, every
+                self.heat_x.value, self.heat_y.value = hx, hy
+        finally:
+            self._programmatic = False
+
+    def frame(self):
+        r = self.source(self.selected) if (self.source is not None and self.selected) else None
+        if r is None:
+            return None, None
+        df = trials_frame([r])
+        if self.spec is not None and self.spec.bytes is not None:
+            from flytune_nb.measure.roofline import bandwidth_fraction
+
+            df["bw"] = [bandwidth_fraction(self.spec, r.shape, r.dtype, v, r.device.name) if ok else None
+                        for v, ok in zip(df["p50"], df["ok"])]
+        return r, df
+
+    def redraw(self) -> None:
+        if self._programmatic:
+            return
+        r, df = self.frame()
+        if df is None or df.empty:
+            return
+        self._choices(df)
+        inf = knob_influence(df)
+        self.influence.value = ("<small>which knob matters (best p50 at its worst value / at its best value): "
+                                + ", ".join(f"<b>{html.escape(k)}</b> {v:.2f}x" for k, v in inf[:6]) + "</small>"
+                                if inf else "")
+        if not plotly_ready():
+            return
+        from flytune_nb.ui.notebook.figures import explorer_figure, heat_figure, parallel_figure
+
+        plot = df
+        title = self.selected + (" (partial)" if r.stopped else "")
+        if self.metric.value == "roofline" and "bw" in df and df["bw"].notna().any():
+            plot = df.copy()  # y = % of copy bandwidth, drawn as "latency" columns so one figure function serves
+            for c in ("p20", "p50", "p80"):
+                plot[c] = [b * 100 * 1e-3 if b is not None and b == b else math.nan for b in df["bw"]]
+            title += " — y: % of measured copy bandwidth (µs axis reads as %)"
+        self.slot.show(explorer_figure(plot, self.x.value, self.colour.value, self.facet.value,
+                                       baselines=r.baselines if plot is df else None, title=title))
+        if len(knobs(df)) >= 1:
+            self.parallel.show(parallel_figure(df))
+        if self.heat_x.value and self.heat_y.value:
+            self.heat.show(heat_figure(heat_table(df, self.heat_x.value, self.heat_y.value)))
 
 
 class ResultsTable(W.VBox):
-    """Every trial, sortable; failures keep their reason."""
+    """Every trial: filter by shape and status, sort by any column either way, in a scroll area; reasons whole;
+    CSV of what is shown (or of everything)."""
 
-    def __init__(self) -> None:
-        self.sort = W.Dropdown(options=["p50_us", "status", "config", "rel_error"], value="p50_us",
-                               description="sort by")
-        self.only_failed = W.Checkbox(description="failures only", value=False)
+    MAX_ROWS = 500  # rendered; the CSV has them all
+
+    def __init__(self, csv_name: str = "trials.csv") -> None:
+        self.shape = W.Dropdown(description="shape", options=[("all shapes", None)], layout=W.Layout(width="300px"))
+        self.status = W.Dropdown(description="status", options=["all", "passed", "failed"], value="all",
+                                 layout=W.Layout(width="200px"))
+        self.sort = W.Dropdown(options=["p50", "status", "config", "rel_error", "order"], value="p50",
+                               description="sort by", layout=W.Layout(width="220px"))
+        self.descending = W.ToggleButton(value=False, description="descending", icon="sort",
+                                         layout=W.Layout(width="120px"))
+        self.csv_button = W.Button(description="CSV", icon="download", tooltip="write and download the rows shown")
+        self.csv_name = csv_name
+        self.link = W.HTML()
         self.html = W.HTML()
-        self.frame = pd.DataFrame()
-        super().__init__([W.HBox([self.sort, self.only_failed]), self.html])
-        self.sort.observe(lambda _: self.render(), "value")
-        self.only_failed.observe(lambda _: self.render(), "value")
+        self.frame = None
+        super().__init__([W.HBox([self.shape, self.status, self.sort, self.descending, self.csv_button]),
+                          self.link, self.html])
+        for w in (self.shape, self.status, self.sort, self.descending):
+            w.observe(lambda _: self.render(), "value")
+        self.csv_button.on_click(lambda _: self.write_csv())
 
     def update(self, results) -> None:
         self.frame = trials_frame(results)
+        labels = list(dict.fromkeys(self.frame["shape_label"])) if len(self.frame) else []
+        opts = [("all shapes", None)] + [(l, l) for l in labels]
+        if list(self.shape.options) != opts:
+            keep = self.shape.value if self.shape.value in labels else None
+            self.shape.options = opts
+            self.shape.value = keep
         self.render()
 
-    def render(self) -> None:
+    def shown(self):
         df = self.frame
-        if df.empty:
-            self.html.value = "<i>no trials yet</i>"
+        if df is None or df.empty:
+            return df
+        if self.shape.value:
+            df = df[df["shape_label"] == self.shape.value]
+        if self.status.value == "passed":
+            df = df[df["ok"]]
+        elif self.status.value == "failed":
+            df = df[~df["ok"]]
+        return df.sort_values(self.sort.value, ascending=not self.descending.value, na_position="last",
+                              kind="stable")
+
+    def render(self) -> None:
+        df = self.shown()
+        if df is None or df.empty:
+            self.html.value = "<i>no trials yet</i>" if self.frame is None or self.frame.empty else "<i>none shown</i>"
             return
-        if self.only_failed.value:
-            df = df[df["status"] != "ok"]
-        df = df.sort_values(self.sort.value, na_position="last")
-        self.html.value = df.to_html(index=False, float_format=lambda v: f"{v:.3g}", max_rows=400, na_rep="-")
+        unit, per = unit_for(df["p50"])
+        head = ["shape", "config", "status", f"p50 ({unit})", f"p20 ({unit})", f"p80 ({unit})", "rel error", "",
+                "reason"]
+        body = []
+        for _, r in df.head(self.MAX_ROWS).iterrows():
+            mark = ("default " if r["is_default"] else "") + ("best" if r["is_best"] else "")
+            cells = [r["shape_label"] + (" (partial)" if r["partial"] else ""), r["config"], r["status"],
+                     *(f"{in_unit(r[c], per):.4g}" if r["ok"] else "-" for c in ("p50", "p20", "p80")),
+                     f"{r['rel_error']:.1e}" if r["rel_error"] == r["rel_error"] else "-", mark.strip(), r["reason"]]
+            body.append(f"<tr{'' if r['ok'] else ' class=failed'}>"
+                        + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        more = (f"<small>showing {self.MAX_ROWS} of {len(df)} rows: filter, or take the CSV</small>"
+                if len(df) > self.MAX_ROWS else f"<small>{len(df)} rows</small>")
+        self.html.value = (TABLE_CSS + more + f"<div style='{SCROLL}'><table class='flytune-table'><tr>"
+                           + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>" + "".join(body)
+                           + "</table></div>")
+
+    def csv_text(self) -> str:
+        df = self.shown()
+        if df is None or df.empty:
+            return ""
+        cols = [c for c in df.columns if c not in ("ok",)]
+        return df[cols].to_csv(index=False)
+
+    def write_csv(self) -> Path | None:
+        text = self.csv_text()
+        if not text:
+            self.link.value = "<i>nothing to write</i>"
+            return None
+        path = Path(self.csv_name)
+        try:
+            path.write_text(text)
+        except OSError as e:
+            self.link.value = error_html(f"cannot write {path}: {e}")
+            return None
+        data = base64.b64encode(text.encode()).decode() if len(text) < 5 << 20 else ""
+        self.link.value = (f"wrote <code>{html.escape(str(path.resolve()))}</code>"
+                           + (f" &middot; <a download='{html.escape(path.name)}' href='data:text/csv;base64,{data}'>"
+                              f"download</a>" if data else ""))
+        return path
 
 
 class CompareView(W.VBox):
-    """Per shape: heuristic default vs searched best, torch baselines; heat map of the speed-up; regret."""
+    """Per shape: heuristic default vs searched best, torch baselines; heat map of the speed-up; regret over the
+    complete shapes (a stopped shape is marked partial and left out)."""
 
     def __init__(self) -> None:
-        self.summary = W.HTML()
+        self.summary = W.HTML("<i>no finished shapes yet</i>")
         self.table = W.HTML()
-        # A FigureWidget updated in place: safe to update from the sweep thread (an Output widget's capture is not).
-        self.heat = go.FigureWidget(layout=go.Layout(height=300, template="plotly_white",
-                                                     title="speed-up of the searched best over the heuristic default"))
+        self.heat = FigureSlot(300)
         super().__init__([self.summary, self.table, self.heat])
 
     def update(self, results) -> None:
-        rows = speedup_rows(results)
-        if not rows:
+        from flytune_nb.analysis.overview import overview_frame
+        from flytune_nb.analysis.scores import regret
+
+        if not results:
             self.summary.value = "<i>no finished shapes yet</i>"
+            self.table.value = ""
             return
-        df = pd.DataFrame(rows)
-        failing = sum(math.isinf(r["default_ms"]) for r in rows)
-        regret_ = regret(r["default_ms"] / r["best_ms"] for r in rows)
-        worst = max((r for r in rows if math.isfinite(r["speedup"])), key=lambda r: r["speedup"], default=None)
-        self.summary.value = (f"<b>heuristic regret</b> (geomean default / best over {len(rows)} shapes): "
+        df = overview_frame(results, next(iter(results[0].shape)))
+        whole = df[~df["partial"] & df["best_ms"].notna() & df["default_ms"].notna()]
+        failing = int(whole["default_ms"].map(math.isinf).sum())
+        reg = regret(whole["default_ms"] / whole["best_ms"]) if len(whole) else math.nan
+        worst = whole.loc[whole["speedup"].idxmax()] if len(whole) and whole["speedup"].notna().any() else None
+        partial = int(df["partial"].sum())
+        self.summary.value = (f"<b>heuristic regret</b> (geomean default / best over {len(whole)} shapes): "
                               + (f"<b>inf: the heuristic default fails on {failing} shape(s)</b>" if failing
-                                 else f"<b>{regret_:.3f}x</b>") + (
-                                  f"; worst at {html.escape(' '.join(f'{k}={worst[k]}' for k in results[0].shape))}"
-                                  f" {worst['dtype']}: {worst['speedup']:.2f}x" if worst else ""))
-        self.table.value = df.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep="-")
-        fig = speedup_heatmap(results)
-        if fig is not None:
-            src = fig.data[0]
-            if not self.heat.data:  # added on first data: an empty heat map trace upsets plotly.js
-                self.heat.add_heatmap(z=src.z, x=src.x, y=src.y, colorscale="Viridis",
-                                      colorbar_title="default / best", texttemplate="%{z:.2f}x")
-                return
-            with self.heat.batch_update():
-                self.heat.data[0].z, self.heat.data[0].x, self.heat.data[0].y = src.z, src.x, src.y
+                                 else f"<b>{reg:.3f}x</b>" if reg == reg else "-")
+                              + (f"; worst at {html.escape(worst['label'])}: {worst['speedup']:.2f}x"
+                                 if worst is not None and math.isfinite(worst["speedup"]) else "")
+                              + (f"; {partial} partial shape(s) left out" if partial else ""))
+        base_cols = [c for c in df.columns if c.endswith("_ms") and c.startswith("torch")]
+        named_cols = [c for c in df.columns if c.startswith("named:")]  # SGLang's shipped entry, ...
+        head = (["shape", "default", "default p50"] + [f"{c[6:-3]} p50" for c in named_cols]
+                + ["best", "best p50", "speed-up"] + [f"best vs {c[6:-3]}" for c in named_cols]
+                + [c[:-3] for c in base_cols])
+        rows = []
+        for _, r in df.iterrows():
+            named = [(r[c] if isinstance(r[c], float) else math.nan) for c in named_cols]
+            cells = [r["label"] + (" (partial)" if r["partial"] else ""), r["default"],
+                     fmt_time(r["default_ms"]) if math.isfinite(r["default_ms"]) else "fails"]
+            cells += [fmt_time(v) if math.isfinite(v) else ("fails" if math.isinf(v) else "-") for v in named]
+            cells += [r["best"] or "-", fmt_time(r["best_ms"]),
+                      f"{r['speedup']:.2f}x" if math.isfinite(r["speedup"]) else "-"]
+            cells += [f"{v / r['best_ms']:.2f}x" if math.isfinite(v) and r["best_ms"] == r["best_ms"] else "-"
+                      for v in named]
+            cells += [fmt_time(r[c]) for c in base_cols]
+            rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        self.table.value = (TABLE_CSS + f"<div style='{SCROLL}'><table class='flytune-table'><tr>"
+                            + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(rows) + "</table></div>")
+        if plotly_ready():
+            from flytune_nb.ui.notebook.figures import speedup_heatmap
+
+            fig = speedup_heatmap(results)
+            if fig is not None:
+                self.heat.show(fig)
+
+
+class RunsView(W.VBox):
+    """Two runs side by side: store A and store B (B empty: the same store), each narrowed to one device /
+    toolchain; per shape the speed-up of A's best over B's and whether the winning config changed."""
+
+    def __init__(self, store_getter, kernel_getter) -> None:
+        self.store_getter, self.kernel_getter = store_getter, kernel_getter
+        self.db_a = W.Text(description="store A", placeholder="this workbench's store", layout=W.Layout(width="45%"))
+        self.db_b = W.Text(description="store B", placeholder="empty: the same store", layout=W.Layout(width="45%"))
+        self.side_a = W.Dropdown(description="A runs", options=[], layout=W.Layout(width="45%"))
+        self.side_b = W.Dropdown(description="B runs", options=[], layout=W.Layout(width="45%"))
+        self.load_button = W.Button(description="Load", icon="folder-open")
+        self.compare_button = W.Button(description="Compare", icon="balance-scale")
+        self.summary = W.HTML()
+        self.table = W.HTML()
+        self.slot = FigureSlot(380)
+        self._frames = {}
+        super().__init__([W.HBox([self.db_a, self.db_b]), W.HBox([self.side_a, self.side_b]),
+                          W.HBox([self.load_button, self.compare_button]), self.summary, self.slot, self.table])
+        self.load_button.on_click(lambda _: self.load())
+        self.compare_button.on_click(lambda _: self.compare())
+
+    def _frame(self, path: str):
+        from flytune_nb.engine.store import Store
+
+        if not path.strip():
+            store = self.store_getter()
+            if store is None:
+                raise UsageError("run a sweep first, or name a store")
+            return store.frame(self.kernel_getter())
+        store = Store(path.strip(), readonly=True)
+        try:
+            return store.frame(self.kernel_getter())
+        finally:
+            store.close()
+
+    def load(self) -> None:
+        from flytune_nb.analysis.compare import sides
+
+        try:
+            self._frames = {"a": self._frame(self.db_a.value), "b": self._frame(self.db_b.value)}
+        except Exception as e:  # noqa: BLE001 - a missing / foreign store: one line
+            self.summary.value = error_html(str(e))
+            return
+        a, b = sides(self._frames["a"]), sides(self._frames["b"])
+        self.side_a.options, self.side_b.options = a, b
+        if a:
+            self.side_a.value = a[0]
+        if b:
+            self.side_b.value = b[-1] if len(b) > 1 and not self.db_b.value.strip() else b[0]
+        self.summary.value = (f"A: {len(a)} device/toolchain group(s), B: {len(b)}; pick one each and Compare"
+                              if a and b else "<i>no trials of this kernel in one of the stores</i>")
+
+    def compare(self):
+        from flytune_nb.analysis.compare import best_per_shape, compare
+
+        if not self._frames:
+            self.load()
+        if not self._frames or self.side_a.value is None or self.side_b.value is None:
+            return None
+        df = compare(best_per_shape(self._frames["a"], self.side_a.value),
+                     best_per_shape(self._frames["b"], self.side_b.value))
+        if df.empty:
+            self.summary.value = "<i>no shape measured on both sides</i>"
+            self.table.value = ""
+            return df
+        from flytune_nb.analysis.scores import geomean
+
+        changed = int(df["changed"].sum())
+        self.summary.value = (f"{len(df)} shapes on both sides: B is <b>{geomean(df['speedup']):.3f}x</b> A's speed "
+                              f"(geomean of A best / B best); the winning config changed on <b>{changed}</b>")
+        rows = "".join(
+            f"<tr><td>{html.escape(' '.join(str(r[c]) for c in df.columns[:list(df.columns).index('kernel')]))} "
+            f"{r['dtype']}</td><td>{fmt_time(r['a_ms'])}</td><td><code>{html.escape(r['a_config'])}</code></td>"
+            f"<td>{fmt_time(r['b_ms'])}</td><td><code>{html.escape(r['b_config'])}</code></td>"
+            f"<td>{r['speedup']:.2f}x</td><td>{'changed' if r['changed'] else ''}</td></tr>"
+            for _, r in df.iterrows())
+        self.table.value = (TABLE_CSS + f"<div style='{SCROLL}'><table class='flytune-table'><tr><th>shape</th>"
+                            f"<th>A best</th><th>A config</th><th>B best</th><th>B config</th><th>A / B</th><th></th>"
+                            f"</tr>{rows}</table></div>")
+        if plotly_ready():
+            from flytune_nb.ui.notebook.figures import compare_figure
+
+            self.slot.show(compare_figure(df, self.side_a.value, self.side_b.value))
+        return df
 
 
 class ExportPanel(W.VBox):
@@ -106,7 +468,7 @@ class ExportPanel(W.VBox):
         self.write_button.on_click(lambda _: self.write())
 
     def _target(self):
-        """(store, export dir), or a ValueError saying what is missing: no sweep yet, or no folder to write to (an
+        """(store, export dir), or a UsageError saying what is missing: no sweep yet, or no folder to write to (an
         empty box would mean the notebook's own folder)."""
         store = self.store_getter()
         if store is None:
@@ -116,6 +478,8 @@ class ExportPanel(W.VBox):
         return store, self.out.value.strip()
 
     def refresh(self) -> list:
+        from flytune_nb.artifacts.export import preview
+
         if self.store_getter() is None:  # the normal state before the first run: a hint, not an error
             self.html.value = "<i>run a sweep first</i>"
             return []
@@ -132,14 +496,19 @@ class ExportPanel(W.VBox):
                 continue
             diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "committed", "new"))
             parts.append(f"<p><code>{html.escape(str(path))}</code> ({'new file' if not old else 'changed'})</p>"
-                         f"<pre style='font-size:11px'>{html.escape(diff)}</pre>")
+                         f"<pre style='font-size:11px;max-height:300px;overflow:auto'>{html.escape(diff)}</pre>")
         self.html.value = "".join(parts) or "<i>nothing to export (no passing trials)</i>"
         return files
 
     def write(self) -> None:
+        from flytune_nb.artifacts.export import export
+
         try:
             store, out = self._target()
             written = export(store, out, kernel=self.kernel_getter(), paths=self.paths)
             self.html.value = "wrote:<br>" + "<br>".join(f"<code>{html.escape(str(p))}</code>" for p in written)
         except Exception as e:  # noqa: BLE001
             self.html.value = error_html(str(e))
+
+    def clear(self) -> None:
+        self.html.value = ""

@@ -1,43 +1,58 @@
-"""The workbench: picker + grid + Run/Stop + live plot + results + heuristic-vs-best + editor + export, wired to one
-sweep at a time. The sweep runs in a thread off the cell; every trial lands in the results store as it finishes, so
-Stop keeps everything measured and Run again resumes."""
+"""The workbench: picker + grid + sweep settings + Run/Stop + tabs (overview, explorer, results, heuristic vs best,
+heuristic editor, compare runs, export), wired to one sweep at a time. The sweep runs in a thread off the cell;
+every trial lands in the results store as it finishes, so Stop keeps everything measured and Run again resumes.
+
+Start-up is paid for in order of need: the controls first (Run is usable as soon as the cell returns), then plotly in
+a thread (the FigureSlots fill in), then the exact memory check (GridEditor). Re-running the cell closes the previous
+workbench: two FigureWidgets carry plotly.js each, and twenty re-runs once left 2754 widget models (~205 MB of widget
+state) that crashed the browser.
+"""
 from __future__ import annotations
 
-import dataclasses
 import threading
+import weakref
 
 import ipywidgets as W
 from IPython.display import display
 
+from flytune_nb.analysis.explore import shape_label
+from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
-from flytune_nb.engine.store import Store
-from flytune_nb.engine.sweep import Sweep
+from flytune_nb.engine.events import TrialStarted
 from flytune_nb.errors import UsageError, first_line
-from flytune_nb.ui.notebook.controls import GridEditor, KernelPicker, RunControl, error_html, run_in_thread
+from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
+                                             run_in_thread)
 from flytune_nb.ui.notebook.editor import HeuristicEditor
-from flytune_nb.ui.notebook.plot import LivePlot
-from flytune_nb.ui.notebook.views import CompareView, ExportPanel, ResultsTable
+from flytune_nb.ui.notebook.live import LiveResults
+from flytune_nb.ui.notebook.slots import load_plotly
+
+TABS = ("overview", "explorer", "results", "heuristic vs best", "heuristic editor", "compare runs", "export")
+_CURRENT: list = []  # a weak reference to the workbench shown last (closed when the cell runs again)
 
 
 class Workbench(W.VBox):
     def __init__(self, kernel: str | None = None, grid: dict | None = None, dtypes=("bf16",), *,
                  db: str = "workbench.db", export_dir: str = "exports", strategy: str = "exhaustive",
                  budget: int | None = None, isolate: bool = True, paths=(), timer: dict | None = None,
-                 listeners=()) -> None:
-        self.db_path, self.strategy, self.budget, self.isolate, self.paths = db, strategy, budget, isolate, paths
+                 timeout: float = 120.0, gpus=None, retry_failed: bool = False, listeners=(),
+                 heuristic_time_limit: float | None = None) -> None:
+        _close_previous()
+        self.db_path, self.isolate, self.paths = db, isolate, list(paths)
         if isolate:
             from flytune_nb.engine.processes import prestart
 
             prestart()  # the workers' process server imports torch while the user picks a grid
         self.extra_listeners = list(listeners)  # e.g. a logger; called from the sweep thread
-        self.timer = timer
-        self.picker = KernelPicker(kernel, paths)
-        self.grid = GridEditor(self.picker, grid, dtypes)
+        self.store = None
+        self.sweep = None
+        self._thread: threading.Thread | None = None
+        self._run_lock = threading.Lock()  # one sweep at a time: a double click must not start two
+        self.live = LiveResults()
+        self.picker = KernelPicker(kernel, self.paths)
+        self.settings = SweepSettings(strategy, budget, timeout, (timer or {}).get("rep_ms"), gpus, retry_failed)
+        self._timer_extra = {k: v for k, v in (timer or {}).items() if k != "rep_ms"}
+        self.grid = GridEditor(self.picker, grid, dtypes, store_getter=self._store_if_exists, budget=budget)
         self.control = RunControl()
-        self.plot = LivePlot(self.picker.spec)
-        self.shape_select = W.Dropdown(description="shape", options=[])
-        self.metric = W.ToggleButtons(options=[("latency", "latency"), ("% of copy BW", "roofline")],
-                                      value="latency", description="y axis")
         self.message = W.HTML()
         # Answers a parameters-cell typo with what the widgets show instead (the closest kernel name, the first
         # supported dtype): choosing the already-selected entry of a list fires no change, so without this button
@@ -45,83 +60,191 @@ class Workbench(W.VBox):
         self.accept_button = W.Button(description="use the choices shown", icon="check",
                                       tooltip="run with the kernel, dtypes and axes the widgets show now",
                                       layout=W.Layout(width="auto"))
-        self.table = ResultsTable()
-        self.compare = CompareView()
-        self.results: list = []
-        self._lock = threading.Lock()
-        self.store: Store | None = None
-        self.sweep: Sweep | None = None
-        self.editor = HeuristicEditor(lambda: self.picker.spec, lambda: self.results, current_device,
-                                      measure=self.measure_configs)
-        self.exporter = ExportPanel(lambda: self.store, export_dir, lambda: self.picker.dropdown.value, paths)
-        tabs = W.Tab(children=[self.table, self.compare, self.editor, self.exporter])
-        for i, title in enumerate(["results", "heuristic vs best", "heuristic editor", "export"]):
-            tabs.set_title(i, title)
-        super().__init__([W.HTML("<h3>flytune workbench</h3>"), self.picker, self.grid, self.control,
-                          W.HBox([self.message, self.accept_button]), W.HBox([self.shape_select, self.metric]),
-                          self.plot.fig, tabs])
+        # The tabs' pages are built off the cell, after it has returned (the Run button is usable before them):
+        # each page is a placeholder until then, and the attributes below wait for it (views_ready).
+        self.tabs = None  # built with its pages (a Tab's selected page set after its pages change is not shown)
+        self.tabs_box = W.Box([W.HTML("<i style='color:#888'>loading the views…</i>")],
+                              layout=W.Layout(width="100%", min_height="500px"))
+        self._export_dir, self._time_limit = export_dir, heuristic_time_limit
+        self.views_ready = threading.Event()
+        self._views: dict = {}
+        super().__init__([W.HTML("<h3 style='margin:4px 0'>flytune workbench</h3>"), self.picker, self.grid,
+                          W.HTML("<small><b>sweep settings</b></small>"), self.settings, self.control,
+                          W.HBox([self.message, self.accept_button]), self.tabs_box])
         self.accept_button.on_click(lambda _: self.accept_choices())
         self.grid.on_change = self._sync_accept  # every preview: hidden once the user's edits answer the problems
+        self.settings.budget.observe(lambda c: self.grid.update_preview(budget=c["new"] or 0), "value")
         self._sync_accept()
         self.control.run_button.on_click(lambda _: self.run())
         self.control.stop_button.on_click(lambda _: self.stop())
-        self._programmatic = False
-        self.shape_select.observe(self._shape_picked, "value")
-        self.plot.on_new_shape = self._add_shape
-        self.metric.observe(lambda c: self.plot.set_metric(c["new"]), "value")
+        self.live.on_change = self._live_changed
         self.picker.dropdown.observe(lambda _: self._kernel_changed(), "value")
+        _CURRENT[:] = [weakref.ref(self)]
+        threading.Thread(target=self._build_views, daemon=True, name="flytune-views").start()
+
+    def _build_views(self) -> None:
+        """The tab pages, then plotly (the FigureSlots fill in when it has loaded)."""
+        try:
+            from flytune_nb.ui.notebook.views import (CompareView, ExplorerView, ExportPanel, OverviewView,
+                                                      ResultsTable, RunsView)
+
+            v = self._views
+            v["overview"] = OverviewView()
+            v["explorer"] = ExplorerView(self.picker.spec)
+            v["explorer"].source = self.live.get
+            v["table"] = ResultsTable(csv_name=f"{_stem(self.db_path)}.trials.csv")
+            v["compare"] = CompareView()
+            v["editor"] = HeuristicEditor(lambda: self.picker.spec, self.finished_results, current_device,
+                                          measure=self.measure_configs, time_limit=self._time_limit)
+            v["runs"] = RunsView(lambda: self.store, lambda: self.picker.dropdown.value)
+            v["exporter"] = ExportPanel(lambda: self.store, self._export_dir, lambda: self.picker.dropdown.value,
+                                        self.paths)
+            v["overview"].on_open = self.open_shape
+            self.live.on_new_shape = v["explorer"].add_shape
+            for label in list(self.live.entries):
+                v["explorer"].add_shape(label)
+            pages = [v[k] for k in ("overview", "explorer", "table", "compare", "editor", "runs", "exporter")]
+            self.tabs = W.Tab(children=pages, titles=TABS, selected_index=TABS.index("explorer"),
+                              layout=W.Layout(width="100%"))  # the live view of the running shape first
+            placeholders = list(self.tabs_box.children)
+            self.tabs_box.children = [self.tabs]
+            for w in placeholders:
+                _close_tree(w)
+        finally:
+            self.views_ready.set()
+        self.refresh_views()
+        load_plotly(on_ready=self._plotly_ready)
+
+    def _view(self, name: str):
+        if not self.views_ready.wait(120):
+            raise RuntimeError("the workbench's views did not build within 120 s")
+        return self._views[name]
+
+    overview = property(lambda self: self._view("overview"))
+    explorer = property(lambda self: self._view("explorer"))
+    table = property(lambda self: self._view("table"))
+    compare = property(lambda self: self._view("compare"))
+    editor = property(lambda self: self._view("editor"))
+    runs = property(lambda self: self._view("runs"))
+    exporter = property(lambda self: self._view("exporter"))
+
+    # -- wiring ----------------------------------------------------------------------------------------------------
+    def _plotly_ready(self) -> None:
+        self.refresh_views()
+        self.explorer.redraw()
+
+    def wait_ready(self, timeout: float = 120) -> bool:
+        """Until the tab pages and plotly are loaded (tests; a script that reads figures)."""
+        from flytune_nb.ui.notebook.slots import wait_plotly
+
+        return self.views_ready.wait(timeout) and wait_plotly(timeout)
+
+    def _store_if_exists(self):
+        if self.store is not None:
+            return self.store
+        from pathlib import Path
+
+        if self.db_path != ":memory:" and Path(self.db_path).is_file():
+            try:
+                return self._store()
+            except Exception:  # noqa: BLE001 - a foreign file is refused at Run with its message
+                return None
+        return None
+
+    def _live_changed(self, label) -> None:
+        if not self.views_ready.is_set():
+            return  # the views draw everything measured so far when they are built
+        self.explorer.follow(label)
+        if label is not None and label in self.live.finished:
+            self.refresh_views()
+
+    def open_shape(self, label: str) -> None:
+        """Show ``label`` in the explorer (a click on the overview)."""
+        self.explorer.select(label, pin=True)
+        if self.tabs is not None:
+            self.tabs.selected_index = TABS.index("explorer")
+
+    def finished_results(self) -> list:
+        return self.live.finished_results()
 
     def _kernel_changed(self) -> None:
-        self.plot.spec = self.picker.spec
-        with self._lock:
-            self.results = []  # another kernel's results must not feed this kernel's views
-        self.plot.shapes.clear()
-        self._set_shapes([])
+        """Another kernel: nothing of the previous one's plot, finish line or export message stays."""
+        if self.running:
+            self.stop()
+        self.live.clear()
+        self.control.label.value = ""
+        self.control.bar.value, self.control.bar.description = 0, "idle"
+        self.message.value = ""
+        if not self.views_ready.is_set():
+            return  # the views are built from the kernel picked then
+        self.explorer.spec = self.picker.spec
+        self.explorer.clear()
+        self.exporter.clear()
         self.editor.load()
         self.refresh_views()
+        from flytune_nb.ui.notebook.slots import plotly_ready
 
-    def _set_shapes(self, labels) -> None:
-        self._programmatic = True  # filling the list is not the user picking a shape
-        try:
-            self.shape_select.options = list(labels)
-            self.shape_select.value = None
-        finally:
-            self._programmatic = False
+        if plotly_ready():  # empty figures: no point of the previous kernel stays on screen
+            import plotly.graph_objects as go
 
-    def _add_shape(self, label: str) -> None:
-        self._set_shapes(list(self.shape_select.options) + [label])
-
-    def _shape_picked(self, change) -> None:
-        if not self._programmatic and change["new"]:
-            self.plot.select(change["new"], pin=True)
+            for slot in (self.explorer.slot, self.explorer.parallel, self.explorer.heat, self.overview.slot,
+                         self.compare.heat, self.runs.slot):
+                slot.show(go.Figure(layout=dict(height=slot.height, template="plotly_white",
+                                                title=dict(text="no results for this kernel yet", x=0.01),
+                                                xaxis=dict(visible=False), yaxis=dict(visible=False))))
 
     # -- actions -------------------------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def run(self):
-        """Start (or resume) the sweep in a thread; returns the thread (tests join it)."""
-        self.message.value = ""
-        try:
-            # A typo in the parameters cell is shown with a fallback in its place; running the fallback would be a
-            # silent wrong result, so the sweep waits until the user fixes the cell or answers through the widgets.
-            problems = self._problems()
-            self._sync_accept()
-            if problems:
-                raise UsageError(f"not run: {problems[0]} (or press 'use the choices shown')")
-            shapes = self.grid.shapes()
-            if not self.grid.dtypes.value:
-                raise UsageError("choose at least one dtype")
-            self.sweep = Sweep(self.picker.dropdown.value, shapes, list(self.grid.dtypes.value), db=self._store(),
-                               paths=self.paths, strategy=self.strategy, budget=self.budget, isolate=self.isolate,
-                               timer=self.timer,
-                               listeners=[self.control, self.plot, self._on_event, *self.extra_listeners])
-        except Exception as e:  # noqa: BLE001 - bad grid / dtype / kernel: one inline line
-            self.message.value = error_html(str(e))
+        """Start (or resume) the sweep in a thread; returns the thread (tests join it), or None when refused (a bad
+        entry, or a sweep already running: one at a time, so a double click starts one)."""
+        from flytune_nb.engine.sweep import Sweep
+
+        if not self._run_lock.acquire(blocking=False):
             return None
-        self.plot.shapes.clear()
-        self.plot.selected, self.plot.pinned = None, False
-        self._set_shapes([])
-        self.control.start(len(shapes) * len(self.grid.dtypes.value))
-        self.editor.measure_button.disabled = True
-        return run_in_thread(self.sweep.run, self._finished)
+        try:
+            if self.running:
+                return None
+            self.message.value = ""
+            try:
+                # A typo in the parameters cell is shown with a fallback in its place; running the fallback would be
+                # a silent wrong result, so the sweep waits until the user fixes the cell or answers the widgets.
+                problems = self._problems()
+                self._sync_accept()
+                if problems:
+                    raise UsageError(f"not run: {problems[0]} (or press 'use the choices shown')")
+                shapes = self.grid.shapes()
+                if not self.grid.dtypes.value:
+                    raise UsageError("choose at least one dtype")
+                self.grid.update_preview()
+                if self.grid.fits_problem:  # refused as typos are: nothing runs, nothing is written
+                    raise UsageError(f"not run: {self.grid.fits_problem}")
+                opts = self.settings.values()
+                timer = {**self._timer_extra, **(opts.pop("timer") or {})} or None
+                self.sweep = Sweep(self.picker.dropdown.value, shapes, list(self.grid.dtypes.value),
+                                   db=self._store(), paths=self.paths, isolate=self.isolate, timer=timer,
+                                   listeners=[self.control, self.live, *self.extra_listeners], **opts)
+            except Exception as e:  # noqa: BLE001 - bad grid / dtype / kernel / setting: one inline line
+                self.message.value = error_html(str(e))
+                return None
+            self._measured = []
+            self.sweep.emit.listeners.append(self._count)
+            if self.views_ready.is_set():
+                if not self.explorer.pinned:
+                    self.explorer.selected = None
+                self.editor.measure_button.disabled = True
+            self.control.start(self.grid.planned)
+            self._thread = run_in_thread(self.sweep.run, self._finished)
+            return self._thread
+        finally:
+            self._run_lock.release()
+
+    def _count(self, event) -> None:
+        if isinstance(event, TrialStarted):
+            self._measured.append(event)
 
     def _problems(self) -> list[str]:
         return [p for p in (self.picker.problem, *self.grid.problems()) if p]
@@ -137,64 +260,82 @@ class Workbench(W.VBox):
         self.grid.update_preview()  # and hides the button
 
     def stop(self) -> None:
-        if self.sweep is not None:
+        """End the sweep within ~1 s (Sweep.stop: the trial in flight is killed if it does not finish at once)."""
+        if self.sweep is not None and self.running:
             self.sweep.stop()
             self.control.bar.description = "stopping"
 
-    def _store(self) -> Store:
+    def _store(self):
+        from flytune_nb.engine.store import Store
+
         if self.store is None:
             self.store = Store(self.db_path)
         return self.store
 
-    def _on_event(self, event) -> None:
-        from flytune_nb.engine.events import ShapeDone
-
-        if isinstance(event, ShapeDone):
-            self._merge_result(event.result)
-            self.refresh_views()
-
-    def _merge_result(self, result) -> None:
-        with self._lock:  # the sweep thread and the measure thread both add results
-            key = (tuple(result.shape.items()), result.dtype)
-            old = next((r for r in self.results if (tuple(r.shape.items()), r.dtype) == key), None)
-            if old is not None and old is not result:
-                seen = {(t.config, t.fidelity) for t in result.trials}
-                result = dataclasses.replace(result, trials=result.trials + [
-                    t for t in old.trials if (t.config, t.fidelity) not in seen])
-            self.results = [r for r in self.results if (tuple(r.shape.items()), r.dtype) != key] + [result]
-
     def _finished(self, results, error) -> None:
-        self.plot.flush()
-        if error is not None:
+        sweep = self.sweep
+        stopped = sweep is not None and sweep.stopped
+        self.grid.forget_estimate()
+        if error is not None and not (stopped and "stopped before the first trial" in str(error)):
             self.control.finish(error_html(f"sweep failed: {first_line(error)}"))
+            self.refresh_views()
             return
-        stopped = self.sweep is not None and self.sweep.stopped
-        n = sum(len(r.trials) for r in self.results)
-        self.control.finish(f"{'stopped' if stopped else 'finished'}: {len(self.results)} shapes, {n} trials in "
-                            f"<code>{self.db_path}</code>{'; Run resumes' if stopped else ''}")
+        # What this run did, not what the store held before: its own results (or, stopped, what reached the view)
+        mine = results if results is not None else [
+            r for r in self.live.results() if sweep is not None and r.shape in sweep.shapes]
+        trials = [t for r in mine for t in r.trials]
+        fails = summarize(trials)
+        partial = sum(r.stopped for r in mine)
+        line = (f"{'stopped' if stopped else 'finished'}: {len(mine)} shape(s)"
+                + (f" ({partial} partial)" if partial else "") + f", {len(trials)} trials "
+                f"({len(self._measured)} measured now, {len(trials) - len(self._measured)} from the store) in "
+                f"<code>{self.db_path}</code>; ")
+        if fails.failed:
+            line += (f"<b style='color:#b00020'>{fails.line()}</b>; tick <i>retry failed</i> and Run to measure "
+                     f"them again")
+        else:
+            line += fails.line()
+        if stopped:
+            line += "; Run resumes"
+        if fails.failed and fails.failed == len(trials):
+            line = error_html("every trial failed. ") + line
+        self.control.finish(line)
         self.refresh_views()
 
     def refresh_views(self) -> None:
-        self.table.update(self.results)
-        self.compare.update(self.results)
+        if not self.views_ready.is_set():
+            return
+        results = self.live.finished_results()
+        spec = self.picker.spec
+        self.overview.update(results, spec.batch_axis)
+        self.table.update(self.live.results())
+        self.compare.update(results)
         self.editor.score()
 
-    def measure_configs(self, items) -> None:
-        """Time the configs an edited heuristic picks but nobody measured: one small sweep per shape through the same
-        isolated workers (a pick that crashes costs a worker, not this kernel), off the cell; results join the
-        stored ones and the editor re-scores."""
-        if self.sweep is not None and self.control.run_button.disabled:
+    def measure_configs(self, items):
+        """Time the configs an edited heuristic picks but nobody measured, with each shape's default and best
+        measured again beside them (the verdict then compares timings taken together, not against minutes-old
+        ones): one small sweep per shape through the same isolated workers, off the cell. The points reach the
+        explorer as they come; the editor re-scores when they are stored."""
+        from flytune_nb.engine.sweep import Sweep
+
+        if self.running:
             self.editor.result.value = error_html("a sweep is running; measure after it finishes")
             return None
         jobs = {}
         for shape, dtype, config in items:
             jobs.setdefault((tuple(shape.items()), dtype), []).append(config)
+        current = {shape_label(r.shape, r.dtype): r for r in self.live.finished_results()}
 
         def work():
             out = []
             for (shape, dtype), configs in jobs.items():
+                r = current.get(shape_label(dict(shape), dtype))
+                fresh = [r.default, r.best.config] if r is not None and r.best is not None else []
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
-                           isolate=self.isolate, timer=self.timer, configs=configs, baselines=())
+                           isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
+                           remeasure=fresh, listeners=[self.live])
+                self.sweep = sw
                 out += sw.run()
             return out
 
@@ -202,13 +343,64 @@ class Workbench(W.VBox):
             if error is not None:
                 self.editor.result.value = error_html(f"measuring failed: {first_line(error)}")
                 return
-            for r in results:
-                self._merge_result(r)
             self.refresh_views()
 
-        self.editor.result.value = f"<i>measuring {len(items)} config(s)...</i>"
-        return run_in_thread(work, done)
+        self.editor.result.value = f"<i>measuring {len(items)} config(s) beside the defaults and bests...</i>"
+        self._thread = run_in_thread(work, done)
+        return self._thread
+
+    def close(self) -> None:
+        """Stop a running sweep and close every widget of this workbench (the front-end frees their models)."""
+        if self.running and self.sweep is not None:
+            self.sweep.stop()
+        self.live.on_change = self.live.on_new_shape = None
+        self.views_ready.wait(30)
+        _close_tree(self)
 
     def show(self):
         display(self)
         return self
+
+
+def _stem(db: str) -> str:
+    from pathlib import Path
+
+    return Path(db).stem if db != ":memory:" else "workbench"
+
+
+def _widgets_under(root) -> list:
+    """``root`` and every widget under it: children, tab pages, each widget's Layout and Style models, and widgets
+    held as attributes (a FigureSlot's FigureWidget, a view's controls, the workbench's views)."""
+    out, stack, seen = [], [root], set()
+    while stack:
+        w = stack.pop()
+        if id(w) in seen:
+            continue
+        seen.add(id(w))
+        if isinstance(w, W.Widget):
+            out.append(w)
+        values = list(getattr(w, "_trait_values", {}).values()) + list(vars(w).values())
+        for v in values:
+            if isinstance(v, W.Widget):
+                stack.append(v)
+            elif isinstance(v, (list, tuple)):
+                stack.extend(x for x in v if isinstance(x, W.Widget))
+            elif isinstance(v, dict):
+                stack.extend(x for x in v.values() if isinstance(x, W.Widget))
+    return out
+
+
+def _close_tree(widget) -> None:
+    for w in _widgets_under(widget):
+        try:
+            # the workbench's own close() is what called this: close its model, not it again
+            W.Widget.close(w) if isinstance(w, Workbench) else w.close()
+        except Exception:  # noqa: BLE001 - closing what is half-gone must not fail the new cell
+            pass
+
+
+def _close_previous() -> None:
+    old = _CURRENT[0]() if _CURRENT else None
+    if old is not None:
+        old.close()
+    _CURRENT.clear()

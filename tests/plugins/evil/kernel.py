@@ -1,5 +1,7 @@
 """Misbehaving configs for the fault-isolation tests. No Triton: the plugin contract only needs a callable.
-MODE 0 works (after sleeping SLEEP_MS), 1 raises, 2 calls os.abort(), 3 hangs, 4 segfaults."""
+MODE 0 works (after sleeping SLEEP_MS), 1 raises, 2 calls os.abort(), 3 hangs, 4 segfaults, 5 hangs holding the GIL
+(libc sleep called through ctypes.PyDLL, which keeps the GIL: no Python thread of the process runs meanwhile), 6
+prints 4 MiB to stdout and works."""
 import ctypes
 import os
 import time
@@ -17,6 +19,10 @@ def launch(x, out, config):
         time.sleep(3600)
     if mode == 4:
         ctypes.string_at(0)  # reads address 0: SIGSEGV
+    if mode == 5:
+        ctypes.PyDLL(None).sleep(3600)
+    if mode == 6:
+        print("flood " * ((4 << 20) // 6), flush=True)
     time.sleep(config.get("SLEEP_MS", 0) / 1000)
     out.copy_(x * 2)
     return out

@@ -1,0 +1,80 @@
+"""How long a sweep will take, from what this store has measured of the kernel on this device.
+
+A trial's wall time is its first launch (compile + the correctness run: ``compile_s``) plus its timed reps (``reps``
+x p50, and the warm-up: one more launch on the interpreter's wall-clock timer, a quarter of the budget on a GPU). A
+flat 0.05 s a trial once promised "12 s" for a matmul grid that takes hours; without any history the guess below is
+said to be a guess.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+# Guesses with no history, per trial: a GPU compile is ~1 s (a Triton GEMM, H200 host) plus 100 ms of timing; the
+# interpreter runs a small shape's ~5 launches in ~0.3 s on the 2-core CPU box.
+GUESS_S = {"gpu": 1.2, "interpreter": 0.3}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    per_trial_s: float
+    basis: int  # how many stored trials it comes from (0: a guess)
+
+    def seconds(self, trials: int) -> float:
+        return trials * self.per_trial_s
+
+    def describe(self, trials: int) -> str:
+        how = (f"from {self.basis} trials this store measured" if self.basis else
+               "a guess: nothing measured yet for this kernel here")
+        return f"~{duration(self.seconds(trials))} ({self.per_trial_s:.2g} s a trial, {how})"
+
+
+def trial_seconds(compile_s: float, p50_ms: float, reps: int, is_gpu: bool) -> float:
+    first = compile_s if compile_s == compile_s else 0.0  # NaN: a trial that failed before launching
+    if not (p50_ms == p50_ms and math.isfinite(p50_ms)):
+        return first
+    timed = (reps or 3) * p50_ms / 1e3
+    return first + (timed * 1.25 if is_gpu else timed + p50_ms / 1e3)
+
+
+def estimate(store, kernel: str, device_name: str, is_gpu: bool, limit: int = 2000) -> Estimate:
+    """Median trial time of ``kernel`` on ``device_name`` in ``store`` (a results Store or None)."""
+    samples = []
+    if store is not None:
+        try:
+            rows = store.recent_trials(kernel, device_name, limit) if hasattr(store, "recent_trials") else None
+        except Exception:  # noqa: BLE001 - an estimate never fails the preview
+            rows = None
+        if rows is None:
+            try:
+                df = store.frame(kernel)
+                df = df[df["device"] == device_name].tail(limit)
+                rows = list(zip(df["compile_s"], df["p50"], df["reps"]))
+            except Exception:  # noqa: BLE001
+                rows = []
+        for compile_s, p50, reps in rows:
+            samples.append(trial_seconds(_f(compile_s), _f(p50), int(reps or 0), is_gpu))
+    samples = [s for s in samples if s > 0]
+    if samples:
+        return Estimate(statistics.median(samples), len(samples))
+    return Estimate(GUESS_S["gpu" if is_gpu else "interpreter"], 0)
+
+
+def _f(v) -> float:
+    try:
+        return float("nan") if v is None else float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def duration(seconds: float) -> str:
+    """ "45 s", "3 min 20 s", "2 h 5 min"."""
+    if not math.isfinite(seconds):
+        return "?"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{max(s, 1)} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"

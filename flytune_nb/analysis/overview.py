@@ -1,0 +1,56 @@
+"""All shapes of a sweep at a glance: per shape the searched best against the heuristic default, along the batch
+axis. Headless (pandas); the workbench's overview draws it.
+
+A shape whose search was stopped is ``partial``: its "best" is the best of the few configs measured, so it is shown
+but left out of regret (a stopped shape with 2 of 39 trials once counted as "best = default, 1.00x").
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from flytune_nb.analysis.explore import shape_label
+from flytune_nb.analysis.scores import regret
+
+
+def overview_frame(results, batch_axis: str) -> pd.DataFrame:
+    """One row per (shape, dtype): the axes, ``dtype``, ``series`` (the other axes, e.g. "N=4096": one line per
+    series along the batch axis), ``batch`` (the batch-axis value), ``best_ms``, ``default_ms`` (inf: the default
+    fails; NaN: not measured), ``speedup`` (default / best), ``named:<label>_ms`` per reference config the spec names
+    (SGLang's shipped entry, ...), ``best`` and ``default`` configs, ``changed`` (the best
+    is not the default), ``trials``, ``failed``, ``partial``, the torch baselines' p50 (ms), ``label``."""
+    rows = []
+    for r in results:
+        b, d = r.best, r.default_trial
+        default_ms = (d.p50 if d.ok else math.inf) if d is not None else math.nan
+        best_ms = b.p50 if b is not None else math.nan
+        series = " ".join(f"{k}={v}" for k, v in r.shape.items() if k != batch_axis) or "all"
+        row = {**r.shape, "dtype": r.dtype, "series": series, "batch": r.shape.get(batch_axis),
+               "label": shape_label(r.shape, r.dtype), "best_ms": best_ms, "default_ms": default_ms,
+               "speedup": default_ms / best_ms if b is not None and math.isfinite(default_ms) else
+               (math.inf if b is not None and math.isinf(default_ms) else math.nan),
+               "best": str(b.config) if b is not None else "", "default": str(r.default),
+               "changed": b is not None and b.config != r.default, "trials": len(r.trials),
+               "failed": sum(not t.ok for t in r.trials), "partial": bool(getattr(r, "stopped", False))}
+        for name, base in (r.baselines or {}).items():
+            row[f"{name}_ms"] = base.get("p50", math.nan) if base.get("status") == "ok" else math.nan
+        for name, t in (getattr(r, "named_trials", None) or {}).items():  # reference configs the spec names
+            row[f"named:{name}_ms"] = math.nan if t is None else (t.p50 if t.ok else math.inf)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values(["dtype", "series", "batch"], kind="stable").reset_index(drop=True)
+    return df
+
+
+def regret_by_dtype(frame: pd.DataFrame) -> dict:
+    """dtype -> {"regret": geomean default / best over its complete shapes (inf when the default fails on one),
+    "shapes": complete shapes counted, "partial": shapes left out, "worst": the label with the largest speed-up}."""
+    out = {}
+    for dtype, part in frame.groupby("dtype", sort=False):
+        whole = part[~part["partial"] & part["best_ms"].notna() & part["default_ms"].notna()]
+        worst = whole.loc[whole["speedup"].idxmax(), "label"] if len(whole) and whole["speedup"].notna().any() else ""
+        out[dtype] = {"regret": regret(whole["default_ms"] / whole["best_ms"]) if len(whole) else math.nan,
+                      "shapes": len(whole), "partial": int(part["partial"].sum()), "worst": worst}
+    return out

@@ -1,0 +1,117 @@
+"""What a sweep has measured so far, per shape, as SearchResults: the one source every workbench view draws from.
+
+A sweep listener (events arrive on the sweep's threads). Shapes in flight are SearchResults under construction; a
+ShapeDone replaces them with the engine's own result (baselines, the stopped flag). ``on_change(label)`` is called
+at most every ``interval`` seconds while trials arrive, and at once when a shape finishes, so redraws cost little
+next to the trials (the live view measured -1.4% of sweep time on the H200, i.e. noise).
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from flytune_nb.analysis.explore import shape_label
+from flytune_nb.core.device import DeviceInfo, interpreter_device
+from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed
+from flytune_nb.strategies.loop import SearchResult
+
+
+class LiveResults:
+    def __init__(self, interval: float = 0.25) -> None:
+        self.interval = interval
+        self.entries: dict[str, SearchResult] = {}  # label -> result (finished or in flight), in arrival order
+        self.finished: set[str] = set()
+        self.on_change = None  # fn(label or None)
+        self.on_new_shape = None  # fn(label): a shape's first trial arrived
+        self._lock = threading.Lock()
+        self._last = 0.0
+        self._timer: threading.Timer | None = None
+        self._pending: str | None = None
+
+    def clear(self) -> None:
+        with self._lock:
+            self.entries.clear()
+            self.finished.clear()
+
+    def results(self) -> list[SearchResult]:
+        with self._lock:
+            return [dataclasses.replace(r, trials=list(r.trials)) for r in self.entries.values()]
+
+    def finished_results(self) -> list[SearchResult]:
+        with self._lock:
+            return [r for label, r in self.entries.items() if label in self.finished]
+
+    def get(self, label: str) -> SearchResult | None:
+        with self._lock:
+            r = self.entries.get(label)
+            return None if r is None else dataclasses.replace(r, trials=list(r.trials))
+
+    def merge(self, result: SearchResult) -> None:
+        """A finished result from elsewhere (the store, a measure-missing run): its trials replace those of the same
+        config and fidelity, the others are kept."""
+        label = shape_label(result.shape, result.dtype)
+        with self._lock:
+            old = self.entries.get(label)
+            if old is not None and old is not result:
+                seen = {(t.config, t.fidelity) for t in result.trials}
+                result = dataclasses.replace(result, trials=list(result.trials) + [
+                    t for t in old.trials if (t.config, t.fidelity) not in seen],
+                    baselines=result.baselines or old.baselines)
+            self.entries[label] = result
+            self.finished.add(label)
+        self._changed(label, now=True)
+
+    def __call__(self, event) -> None:
+        if isinstance(event, (TrialDone, TrialFailed)):
+            t = event.trial
+            label = shape_label(t.shape, t.dtype)
+            with self._lock:
+                entry = self.entries.get(label)
+                new = entry is None
+                if new or label in self.finished:  # a shape measured again (resumed, re-run, measure-missing)
+                    device = entry.device if entry is not None else _device(t.device)
+                    # the engine measures (or replays) the heuristic default first: index 0 names it
+                    default = t.config if event.index == 0 else (entry.default if entry is not None else t.config)
+                    entry = SearchResult(t.kernel, dict(t.shape), t.dtype, device, default,
+                                         list(entry.trials) if entry is not None else [],
+                                         dict(entry.baselines) if entry is not None else {})
+                    self.entries[label] = entry
+                    self.finished.discard(label)
+                entry.trials = [x for x in entry.trials if (x.config, x.fidelity) != (t.config, t.fidelity)] + [t]
+            if new and self.on_new_shape is not None:
+                self.on_new_shape(label)
+            self._changed(label)
+        elif isinstance(event, ShapeDone):
+            self.merge(event.result)
+        elif isinstance(event, SweepDone):
+            self._changed(None, now=True)
+
+    def _changed(self, label, now: bool = False) -> None:
+        if self.on_change is None:
+            return
+        if now or time.monotonic() - self._last >= self.interval:
+            self._last = time.monotonic()
+            self.on_change(label)
+            return
+        self._pending = label
+        if self._timer is None or not self._timer.is_alive():  # buffered: drawn within interval even if no event comes
+            self._timer = threading.Timer(self.interval, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        self._last = time.monotonic()
+        if self.on_change is not None:
+            self.on_change(self._pending)
+
+
+def _device(name: str) -> DeviceInfo:
+    """A trial carries only its device's name; the result's DeviceInfo comes with ShapeDone. Until then: the
+    current device when the names agree (always, for a local sweep), else a described placeholder."""
+    from flytune_nb.core.device import current_device
+
+    dev = current_device()
+    if dev.name == name:
+        return dev
+    return dataclasses.replace(interpreter_device(), name=name) if name else dev

@@ -1,0 +1,98 @@
+"""Static figures of a finished sweep for papermill and headless runs: plotly JSON (interactive in JupyterLab, no
+widget state) with a PNG beside it, so nbconvert's HTML and code-hosting viewers, which do not run plotly.js,
+show the figures too.
+
+PNGs come from kaleido, which drives a headless Chromium: one browser for the whole report (its start-up, ~4 s on
+the 2-core CPU box, is paid once; each image after it took ~0.4 s). Without kaleido or a browser the report says so
+in one line and keeps the interactive figures.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import warnings
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def static_figures(results, spec=None) -> list:
+    """Overview of all shapes, each shape's configs by latency rank (coloured by its first varying knob), and the
+    speed-up heat map."""
+    from flytune_nb.analysis.explore import RANK, knobs, trials_frame
+    from flytune_nb.analysis.overview import overview_frame
+    from flytune_nb.ui.notebook.figures import explorer_figure, overview_figure, speedup_heatmap
+
+    figs = []
+    if not results:
+        return figs
+    batch = spec.batch_axis if spec is not None else next(iter(results[0].shape))
+    if len(results) > 1:
+        figs.append(overview_figure(overview_frame(results, batch), batch))
+    for r in results:
+        df = trials_frame([r])
+        ks = knobs(df)
+        title = f"{r.kernel} " + " ".join(f"{k}={v}" for k, v in r.shape.items()) + f" {r.dtype}"
+        figs.append(explorer_figure(df, RANK, ks[0] if ks else None, baselines=r.baselines, title=title,
+                                    height=380))
+    heat = speedup_heatmap(results)
+    if heat is not None:
+        figs.append(heat)
+    return figs
+
+
+def png_images(figs, width: int = 900) -> tuple[list, str]:
+    """PNG bytes per figure (None where none could be made) and, when some failed, why in one line."""
+    try:
+        import kaleido
+        import plotly.io as pio
+    except ImportError as e:
+        return [None] * len(figs), f"no PNG copies ({e.name} is not installed: pip install kaleido)"
+    images, why = [], ""
+    started = False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # kaleido's notes about its server's options
+            kaleido.start_sync_server(silence_warnings=True)
+            started = True
+            for fig in figs:
+                try:
+                    images.append(pio.to_image(fig, format="png", width=width, height=fig.layout.height or 450))
+                except Exception as e:  # noqa: BLE001 - no browser, a browser that died: say so once
+                    images.append(None)
+                    why = why or f"no PNG copies (kaleido: {type(e).__name__}: {str(e).splitlines()[0][:160]})"
+    except Exception as e:  # noqa: BLE001
+        why = f"no PNG copies (kaleido could not start: {type(e).__name__}: {e})"
+        images += [None] * (len(figs) - len(images))
+    finally:
+        if started:
+            try:
+                kaleido.stop_sync_server(silence_warnings=True)
+            except Exception:  # noqa: BLE001
+                pass
+    return images, why
+
+
+def bundle(fig, png: bytes | None) -> dict:
+    import plotly.io as pio
+
+    data = {PLOTLY_MIME: json.loads(pio.to_json(fig, validate=False)), "text/plain": f"<figure: {_title(fig)}>"}
+    if png is not None:
+        data["image/png"] = base64.b64encode(png).decode()
+    return data
+
+
+def _title(fig) -> str:
+    text = fig.layout.title.text or "plot"
+    return text.split("<br>")[0][:100]
+
+
+def static_report(results, spec=None, image: bool = True) -> None:
+    from IPython.display import display
+
+    figs = static_figures(results, spec)
+    images, why = png_images(figs) if image else ([None] * len(figs), "")
+    for fig, png in zip(figs, images):
+        display(bundle(fig, png), raw=True)
+    if why:
+        print(f"flytune: {why}; the interactive figures are there", file=sys.stderr)

@@ -1,0 +1,224 @@
+"""Every entry point from a clean environment, and what happens to a sweep's processes when it is stopped, interrupted
+or killed. These run real subprocesses (the CLI, python -c, papermill) with an environment like a user's shell: no
+TRITON_INTERPRET (the test session sets it for itself), no test variables.
+
+The interpreter race they catch: Triton builds its @jit helpers (tl.sum, ...) for one mode when triton.language is
+first imported. Before the fix, `flytune sweep` and the workbench started the forkserver (whose preload imports
+Triton) before the interpreter switch was decided, so on a machine without a GPU its children got a Triton in which
+no interpreted kernel can run: every trial was `launch_error: InterpreterError: RuntimeError("Cannot call
+@triton.jit'd outside of the scope of a kernel")` (102 of 102 in the notebook; 2 of 6 one-config CLI sweeps, a race).
+Checked against the tree before the fix (39e588d): the CLI command below failed there. A test environment that
+presets TRITON_INTERPRET hides all of it, which is why these tests build their own."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PLUGINS, REPO
+
+
+def clean_env(tmp_path, **extra) -> dict:
+    """What a user's shell has: PATH, HOME, and PYTHONPATH to this checkout (the tests run the working tree)."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "PYTHONPATH": REPO,
+           "LANG": os.environ.get("LANG", "C.UTF-8")}
+    env.update(extra)
+    return env
+
+
+def _count(db) -> int:
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process under ``pid`` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, stack = set(), [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            if c not in out:
+                out.add(c)
+                stack.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def test_cli_sweep_from_a_clean_environment_passes_on_the_cpu(tmp_path):
+    env = clean_env(tmp_path)
+    db = tmp_path / "c.db"
+    out = subprocess.run([sys.executable, "-m", "flytune_nb.ui.cli", "sweep", "rmsnorm", "--grid", "M=2 N=256",
+                          "--dtype", "fp32", "--strategy", "random", "--budget", "3", "--db", str(db), "--quiet"],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "trials: 0 of 3 failed" in out.stdout, out.stdout
+    statuses = [r[0] for r in sqlite3.connect(db).execute("SELECT status FROM trials")]
+    assert statuses == ["ok"] * 3
+
+
+def test_python_api_from_a_clean_environment_passes_on_the_cpu(tmp_path):
+    code = ("from flytune_nb import Sweep\n"
+            "r = Sweep('rmsnorm', 'M=2 N=256', ['fp32'], strategy='random', budget=3, db='api.db').run()[0]\n"
+            "print(sorted({t.status for t in r.trials}), len(r.trials))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=clean_env(tmp_path), capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "['ok'] 3"
+
+
+def test_papermill_batch_from_a_clean_environment_passes_and_keeps_its_outputs_beside_the_store(tmp_path):
+    """papermill's kernel inherits its caller's environment: a clean one here. The batch notebook takes a timeout
+    and a kernel path, and its default results land beside its store, not in the folder papermill ran from."""
+    pytest.importorskip("papermill")
+    (tmp_path / "runs").mkdir()
+    code = ("from flytune_nb.ui.papermill import run_notebook, printed_output\n"
+            "import sys\n"
+            "nb = run_notebook('batch_sweep.ipynb', 'out/batch.ipynb', {'kernel': 'evil', 'grid': 'N=16', 'dtypes': "
+            "'fp32', 'db': 'runs/b.db', 'export_dir': None, 'paths': [sys.argv[1]], 'timeout': 3}, cwd='.')\n"
+            "print(printed_output(nb))\n")
+    env = clean_env(tmp_path, FLYTUNE_EVIL_MODES="0,3", FLYTUNE_EVIL_SLEEPS="0")
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code, PLUGINS], env=env, capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "2 trials in runs/b.db: 1 of 2 failed (all: timeout: no answer within 3 s" in out.stdout, out.stdout
+    assert time.monotonic() - t0 < 120  # the hang cost its 3 s timeout, not the fixed 120 s
+    assert (tmp_path / "runs" / "b.results.csv").exists() and (tmp_path / "runs" / "b.results.json").exists()
+    assert not (tmp_path / "results.csv").exists() and not (tmp_path / "out" / "results.csv").exists()
+
+
+def test_a_killed_sweeps_workers_end_even_when_the_hang_holds_the_gil(tmp_path):
+    """kill -9 of the CLI during a hanging config once left the worker, the forkserver and the resource tracker
+    alive (70 s seen; a GPU box's worker holds the GPU). MODE 5 hangs in C holding the GIL, so no Python thread of
+    the worker can notice anything: only the kernel's parent-death signal ends it."""
+    db = tmp_path / "k.db"
+    env = clean_env(tmp_path, FLYTUNE_EVIL_MODES="0,5", FLYTUNE_EVIL_SLEEPS="0")
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb.ui.cli", "sweep", "evil", "--path", PLUGINS, "--grid",
+                             "N=16", "--dtype", "fp32", "--db", str(db), "--quiet", "--timeout", "300"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        _wait_for(lambda: _count(db) >= 1, 240, "the default config was not stored")
+        time.sleep(1.0)  # the hanging config is in flight now
+        family = _descendants(proc.pid)
+        assert len(family) >= 2, family  # the forkserver and the worker at least (and the resource tracker)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        _wait_for(lambda: not any(_alive(p) for p in family), 15,
+                  f"children {[p for p in family if _alive(p)]} of the killed sweep still ran")
+    finally:
+        for p in _descendants(proc.pid):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_ctrl_c_during_a_hang_ends_at_once_and_names_the_trial_it_cut(tmp_path):
+    """Ctrl-C during a hang waited out the rest of --timeout and then dropped it. Now the worker is killed at once,
+    and the message says which trial was in flight (not recorded: the re-run measures it again)."""
+    db = tmp_path / "i.db"
+    env = clean_env(tmp_path, FLYTUNE_EVIL_MODES="0,3", FLYTUNE_EVIL_SLEEPS="0")
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb.ui.cli", "sweep", "evil", "--path", PLUGINS, "--grid",
+                             "N=16", "--dtype", "fp32", "--db", str(db), "--quiet", "--timeout", "300"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    _wait_for(lambda: _count(db) >= 1, 240, "the default config was not stored")
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 130, err[-2000:]
+    assert took < 20, took  # not the 300 s timeout
+    assert "not recorded, in flight: N=16 fp32 MODE=3" in err and "Traceback" not in err
+    assert [r[0] for r in sqlite3.connect(db).execute("SELECT status FROM trials")] == ["ok"]
+
+
+def test_stop_ends_an_isolated_sweep_during_a_hang_within_a_second_or_so(tmp_path, monkeypatch):
+    """Stop waited for the per-trial timeout (112 s seen). It now kills the worker after a 0.5 s grace; the trial in
+    flight is not stored, and Run measures it next time."""
+    from flytune_nb.engine.events import TrialStarted
+    from flytune_nb.engine.sweep import Sweep
+
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0,3")
+    monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
+    holder, stopped = {}, {}
+
+    def on(event):
+        if isinstance(event, TrialStarted) and event.config["MODE"] == 3:
+            def later():
+                time.sleep(0.5)
+                stopped["at"] = time.monotonic()
+                holder["sweep"].stop()
+            import threading
+
+            threading.Thread(target=later, daemon=True).start()
+
+    sw = holder["sweep"] = Sweep("evil", "N=16", ["fp32"], db=tmp_path / "s.db", paths=[PLUGINS], timeout=120,
+                                 baselines=(), listeners=[on])
+    results = sw.run()
+    took = time.monotonic() - stopped["at"]
+    assert took < 3, took
+    assert results[0].stopped and [t.config["MODE"] for t in results[0].trials] == [0]
+    assert _count(tmp_path / "s.db") == 1  # the hang is not stored: not its config's fault
+
+
+def test_a_worker_flooding_stdout_is_cut_to_its_allowance(tmp_path, monkeypatch, capfd):
+    """A kernel printing 50 MB flooded the terminal; a worker passes at most 64 KiB of stdout per task."""
+    from flytune_nb.engine.sweep import Sweep
+
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "6")
+    monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
+    capfd.readouterr()
+    r = Sweep("evil", "N=16", ["fp32"], db=tmp_path / "f.db", paths=[PLUGINS], baselines=()).run()[0]
+    out = capfd.readouterr().out
+    assert [t.status for t in r.trials] == ["ok", "ok"]  # the default, and MODE 6: 5 launches of 4 MiB each
+    assert 0 < out.count("flood") <= (64 << 10) // 6 + 1 and "the rest of it is dropped" in out
+
+
+def test_flytune_workbench_copies_the_notebook_into_a_folder_of_the_users(tmp_path, capsys):
+    from flytune_nb.ui.cli import main
+
+    target = tmp_path / "mine"
+    assert main(["workbench", str(target), "--no-lab"]) == 0
+    nb = json.loads((target / "workbench.ipynb").read_text())
+    params = "".join(next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))["source"])
+    assert 'db = "workbench.db"' in params and 'export_dir = "exports"' in params  # the user's folder, relative
+    assert "cd " + str(target) in capsys.readouterr().out
+    (target / "workbench.ipynb").write_text("edited")
+    assert main(["workbench", str(target), "--no-lab"]) == 0 and (target / "workbench.ipynb").read_text() == "edited"
+    (tmp_path / "file").write_text("x")
+    assert main(["workbench", str(tmp_path / "file"), "--no-lab"]) == 2
