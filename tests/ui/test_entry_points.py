@@ -2,13 +2,12 @@
 or killed. These run real subprocesses (the CLI, python -c, papermill) with an environment like a user's shell: no
 TRITON_INTERPRET (the test session sets it for itself), no test variables.
 
-The interpreter race they catch: Triton builds its @jit helpers (tl.sum, ...) for one mode when triton.language is
-first imported. Before the fix, `flytune sweep` and the workbench started the forkserver (whose preload imports
-Triton) before the interpreter switch was decided, so on a machine without a GPU its children got a Triton in which
-no interpreted kernel can run: every trial was `launch_error: InterpreterError: RuntimeError("Cannot call
-@triton.jit'd outside of the scope of a kernel")` (102 of 102 in the notebook; 2 of 6 one-config CLI sweeps, a race).
-Checked against the tree before the fix (39e588d): the CLI command below failed there. A test environment that
-presets TRITON_INTERPRET hides all of it, which is why these tests build their own."""
+The interpreter race they guard: Triton builds its @jit helpers (tl.sum, ...) for one mode when triton.language is
+first imported. A forkserver whose preload imports Triton before the interpreter switch is decided hands its children
+a Triton in which no interpreted kernel can run: on a machine without a GPU every trial is then `launch_error:
+InterpreterError: RuntimeError("Cannot call @triton.jit'd outside of the scope of a kernel")`, in the CLI, python -c
+and the notebook alike. A test environment that presets TRITON_INTERPRET hides it, which is why these tests build
+their own."""
 import json
 import os
 import signal
@@ -196,17 +195,19 @@ def test_stop_ends_an_isolated_sweep_during_a_hang_within_a_second_or_so(tmp_pat
     assert _count(tmp_path / "s.db") == 1  # the hang is not stored: not its config's fault
 
 
-def test_a_worker_flooding_stdout_is_cut_to_its_allowance(tmp_path, monkeypatch, capfd):
-    """A kernel printing 50 MB flooded the terminal; a worker passes at most 64 KiB of stdout per task."""
-    from flytune_nb.engine.sweep import Sweep
-
-    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "6")
-    monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
-    capfd.readouterr()
-    r = Sweep("evil", "N=16", ["fp32"], db=tmp_path / "f.db", paths=[PLUGINS], baselines=()).run()[0]
-    out = capfd.readouterr().out
-    assert [t.status for t in r.trials] == ["ok", "ok"]  # the default, and MODE 6: 5 launches of 4 MiB each
-    assert 0 < out.count("flood") <= (64 << 10) // 6 + 1 and "the rest of it is dropped" in out
+def test_a_worker_flooding_stdout_is_cut_to_its_allowance(tmp_path):
+    """A kernel printing 20 MB must not flood the terminal: a worker passes at most 64 KiB of stdout per task. Run in
+    a process of its own: workers forked earlier in this test process write to an earlier test's captured stdout."""
+    code = ("import json\nfrom flytune_nb.engine.sweep import Sweep\n"
+            f"r = Sweep('evil', 'N=16', ['fp32'], db={str(tmp_path / 'f.db')!r}, paths=[{PLUGINS!r}], "
+            "baselines=()).run()[0]\n"
+            "print('STATUSES', json.dumps([t.status for t in r.trials]))\n")
+    env = clean_env(tmp_path, FLYTUNE_EVIL_MODES="6", FLYTUNE_EVIL_SLEEPS="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    statuses = json.loads(out.stdout.rsplit("STATUSES ", 1)[1])
+    assert statuses == ["ok", "ok"]  # the default, and MODE 6: 5 launches of 4 MiB each
+    assert 0 < out.stdout.count("flood") <= (64 << 10) // 6 + 1 and "the rest of it is dropped" in out.stdout
 
 
 def test_flytune_workbench_copies_the_notebook_into_a_folder_of_the_users(tmp_path, capsys):
