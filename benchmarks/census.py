@@ -10,24 +10,19 @@ compile; a re-run with the cache warm costs ~20 ms a config):
 - ``prune-sweep`` (GPU; on the CPU path with ``--target``): the same grid swept twice from empty Triton caches,
   exhaustively and with ``prune="census"``; each shape's winners must be within ``--band`` (2%) of each other and
   the pruned sweep's wall time (census included) is reported against the full one's. On the H200 (about 3 minutes):
-  ``python benchmarks/census.py prune-sweep``.
+  ``python -m benchmarks census prune-sweep``.
 
-Results: census_<subcommand>.json / .md under benchmarks/results (or $BENCH_OUT).
+Results: census_<subcommand>.json / .md under benchmarks/results/<device>/ (or --out DIR).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-try:
-    from benchmarks.common import environment, write
-except ImportError:  # run as a script from benchmarks/
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from common import environment, write
+from benchmarks.common import environment, parser, write
 
 KERNELS = ("rmsnorm", "fused_add_rmsnorm", "softmax", "matmul", "fused_moe")
 TARGETS = ("mi300x", "mi355x", "h200", "b200")
@@ -72,7 +67,7 @@ def throughput(args) -> None:
     md += [f"| {r['kernel']} | {r['target']} | {r['jobs']} | {r['configs']} | {r['configs_per_s']} | "
            f"{r['compile_wall_s']} | {r['wall_s']} | {r['sum_compile_s'] / max(1, r['configs']):.2f} | {r['load']} |"
            for r in rows]
-    write("census_throughput", {"env": environment(), "rows": rows, "sample": args.sample}, "\n".join(md))
+    write("census_throughput", {"env": environment(), "rows": rows, "sample": args.sample}, "\n".join(md), out=args.out)
 
 
 def matmul_space(args) -> None:
@@ -90,7 +85,7 @@ def matmul_space(args) -> None:
           f"wall ({s.wall_s:.0f} s compiling, {s.configs / s.wall_s:.1f} configs/s); load average {load:.1f} "
           f"(a load above the core count means other jobs shared the cores). Target: <= 240 s on 2 cores.", "",
           "```", format_summary(s), "```"]
-    write(f"census_matmul_space_{args.target}", payload, "\n".join(md))
+    write(f"census_matmul_space_{args.target}", payload, "\n".join(md), out=args.out)
 
 
 def prune_sweep(args) -> None:
@@ -141,12 +136,11 @@ def prune_sweep(args) -> None:
     md += [f"| {r['kernel']} | {r['full_wall_s']} s | {r['pruned_wall_s']} s | {r['time_ratio']} |"
            for r in out if "time_ratio" in r]
     write("census_prune_sweep", {"env": environment(), "rows": out, "grid": args.grid, "band": args.band},
-          "\n".join(md))
+          "\n".join(md), out=args.out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 1)[1])
+    p = parser(__doc__, __file__)
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("throughput", help="configs/s per kernel and target")
     t.add_argument("--kernels", default=",".join(KERNELS))

@@ -1,15 +1,18 @@
-"""Results you can trust, measured: re-sweep the committed exports with the selection stage and re-export them with
+"""Do tuned winners survive a re-run, and does `flytune check` pass on the exports and catch a planted regression?
+
+Re-sweep the committed exports with the selection stage and re-export them with
 current source fingerprints; `flytune check` on the result and on a planted 1.3x-slower entry; the same exhaustive
 sweep twice in fresh processes (same winner, or one within the tie band); how often events and graph-replay timing
-pick different winners (row kernels, GEMM at M <= 256). Everything goes to $OUT (or --out): trust_h200.json/.md,
-the stores, the check reports, and exports/ (the re-swept files, to commit into flytune_nb/exports/).
+pick different winners (row kernels, GEMM at M <= 256). The stores, the check reports and exports/ (a copy of the
+re-swept files, which are also written into flytune_nb/exports/ to be committed) go to --out (default: a temporary
+folder); trust_h200.json/.md go to --out too, else to benchmarks/results/<device>/.
 
 GPU (one H200, ~8 min with the default phase budgets; --resweep-s 120 makes it ~6.5 with 3 files re-swept):
-    python benchmarks/trust_h200.py --out $OUT
+    python -m benchmarks trust_h200 --out $OUT
 A second check, at least an hour later, on the committed (re-swept) exports (~1-1.5 min):
-    python benchmarks/trust_h200.py --phase recheck --out $OUT
+    python -m benchmarks trust_h200 --phase recheck --out $OUT
 CPU smoke test (the interpreter, tiny shapes, ~4-8 min on a loaded 2-core machine; nothing committed is touched):
-    python benchmarks/trust_h200.py --tiny --out /tmp/trust_smoke
+    python -m benchmarks trust_h200 --tiny --out /tmp/trust_smoke
 
 Phases (--phase, repeatable; default all but recheck) and their default budgets (--resweep-s etc.): resweep (210 s:
 files in priority order, each whole -- 18 SGLang batch sizes -- or not at all; the rest stays stale and is listed),
@@ -19,7 +22,6 @@ replay vs events; matmul M=16,64,256 N=K=4096 on the same 40 sampled configs in 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -28,14 +30,13 @@ import shutil
 import sqlite3
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
 
 SGLANG_M = "1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096"
 # Files re-swept first: those with FAIL/WARN rows in the last H200 check (fused_add_rmsnorm N=8192 M=1 and N=5120
@@ -421,8 +422,9 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.environ.get("OUT") or "trust_out")
+    from benchmarks.common import environment, parser, write
+
+    ap = parser(__doc__, __file__)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test: interpreter, tiny shapes")
     ap.add_argument("--phase", action="append", default=None,
                     choices=("resweep", "check", "planted", "repeat", "modes", "recheck"))
@@ -431,10 +433,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat-s", type=float, default=70.0)
     ap.add_argument("--modes-s", type=float, default=80.0)
     args = ap.parse_args(argv)
-    out = Path(args.out).resolve()
+    out = Path(args.out).resolve() if args.out else Path(tempfile.mkdtemp(prefix="trust-"))
     out.mkdir(parents=True, exist_ok=True)
-    os.environ["BENCH_OUT"] = str(out)
-    from common import environment, write
     from flytune_nb.core.device import current_device
 
     plan = Plan(args.tiny, out)
@@ -463,7 +463,7 @@ def main(argv=None) -> int:
         res["recheck"] = phase_check(plan, max(args.check_s, 150.0), log, name="recheck")
     res["seconds"] = time.perf_counter() - t0
     name = "trust_recheck" if phases == ["recheck"] else "trust_h200"
-    write(name + ("_tiny" if args.tiny else ""), res, markdown(res))
+    write(name + ("_tiny" if args.tiny else ""), res, markdown(res), out=args.out)
     return 0
 
 

@@ -1,5 +1,6 @@
-"""How long a newcomer waits: from Run All to the workbench's Run button, and from Run to the first point on the
-plot, on the CPU path (or a GPU where there is one).
+"""How long does a newcomer wait from Run All to the workbench's Run button, and from Run to the first point?
+
+On the CPU path (or a GPU where there is one).
 
 A Jupyter kernel is started the way JupyterLab starts one, with a clean environment (PATH, HOME, a scratch folder:
 no TRITON_INTERPRET, as a user's shell has it), and fed the packaged workbench notebook's cells. Measured in the
@@ -11,14 +12,13 @@ kernel, per repetition (a fresh kernel each):
 - run_to_first_trial_s: from Run to the first trial event (the point minus drawing).
 ``--browser`` adds the same two spans in JupyterLab + Chromium (Playwright), end to end.
 
-    python benchmarks/workbench_startup.py --reps 3
-    python benchmarks/workbench_startup.py --browser
+    python -m benchmarks workbench_startup --reps 3
+    python -m benchmarks workbench_startup --browser
 
-Writes benchmarks/results/<device>/workbench_startup.{json,md} (or under $BENCH_OUT).
+Writes benchmarks/results/<device>/workbench_startup.{json,md} (or under --out DIR).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import queue
@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 PARAMS = ('kernel = "rmsnorm"\ngrid = {"M": "1,16,64", "N": "1024"}\ndtypes = ["fp32"]\ndb = "startup.db"\n'
           'export_dir = "exports"\npaths = []\nstrategy = "exhaustive"\nbudget = None\ntimeout = 120\n')
@@ -156,20 +155,20 @@ def summary(rows: list[dict], key: str) -> str:
     return f"{statistics.median(xs):.2f} s (min {min(xs):.2f}, max {max(xs):.2f}, n={len(xs)})"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    from benchmarks.common import parser, write
+
+    ap = parser(__doc__, __file__)
     ap.add_argument("--reps", type=int, default=3, help="fresh kernels per think time (default 3)")
     ap.add_argument("--think", type=float, action="append", default=None,
                     help="seconds between the Run button appearing and pressing it (repeatable; default 0 and 3)")
     ap.add_argument("--browser", action="store_true", help="also measure end to end in JupyterLab + Chromium")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     thinks = args.think or [0.0, 3.0]
-    from common import write
 
     from flytune_nb.core.device import current_device
 
     device = current_device()
-    os.environ.setdefault("BENCH_OUT", str(HERE / "results" / device.name))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     kernel_rows = [dict(kernel_run(t), think_s=t) for t in thinks for _ in range(args.reps)]
     browser_rows = [browser_run(t) for t in thinks] if args.browser else []
@@ -189,8 +188,9 @@ def main() -> None:
     lines += ["", "Targets: Run All -> Run button <= 4 s, Run -> first point <= 1 s on the CPU path. 'think': "
               "seconds between the button appearing and Run being pressed (the worker's process server starts "
               "in the background meanwhile)."]
-    write("workbench_startup", payload, "\n".join(lines))
+    write("workbench_startup", payload, "\n".join(lines), out=args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
