@@ -51,8 +51,8 @@ def __getattr__(name):
 
 
 def _legacy_paths() -> None:
-    """The import paths kernel folders were written against (``flytune_nb.core.config``, ``flytune_nb.kit.spaces``, ...),
-    answered by the modules that now hold them. A kernel folder's bytes are fingerprinted into the tuning key of every
+    """The short import paths kernel folders use (``flytune_nb.config``, ``flytune_nb.spaces``, ...), answered by the
+    subpackage modules that hold that code (``flytune_nb.core.config``, ``flytune_nb.kit.spaces``, ...). A kernel folder's bytes are fingerprinted into the tuning key of every
     stored trial and export (core/key.py), so rewriting its imports would orphan them; the folders keep their bytes
     and these names keep working. New code imports from the subpackages."""
     import importlib

@@ -8,8 +8,8 @@
 A failing *config* is not an error at all: it is data (a trial with a status and a reason). Anything else that
 escapes (a ``TypeError`` in our own code) is a bug and keeps its traceback.
 
-Each subclass also keeps the builtin base it had before the hierarchy existed (``ValueError``, ``LookupError``,
-``RuntimeError``), so ``except ValueError`` in a user's code still catches a grid typo.
+Each subclass also derives from the builtin a caller would catch (``ValueError``, ``LookupError``,
+``RuntimeError``), so ``except ValueError`` in a user's code catches a grid typo too.
 """
 from __future__ import annotations
 

@@ -8,13 +8,13 @@ kernel listing must never pay.
   compiler, the native libraries' digest table, its version, the ROCm bitcode it links). Fallback: the sha256 of the
   installed wheel's RECORD (the installed files' hashes), which needs no import.
 - ``cache_invalidating_env()``: the variables FlyDSL folds into its compile-cache key
-  (``jit_function._CACHE_INVALIDATING_ENV_VARS`` and the per-arch table). Fallback: the list 0.5.0 had.
+  (``jit_function._CACHE_INVALIDATING_ENV_VARS`` and the per-arch table). Fallback: 0.5.0's list.
 - ``compile_hints(hints)``: how FlyDSL applies ``waves_per_eu`` (``CompilationContext.compile_hints``, which its own
   Autotuner uses around a compile). ``flyc.compile[{...}]`` would be public, but it writes the hints into the
-  function for good (a later plain compile kept them), so a sweep cannot use it.
+  function for good (a later plain compile keeps them), so a sweep cannot use it.
 - ``jit_signature(fn)``: the @flyc.jit function's parameters (``JitFunction.func``, the rewritten function).
 - ``check_annotation(annotation, value)``: the check FlyDSL's artifact loader applies (``Constexpr[int].__coerce__``);
-  a direct call does not check, and ``VEC=8.0`` reached the tracer and crashed the process (SIGSEGV).
+  a direct call does not check, and ``VEC=8.0`` reaching the tracer crashes the process (SIGSEGV).
 - ``compiled_ir(compiled)``: the compiled module's MLIR text (``CompiledFunction._keepalive.ir``), whose
   ``gpu.binary`` carries each kernel's metadata (registers, LDS, scratch, spills) and code object.
 - ``forget_compiled(fn)``: empties a @jit function's in-memory artifact cache (``JitFunction._mem_cache``), so that

@@ -2,8 +2,8 @@
 
 A trial's wall time is its first launch (compile + the correctness run: ``compile_s``) plus its timed reps (``reps``
 x p50, and the warm-up: one more launch on the interpreter's wall-clock timer, a quarter of the budget on a GPU). A
-flat 0.05 s a trial once promised "12 s" for a matmul grid that takes hours; without any history the guess below is
-said to be a guess.
+flat 0.05 s a trial would promise "12 s" for a matmul grid that takes hours, so the estimate comes from the store;
+without any history the guess below is said to be a guess.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What went wrong in a set of trials, in one line: how many failed and the commonest reason (a sweep whose 102
-trials all failed once said only "finished: 3 shapes, 102 trials")."""
+"""What went wrong in a set of trials, in one line: how many failed and the commonest reason (a finish line
+that says only "finished: 3 shapes, 102 trials" hides a sweep whose 102 trials all failed)."""
 from __future__ import annotations
 
 import collections

@@ -2,7 +2,7 @@
 axis. Headless (pandas); the workbench's overview draws it.
 
 A shape whose search was stopped is ``partial``: its "best" is the best of the few configs measured, so it is shown
-but left out of regret (a stopped shape with 2 of 39 trials once counted as "best = default, 1.00x").
+but left out of regret (counted, a stopped shape with 2 of 39 trials would read "best = default, 1.00x").
 """
 from __future__ import annotations
 

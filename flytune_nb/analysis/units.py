@@ -1,7 +1,7 @@
 """Latencies for people: one unit per view, chosen from the data (ns / µs / ms / s), always written "µs".
 
-Trials store milliseconds (p20/p50/p80). A table that printed ``2.03e+03`` µs beside a tab in ms and a plot axis of
-"1.5M us" made one sweep read three ways; every view formats through here.
+Trials store milliseconds (p20/p50/p80). A table printing ``2.03e+03`` µs beside a tab in ms and a plot axis of
+"1.5M us" would make one sweep read three ways, so every view formats through here.
 """
 from __future__ import annotations
 

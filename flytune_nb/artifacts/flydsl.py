@@ -37,7 +37,7 @@ from flytune_nb.core.config import Config
 VERSION = 1
 DIR = "flydsl_autotune"  # under a config dir, beside the kernels' SGLang-style folders: FLYDSL_AUTOTUNE_CONFIG_DIR
 PROVENANCE = "provenance.json"
-COMPILER_HINTS = ("waves_per_eu",)  # flydsl.Config.compiler_opts() in 0.5.0 (maxnreg was removed)
+COMPILER_HINTS = ("waves_per_eu",)  # flydsl.Config.compiler_opts() in 0.5.0 (it has no maxnreg)
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 

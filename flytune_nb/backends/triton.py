@@ -1,7 +1,7 @@
 """Triton as a flytune backend (the protocol in flytune_nb.backends), and compiling a config without a GPU: what
 the precompile pool's processes do.
 
-Measured on the H200 host (2026-11-30, benchmarks/results/NVIDIA_H200/startup_profile.md): a pool process that compiles
+Measured on the H200 host (benchmarks/results/NVIDIA_H200/startup_profile.md): a pool process that compiles
 by launching, or only by asking Triton's CUDA driver for the current device, initialises CUDA and creates a context.
 Sixteen of them doing that at once took ~2.6 s, and held the timing worker's own start (its context, its first
 inputs) back to ~4-5 s. Compiling needs none of it: the kernel's ``run`` is called on meta-device inputs (shapes and
@@ -105,7 +105,7 @@ def prebuild_c_helpers() -> None:
         if getattr(torch.version, "hip", None) or not torch.cuda.is_available():
             return
         build_cuda_utils()
-    except Exception:  # noqa: BLE001 - another Triton's layout, no gcc: the timing worker builds it as before
+    except Exception:  # noqa: BLE001 - another Triton's layout, no gcc: the timing worker builds it itself
         pass
 
 

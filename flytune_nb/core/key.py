@@ -186,7 +186,7 @@ def check_timing(mode) -> str:
 def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, Any] | None,
              device: DeviceInfo, timing: str = DEFAULT_TIMING) -> TuningKey:
     # The toolchain part and the codegen env come from the kernel's backend (flytune_nb.backends): Triton's are
-    # toolchain() and codegen_env() above, so a Triton kernel's key is what it always was.
+    # toolchain() and codegen_env() above, so a Triton kernel's key is the one its stored trials and exports carry.
     from flytune_nb import backends
 
     backend = backends.of(spec)

@@ -1,10 +1,10 @@
 """What flytune's forkserver imports once, so that every worker and pool process forked from it starts with it
 (flytune_nb.engine.processes). Nothing here may initialise CUDA/HIP: a process forked after that cannot use the GPU.
 
-- torch and Triton: 3.3 s to import on the H200 host (2026-11-30), once instead of once per process.
+- torch and Triton: 3.3 s to import on the H200 host, once instead of once per process.
 - torch's meta-device machinery: the first meta tensor op imports ~800 more modules (sympy, mpmath, torch._refs,
   symbolic shapes). Every sweep runs one (memory.check_fits in the worker's describe; every pool process's inputs
-  are meta tensors). Without Python bytecode caches (the H200 host writes none) that was 3.3 s of compiling Python
+  are meta tensors). Without Python bytecode caches (the H200 host writes none) that is 3.3 s of compiling Python
   source in the timing worker's describe and as much in each pool process before its first compile, 4.3-5.7 s of
   waiting for the first config (benchmarks/startup_profile.py); 0.8 s here with caches.
 - triton.runtime.cache.triton_key(): Triton's own version key, which hashes Triton's compiler sources and reads all

@@ -8,8 +8,8 @@ the same config is then a cache load.
 Order: a shape's candidates queue in the order an exhaustive sweep times them, and a feeder thread keeps one compile
 per pool process in flight but one, which stays free for what the timing worker asks for. The timing worker waits only for the config it is about to time
 (``Batch.wait``), and a config it asks for that has not started yet jumps the queue. So timing starts as soon as
-the first config is compiled (the old compile-everything-first barrier held the H200's first rmsnorm trial back
-3.1 s, 2026-11-30), and a budgeted search (random, surrogate: a few dozen configs of a 1000-config GEMM or MoE
+the first config is compiled (a compile-everything-first barrier would hold the H200's first rmsnorm trial back
+3.1 s), and a budgeted search (random, surrogate: a few dozen configs of a 1000-config GEMM or MoE
 space, picked as it goes) gets its picks compiled first while the idle cores compile the rest ahead. A shape's
 leftovers are dropped when it is done.
 

@@ -41,7 +41,7 @@ class WorkerError(RunError):
 
 STARTUP_TIMEOUT_S = 300.0  # importing torch + triton on a loaded 2-core machine can take ~10 s; a GPU context more
 # A worker's stdout reaches the caller's terminal (or the notebook server's log) up to this much per task; a kernel
-# that printed 50 MB flooded a terminal. The rest of that task's output is dropped, with one line saying so.
+# printing 50 MB would flood a terminal. The rest of that task's output is dropped, with one line saying so.
 OUTPUT_LIMIT_BYTES = 64 << 10
 POLL_S = 0.1  # how often a waiting call looks for a cancel (Stop ends a sweep within ~1 s)
 

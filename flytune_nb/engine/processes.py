@@ -1,7 +1,7 @@
 """How flytune starts its processes (timing workers and the precompile pool): forked from one forkserver that has
 imported torch and Triton once, instead of each spawned process importing them again.
 
-Measured on the H200 host (16 cores, 2026-11-30, benchmarks/results/NVIDIA_H200/startup_profile.md): a spawned process
+Measured on the H200 host (16 cores, benchmarks/results/NVIDIA_H200/startup_profile.md): a spawned process
 spends 3.3 s importing torch alone; 16 of them starting at once (the pool) took 5.4 s each and slowed the timing
 worker's own start beside them to 8.7 s. Through the forkserver torch is imported once (3.6 s) and each process then
 forks in milliseconds.
@@ -19,7 +19,7 @@ read their TORCHDYNAMO_* / TORCHINDUCTOR_* / ... variables once, at import, and 
 warm-up does). So a call made after one of those variables changed gets spawned processes instead: slower (each
 imports torch again) but with the caller's settings, e.g. for the torch.compile baseline.
 
-Where forkserver does not exist (Windows) the processes are spawned as before.
+Where forkserver does not exist (Windows) the processes are spawned, each importing torch and Triton itself.
 """
 from __future__ import annotations
 
@@ -83,8 +83,8 @@ def child_init(env: dict) -> None:
 def watch_parent(caller: int) -> None:
     """End this process when ``caller`` (the sweep's process) is gone, even while a hung kernel holds the GIL.
 
-    A kill -9 of a sweep during a hanging config left its worker, the forkserver and the resource tracker alive
-    (70 s seen; on a GPU box the worker holds the GPU). Two guards, because either alone has a hole:
+    Without this, a kill -9 of a sweep during a hanging config leaves its worker, the forkserver and the resource
+    tracker alive (70 s measured; on a GPU box the worker holds the GPU). Two guards, because either alone has a hole:
     - the kernel's death signal (Linux prctl PR_SET_PDEATHSIG, SIGKILL): needs no Python, so it fires while the hang
       holds the GIL. It follows the *parent*: for a forked child that is the forkserver, which exits when every
       copy of its "alive" pipe's write end is closed. Python hands a copy to each forked child too, so the child

@@ -1,5 +1,5 @@
 """Measured ceilings for roofline percentages, per device name. Numbers from our own runs, never datasheets:
-H200 device-to-device copy 4.27 TB/s (read + write) and bf16 8192^3 matmul 729 TFLOP/s, 2026-11-29."""
+H200 device-to-device copy 4.27 TB/s (read + write) and bf16 8192^3 matmul 729 TFLOP/s."""
 MEASURED = {"NVIDIA_H200": {"copy_Bps": 4.27e12, "bf16_flops": 729e12}}
 
 

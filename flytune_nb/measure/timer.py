@@ -9,7 +9,7 @@ after one synchronise.
 
 Why the spin: a Triton launch costs the host ~20-30 us of Python. Without it the GPU finishes the flush, runs the
 start event, then idles until the launch arrives, and that idle time lands inside the measurement. Measured on the
-H200 (2026-11-29), rmsnorm M=1 N=4096 without the spin: p20 12 us, p80 35 us, 7 repeats of the median spread 82%;
+H200, rmsnorm M=1 N=4096 without the spin: p20 12 us, p80 35 us, 7 repeats of the median spread 82%;
 do_bench (whose 256 MiB flush is long enough to hide most of the host time) read 5.6 us.
 
 ``graph=True`` (the "graph" timing mode: ``Sweep(timing="graph")``, ``flytune sweep --timing graph``) captures
@@ -145,7 +145,7 @@ class GpuTimer:
         # Cover twice the host's enqueue time (+10 us for the event records), capped at 1 ms. The L2 flush is
         # enqueued first and the GPU runs it while the host enqueues the launch, so it covers that much already
         # and the spin is only the rest: on the H200 the 120 MiB flush takes ~35 us, more than a tuned launch's
-        # host time, and a spin on top of it had made each rep of a 22 us rmsnorm ~170 us (1000 reps: 0.17 s).
+        # host time, and a spin on top of it would make each rep of a 22 us rmsnorm ~170 us (1000 reps: 0.17 s).
         flush_us = self._flush_us()
         spin_us = max(0.0, min(1000.0, 2e6 * host_s + 10.0) - flush_us) if has_gpu_sleep() else 0.0
         spin = int(spin_us * self._cycles_per_us()) if spin_us else 0

@@ -2,7 +2,8 @@
 
 Normal calls never search. Search runs only when asked: ``FLYTUNE_AUTOTUNE=1``, ``tuned(k, autotune=True)`` or an
 explicit ``.tune(...)``. After a search on the caller's own tensors, every in-place input is restored, and ``zeroes``
-are reset before every real call too (Triton's open bug #7181 is the counter-example).
+are reset before every real call too (Triton's autotuner applies reset_to_zero only while it benchmarks, so an
+accumulating output keeps a stale value on its real launch after tuning).
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ MEDIAN_SE = 1.2533
 
 @dataclass(frozen=True)
 class Rule:
-    """The selection's parameters. ``top=0`` turns the stage off (the search's fastest median wins, as before)."""
+    """The selection's parameters. ``top=0`` turns the stage off (the search's fastest median wins, nothing is re-timed)."""
     top: int = TOP
     rounds: int = ROUNDS
     floor: float = FLOOR

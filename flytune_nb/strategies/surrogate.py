@@ -4,9 +4,9 @@ Every knob of the space (BLOCK_N, num_warps, ...) becomes an integer parameter o
 knobs are ordinal (tile sizes, warps and stages are powers of two or small counts, and the latency surface is smooth
 along them), and an ordinal parameter lets TPE's Parzen estimator carry what it learned to the neighbouring values,
 which a categorical one does not. Replayed on the H200's exhaustive matmul sweeps (618-1126 configs) at 10% of the
-evaluations, the best found moved from 1.031x the exhaustive best with categorical knobs (5 seeds) to 1.005x (10 seeds;
-geomean of 3 shapes, benchmarks/results/NVIDIA_H200/surrogate_gemm.md), and on the row kernels' fixture from 1.009x to
-1.004x at a third of the evaluations. A combination that is not in the pruned space is told to the sampler as a failure
+evaluations, the best found is 1.005x the exhaustive best (10 seeds; geomean of 3 shapes,
+benchmarks/results/NVIDIA_H200/surrogate_gemm.md) against 1.031x with categorical knobs (5 seeds), and on the row
+kernels' fixture 1.004x against 1.009x at a third of the evaluations. A combination that is not in the pruned space is told to the sampler as a failure
 and costs no evaluation; a repeat is answered from memory. After ``budget`` distinct evaluations it stops. The first
 quarter of the budget is random start-up, as TPE needs.
 """

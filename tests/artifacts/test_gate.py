@@ -111,8 +111,8 @@ def test_check_fails_missing_knobs_and_configs_slower_than_the_default(swept, tm
     def slow_committed(spec, shape, dtype, config):
         calls.append(config)  # check times the committed config, then the heuristic default, per batch size
         # The committed config exactly as fast as when exported, the heuristic default 1.3x faster than that: a FAIL
-        # against the default, whatever this machine's interpreter timings at export were (fixed numbers here made
-        # the exported-latency rule fire first when the export's own timings happened to be short).
+        # against the default, whatever this machine's interpreter timings at export were (fixed numbers here would
+        # make the exported-latency rule fire first whenever the export's own timings happen to be short).
         then = prov[str(shape["M"])]["best_p50_ms"]
         p = then if len(calls) % 2 else then / 1.3
         return Trial(spec.name, shape, dtype, config, "ok", p20=p, p50=p, p80=p)
@@ -174,8 +174,8 @@ def test_slowdowns_within_the_noise_floor_pass_and_a_stored_h200_check_rejudges(
 
 
 def test_the_second_h200_hosts_check_rejudges_with_the_default_drift():
-    """A check on a 2-GPU H200 host, before the guard knew about drift: 47 FAIL of 288, the bf16 rows,
-    whose defaults ran a median 1.08-1.19x slower than on the host they were tuned on. Re-judged per file with
+    """A check on a 2-GPU H200 host, judged without drift, is 47 FAIL of 288: the bf16 rows, whose defaults run a
+    median 1.08-1.19x slower there than on the host they were tuned on. Re-judged per file with
     that drift, from the stored timings and the committed provenance: 4 FAIL left (fused_add_rmsnorm bf16 configs
     1.16-1.29x beyond the drift), the rest of the drifted rows WARN, fp16 (tuned on that host) all OK."""
     from collections import defaultdict

@@ -28,7 +28,7 @@ def _cfg(bt, vec, wpe=None):
 # -- listing, availability -----------------------------------------------------------------------------------------
 def test_listing_kernels_imports_no_flydsl():
     """`flytune kernels` lists the FlyDSL kernels with their space size without importing FlyDSL (~2 s on top of
-    torch on this machine), so listing stays as fast as it was."""
+    torch on this machine), so listing pays none of that."""
     code = ("import sys; from flytune_nb.ui.cli import main; rc = main(['kernels']); "
             "print('IMPORTED' if any(m == 'flydsl' or m.startswith('flydsl.') for m in sys.modules) else 'CLEAN'); "
             "sys.exit(rc)")
@@ -149,7 +149,7 @@ def test_every_config_compiles_clean_for_gfx942_and_gfx950(arch, flydsl_compiler
 
 def test_waves_per_eu_reaches_llvm_as_a_hint_and_does_not_stick(flydsl_compiler):
     """Outside the space (64 threads x 64 bf16 each at N=4096) the row needs 80 VGPRs; waves_per_eu=8 caps them at
-    64 and LLVM spills (the hint arrived). Compiled plainly again afterwards, it is 80 VGPRs again: the hint was
+    64 and LLVM spills (the hint arrived). Compiled plainly again afterwards, it is 80 VGPRs again: the hint is
     applied around that one compile, not written into the function."""
     backend = flydsl_compiler
     spec = get_kernel("flydsl_rmsnorm")

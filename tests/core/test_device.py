@@ -80,9 +80,9 @@ def test_compile_mode_is_refused_where_triton_already_runs_its_interpreter():
 
 
 def test_a_fresh_process_compiles_for_the_target_even_with_the_interpreter_asked_for():
-    """No GPU here and TRITON_INTERPRET=1 in the environment: ensure_backend used to leave the kernels interpreted
-    (and set TRITON_INTERPRET=1 over "0"). In compile mode the kernel folders' @triton.jit functions are real
-    JITFunctions and the launchers see the target."""
+    """No GPU here and TRITON_INTERPRET=1 in the environment: compile mode still compiles for the target: ensure_backend
+    leaves the kernels compiled, not interpreted (and sets no TRITON_INTERPRET=1), so the kernel folders' @triton.jit
+    functions are real JITFunctions and the launchers see the target."""
     code = (
         "from flytune_nb.core.device import enter_compile_mode, current_device, interpreting\n"
         "from flytune_nb.core.targets import TARGETS\n"

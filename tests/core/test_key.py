@@ -101,10 +101,10 @@ def test_codegen_env_axis(spec, monkeypatch):
     assert _key(spec) == before
 
 
-def test_a_triton_kernels_key_is_what_it_was_before_backends_existed(spec):
-    """The toolchain part now comes from the kernel's backend; for a Triton kernel it is still key.toolchain() and
+def test_a_triton_kernels_key_is_the_one_its_stored_trials_and_exports_carry(spec):
+    """The toolchain part comes from the kernel's backend; for a Triton kernel it is key.toolchain() and
     key.codegen_env(), so every stored trial and committed export keeps its key. The digest of fixed fields is
-    pinned: the key's shape (its fields, their order, the hash) has not moved either."""
+    pinned, so the key's shape (its fields, their order, the hash) cannot move unnoticed either."""
     from flytune_nb.core.key import TuningKey, codegen_env, toolchain
 
     assert spec.backend == "triton"
@@ -113,9 +113,10 @@ def test_a_triton_kernels_key_is_what_it_was_before_backends_existed(spec):
     fixed = TuningKey("rmsnorm", (("M", 8), ("N", 64)), "bf16", (("x", "bfloat16", (2, 1)),), "NVIDIA_H200", "sm_90",
                       "0123456789abcdef", (("flytune_nb", "0.1.0"), ("triton", "3.6.0")), ())
     assert fixed.digest == "ccda08cd7b0d03b1809b2315"  # the digest stored keys were made with
-def test_the_timing_mode_is_in_the_key_and_the_default_digest_is_the_one_before_it(spec):
-    """Graph replay and events can pick different winners: different keys. The events digest is computed exactly
-    as before the field existed, so every stored trial and exported key stays valid."""
+def test_the_timing_mode_is_in_the_key_and_the_events_digest_leaves_it_out(spec):
+    """Graph replay and events can pick different winners: different keys. The events digest (the default) is the
+    hash of every other field, without the timing field, so every stored trial and exported key made without one
+    stays valid."""
     import hashlib
     import json
     from dataclasses import asdict

@@ -120,7 +120,8 @@ def test_stop_ends_a_precompile_batch_without_waiting_for_it():
 
 def test_timing_waits_only_for_its_own_config_to_compile():
     """The pool compiles in timing order and each trial waits for its own config: a config whose compile takes 4 s
-    does not hold back the one before it (the old barrier did: the H200's first trial waited 3.1 s for all 47)."""
+    does not hold back the one before it (a compile-everything-first barrier would: the H200's first trial would wait
+    3.1 s for all 47)."""
     from flytune_nb.engine.compile_pool import Precompiler
 
     fast = {"MODE": 0, "SLEEP_MS": 0, "num_warps": 1, "num_stages": 1}
@@ -266,8 +267,8 @@ def test_a_config_the_worker_asks_for_jumps_the_queue():
 
 
 def test_a_budgeted_search_gets_its_picks_precompiled(monkeypatch):
-    """random / surrogate with a budget used to skip the pool (compiling a whole space for a few picks cost more
-    than it saved); every pick now waits for, and gets, its own compile."""
+    """random / surrogate with a budget use the pool too: each pick jumps the queue, so every pick waits for, and gets,
+    its own compile, never for the whole space (compiling all of it for a few picks would cost more than it saves)."""
     from flytune_nb.engine.compile_pool import Batch
 
     waits = []

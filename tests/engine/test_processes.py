@@ -64,7 +64,7 @@ def test_forked_processes_start_with_tritons_version_key_computed():
 
 def test_forked_processes_start_with_torchs_meta_machinery_imported():
     """The first meta-tensor op imports ~800 modules; every pool process and every worker's describe runs one. On
-    the H200 host (no bytecode caches) that was 3.3 s per process, 4.3-5.7 s before the first config compiled. The
+    the H200 host (no bytecode caches) that is 3.3 s per process, 4.3-5.7 s before the first config compiles. The
     forkserver does it once and every forked process inherits it."""
     from flytune_nb.engine.compile_pool import Precompiler
 

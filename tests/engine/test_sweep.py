@@ -349,7 +349,8 @@ def test_two_in_process_sweeps_of_one_kernel_keep_their_own_spec_objects(tmp_pat
 
 
 def test_a_dtype_string_is_names_not_characters():
-    """papermill and the CLI hand dtypes over as text; `Sweep(..., "bf16")` once looped over "b", "f", "1", "6"."""
+    """papermill and the CLI hand dtypes over as text: `Sweep(..., "bf16")` is the dtype bf16 (and "bf16, fp16" two
+    of them), never a loop over "b", "f", "1", "6"."""
     assert Sweep("rmsnorm", "M=2 N=64", "bf16").dtypes == ["bf16"]
     assert Sweep("rmsnorm", "M=2 N=64", "bf16, fp16").dtypes == ["bf16", "fp16"]
     with pytest.raises(ValueError, match="no dtype"):

@@ -106,7 +106,7 @@ def test_search_beats_or_matches_the_default_and_the_winner_is_correct(dev, tmp_
     shape = {"M": 4096, "N": 4096}
     r = search(spec, shape, "bf16", dev, GpuTimer(dev, rep_ms=20))
     assert r.best is not None and r.best.rel_error < spec.tol("bf16")
-    # The heuristic is worth having: within 15% of the searched best (measured equal on the H200, 2026-11-29).
+    # The heuristic is worth having: within 15% of the searched best (measured equal on the H200).
     assert r.default_trial.p50 <= 1.15 * r.best.p50
     # Memory-bound: the best moves at least a quarter of the H200's measured 4.27 TB/s copy bandwidth.
     assert spec.bytes(shape, "bf16") / (r.best.p50 * 1e-3) > 1.0e12
@@ -156,7 +156,7 @@ def test_isolated_sweep_with_precompile_and_both_torch_baselines(tmp_path):
         assert set(r.baselines) == {"torch_eager", "torch_compile"}
         assert all(b["status"] == "ok" and b["p50"] > 0 for b in r.baselines.values())
     big = results[1]
-    # Inductor fuses add + rmsnorm into one kernel too: on the H200 (2026-11-29) our best read 37.02 us against
+    # Inductor fuses add + rmsnorm into one kernel too: on the H200 our best read 37.02 us against
     # torch.compile's 36.77 us at 4096x4096. The kernel must stay within 10% of it.
     assert big.best.p50 <= 1.10 * big.baselines["torch_compile"]["p50"]
     assert len(Store(db).frame()) == sum(len(r.trials) for r in results)

@@ -160,7 +160,7 @@ def test_memory_check_counts_every_expert_not_the_traffic(spec):
     shape = {"M": 1, "E": 256, "N": 2048, "K": 7168, "topk": 8}
     h200 = SIM["H200"]
     assert footprint(spec, shape, "bf16", h200) == pytest.approx(21.0 * 2**30, rel=1e-3)
-    assert 3 * spec.bytes(shape, "bf16") < 2 * 2**30  # the old check would have let it through on a 40 GiB card
+    assert 3 * spec.bytes(shape, "bf16") < 2 * 2**30  # 3x the traffic alone would let it through on a 40 GiB card
     with pytest.raises(ShapeTooLarge, match="needs ~63.0 GiB"):
         check_fits(spec, shape, "bf16", dataclasses.replace(h200, total_memory=40 * 2**30))
     check_fits(spec, shape, "bf16", h200)  # 141 GB H200: fits

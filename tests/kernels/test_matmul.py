@@ -143,7 +143,7 @@ def test_an_optional_knob_at_its_default_is_the_config_without_it(dev, tmp_path)
     base = Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1}, num_warps=4,
                   num_stages=2)
     assert spec.canonical(base.replace(TMA=0)) == base and spec.canonical(base.replace(TMA=2)) != base
-    assert spec.canonical(base.replace(SPLIT_K=1, STREAM_K=0)) == base  # the configs stored before these knobs
+    assert spec.canonical(base.replace(SPLIT_K=1, STREAM_K=0)) == base  # a stored config without these knobs
     sweep = Sweep("matmul", "M=16 N=32 K=32", ["fp16"], configs=[base, base.replace(TMA=0)], isolate=False,
                   db=tmp_path / "s.db", baselines=())
     assert sweep.configs == [base]
@@ -203,7 +203,8 @@ def test_heuristic_regimes_on_the_h200():
 def test_stream_k_where_no_tile_size_fills_the_sms(N):
     """M=256: 128x256 tiles number 112 (N=14336), 86 (11008) and 224 (28672) on 132 SMs, 85%, 65% and 85% of
     their rounds; 128x128 and 128x64 ones fill no better. The persistent 128x256 tile then shares the iterations
-    out evenly (stream-K): the shape that was 0.82x cuBLAS (N=14336) and 0.63x (11008, unswept)."""
+    out evenly (stream-K), where a tile grid that leaves SMs idle reaches 0.82x cuBLAS (N=14336) and 0.63x (11008,
+    unswept)."""
     spec, dev = get_kernel("matmul"), SIM["H200"]
     shape = {"M": 256, "N": N, "K": 4096}
     c = spec.default(shape, "bf16", dev)
@@ -242,7 +243,7 @@ def test_split_k_is_never_the_hip_default():
 def test_pointer_defaults_on_the_exhaustive_h200_sweeps():
     """The exhaustive H200 sweeps (every pointer config of N=K=4096 at M=256/1024/4096) informed the rule for
     devices without TMA: on an sm_80-like device (the same SMs, no TMA) its default is within 1% of each sweep's
-    best. The first heuristic (128x256 on 8 warps) was 2.51 / 1.17 / 1.14 here."""
+    best, where the classic 128x256 on 8 warps is 2.51 / 1.17 / 1.14x the best."""
     import dataclasses
     import json
 
@@ -260,7 +261,7 @@ def test_pointer_defaults_on_the_exhaustive_h200_sweeps():
 def test_tma_default_on_the_h200_code_path_run():
     """An H200 run of 13 tiles x 3 load paths (tests/fixtures/h200_gemm_paths.json, from
     benchmarks/gemm_paths.py): where the heuristic's persistent-TMA pick was among the configs timed, it is within
-    4% of the fastest config of the run, and at least 0.9x cuBLAS from M=1024; the pointer default it replaced was
+    4% of the fastest config of the run, and at least 0.9x cuBLAS from M=1024; the pointer default is
     0.71-0.82x there. (Its stream-K and 128x64x128 picks were not in that run.)"""
     import json
 

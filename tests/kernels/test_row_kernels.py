@@ -145,8 +145,8 @@ def test_a_heuristic_writing_an_optional_knob_at_its_default_gives_the_spaces_na
                                     Config({"BLOCK_N": 128, "SPLIT_N": 4}, num_warps=1, num_stages=1)])
 def test_softmax_over_masked_logits_is_exact(config, dev):
     """Masked logits (-inf at every 4th column, as a sampler's vocabulary mask writes them): the lanes of a looped or
-    split row that only ever see -inf hold max -inf and sum 0, not exp(-inf + inf) = NaN. The looped form used to
-    return NaN for the whole row here."""
+    split row that only ever see -inf hold max -inf and sum 0, not exp(-inf + inf) = NaN, which in the looped form
+    would make the whole row NaN here."""
     spec = get_kernel("softmax")
     x = torch.randn(3, 1000) * 4
     x[:, ::4] = float("-inf")

@@ -93,8 +93,8 @@ def test_bad_shape_and_dtype_are_clear(toy, dev, cpu_timer):
 
 def test_elementwise_bound_catches_one_bad_row_that_the_norm_averages_away():
     ref = torch.randn(40000, 8, dtype=torch.float64)
-    # Row 123 gets a typical row's norm (sqrt 8): a random row in the chi-square tail had made the norm alone catch
-    # it now and then (one failure in ~20 full runs).
+    # Row 123 gets a typical row's norm (sqrt 8): a random row in the chi-square tail would let the norm alone catch
+    # it now and then (one failure in ~20 full runs), and only the elementwise bound may catch it here.
     ref[123] *= 8 ** 0.5 / ref[123].norm()
     out = ref.to(torch.bfloat16)
     out[123] = 0  # one unwritten / misplaced row of 40000

@@ -1,5 +1,5 @@
 """flytune_nb.prime: the unmodified decorated kernel, called by its own code, launches the exported winner for every
-primed key and benchmarks nothing; any other key is tuned by the decorator exactly as before."""
+primed key and benchmarks nothing; any other key is tuned by the decorator exactly as it would be without priming."""
 import json
 import os
 import subprocess

@@ -26,7 +26,7 @@ def _c(n):
 
 class Noisy:
     """A config's timing as an H200 gives it: its true p50 times lognormal noise (sigma 3%), and in 5% of the
-    timings a slow burst of +10-40% (what the check's confirmation rounds were added for)."""
+    timings a slow burst of +10-40% (what the check's confirmation rounds are for)."""
 
     def __init__(self, truth, seed, sigma=0.03, burst=0.05):
         self.truth, self.rng, self.sigma, self.burst = truth, random.Random(seed), sigma, burst

@@ -206,7 +206,8 @@ def test_sweep_help_states_the_timeout_default_and_what_retry_failed_covers(caps
 
 
 def test_path_naming_a_kernel_folder_itself_says_which_folder_to_give(capsys):
-    """--path wants the kernels' parent; pointing it at the kernel folder silently listed nothing."""
+    """--path wants the kernels' parent; pointed at a kernel folder itself, it says so and names the parent to give,
+    rather than silently listing nothing."""
     assert main(["kernels", "--path", f"{PLUGINS}/toy"]) == 2
     err = capsys.readouterr().err
     assert "is a kernel folder itself" in err and PLUGINS in err
@@ -224,8 +225,8 @@ def test_cli_errors_name_the_cli_option_not_the_python_argument(capsys):
 
 
 def test_sweep_prints_how_many_failed_and_why_with_reasons_whole(tmp_path, capsys):
-    """The finish line said nothing about failures, and reasons were cut at 60 characters with no way to see them
-    whole."""
+    """The finish line says how many trials failed and points at --retry-failed, and every reason is printed whole
+    (a footnote), never cut at 60 characters."""
     rc = main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", str(tmp_path / "t.db"),
                "--quiet", "--no-isolate"])
     out = capsys.readouterr().out

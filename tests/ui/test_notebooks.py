@@ -17,8 +17,8 @@ def test_notebooks_are_committed_without_outputs_and_have_a_parameters_cell():
 
 
 def test_batch_sweep_notebook_writes_store_results_exports_and_static_plots(tmp_path):
-    """Results land beside the store by default; each figure is plotly JSON with a PNG beside it (only the plotly
-    mimetype was saved, so nbconvert's HTML and code-hosting viewers showed nothing)."""
+    """Results land beside the store by default; each figure is plotly JSON with a PNG beside it (with the plotly
+    mimetype alone, nbconvert's HTML and code-hosting viewers show nothing)."""
     out = run_notebook("batch_sweep.ipynb", tmp_path / "out.ipynb",
                        {"kernel": "rmsnorm", "grid": "M=2,4 N=300", "dtypes": "fp32", "db": "b.db",
                         "export_dir": "ex", "isolate": False}, cwd=tmp_path)

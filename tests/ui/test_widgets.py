@@ -1,7 +1,6 @@
 """Widgets, headless: feed them events / results and check the values they show (no front-end needed).
 
-Each test that covers a defect of the workbench says which behaviour it pins and what the code before the fix did
-with it (so it fails there)."""
+Each test says which behaviour of the workbench it pins and why a user would be misled without it."""
 import html
 import math
 import threading
@@ -47,9 +46,9 @@ def _space(n=4):
 
 
 def test_explorer_figure_shows_failures_plainly_with_error_bars_and_baselines(dev):
-    """Failed configs were drawn with symbol x-thin and line width 0 (invisible). Now: large red crosses in a band
-    above every passing point, counted in the legend, with the reason on hover; p20/p80 as error bars; the torch
-    baselines labelled lines; microseconds written "µs"."""
+    """Failed configs are large red crosses (size >= 12, line width >= 2: a thin symbol with line width 0 is
+    invisible) in a band above every passing point, counted in the legend, with the reason on hover; p20/p80 are
+    error bars; the torch baselines are labelled lines; microseconds are written "µs"."""
     from flytune_nb.analysis.explore import RANK, trials_frame
     from flytune_nb.ui.notebook.figures import explorer_figure
 
@@ -100,8 +99,8 @@ def test_explorer_by_knob_colour_and_facet_and_knobs_in_numeric_order(dev):
 
 
 def test_speedup_heatmap_sorts_numerically_and_leaves_no_literal_x(dev):
-    """The old heat map sorted columns as strings (N=1024 before N=512), wrote "x" in cells without a value and
-    was 300 px high whatever the grid."""
+    """Columns sort numerically (as strings N=1024 would come before N=512), a cell without a value stays blank
+    (no literal "x"), and the height grows with the rows instead of a fixed 300 px."""
     from flytune_nb.ui.notebook.figures import speedup_heatmap
 
     good, bad = Config({"BLOCK_N": 256}, num_warps=2), Config({"BLOCK_N": 256}, num_warps=1)
@@ -129,8 +128,9 @@ def test_units_scale_to_the_data_and_are_written_us():
 
 
 def test_progress_is_over_the_whole_sweep_with_an_eta_from_measured_trials():
-    """The old bar restarted at 0 for each shape, its ETA assumed every shape had the current one's config count,
-    and a resume's stored trials (replayed at once) counted as instant measurements."""
+    """The bar counts over the whole sweep, not from 0 per shape; the ETA uses each shape's own config count, not
+    the current one's for all; a resume's stored trials (replayed at once) count as done but not as measurements,
+    so they do not make the ETA look instant."""
     rc = RunControl()
     rc.start([4, 10])  # two shapes of 4 and 10 trials
     cfg = [Config({"BLOCK_N": b}) for b in (64, 128, 256, 512)]
@@ -167,8 +167,8 @@ def test_a_flydsl_kernel_is_in_the_picker_and_says_where_it_runs():
 
 
 def test_grid_editor_previews_work_estimates_from_the_store_and_explains_bad_input(tmp_path):
-    """The preview once promised a flat 0.05 s a trial; it now estimates from what the store measured (compile +
-    timing) and says when it is guessing."""
+    """The preview estimates from what the store measured (compile + timing), not from a flat 0.05 s a trial
+    (which makes a matmul grid of hours look like seconds), and says when it is guessing."""
     picker = KernelPicker("rmsnorm")
     grid = GridEditor(picker, {"M": "1,64", "N": "4096"}, ["bf16"])
     grid.fits_thread.join(60)
@@ -220,7 +220,7 @@ def test_heuristic_editor_rescores_on_stored_data_and_rejects_bad_edits(tmp_path
 
 
 def test_editor_refuses_knobs_the_kernel_does_not_have_at_once(dev):
-    """An unknown or a missing knob was accepted at re-score (and failed only when measured)."""
+    """An unknown or a missing knob is refused at re-score, not left to fail only when measured."""
     results = Sweep("rmsnorm", "M=2 N=256", ["fp32"], isolate=False, baselines=()).run()
     spec = get_kernel("rmsnorm")
     ed = HeuristicEditor(lambda: spec, lambda: results, lambda: dev)
@@ -233,8 +233,9 @@ def test_editor_refuses_knobs_the_kernel_does_not_have_at_once(dev):
 
 
 def test_an_edit_that_never_returns_costs_seconds_and_keeps_the_edit(dev):
-    """A rule looping forever froze the notebook kernel (re-scoring ran it on the main thread), and after an
-    interrupt the editor showed the old code. Now it runs in a thread with a time limit and is stopped there."""
+    """A rule looping forever costs its time limit (1 s here), not a frozen notebook kernel: re-scoring runs it in a
+    thread with a time limit and stops it there, and the editor keeps the edited code (an interrupt must not put the
+    previous code back)."""
     results = Sweep("rmsnorm", "M=2 N=256", ["fp32"], isolate=False, baselines=()).run()
     spec = get_kernel("rmsnorm")
     ed = HeuristicEditor(lambda: spec, lambda: results, lambda: dev, time_limit=1.0)
@@ -251,7 +252,8 @@ def test_an_edit_that_never_returns_costs_seconds_and_keeps_the_edit(dev):
 
 
 def test_editor_saves_to_a_user_file_unless_asked_for_the_kernels_own(tmp_path, dev, monkeypatch):
-    """Save once wrote into the committed kernels/<k>/heuristic.py by default."""
+    """Save writes a user file (<kernel>_heuristic.py in the working folder) by default; the committed
+    kernels/<k>/heuristic.py only with the tick, since writing it changes the kernel's fingerprint."""
     monkeypatch.chdir(tmp_path)
     results = Sweep("toy", "N=64", ["fp32"], isolate=False, paths=[PLUGINS], baselines=()).run()
     spec = get_kernel("toy", [PLUGINS])
@@ -337,7 +339,8 @@ def test_overview_draws_all_shapes_and_a_click_opens_one(tmp_path):
 
 
 def test_double_run_starts_one_sweep(tmp_path):
-    """Two clicks on Run started two concurrent sweeps (two run ids, duplicate points)."""
+    """A second click on Run while a sweep runs starts nothing (two concurrent sweeps would mean two run ids and
+    duplicate points)."""
     wb = _wb(tmp_path, {"N": "64,96"})
     first = wb.run()
     second = wb.run()
@@ -361,7 +364,8 @@ def test_switching_kernel_clears_the_previous_kernels_plot_finish_line_and_expor
 
 
 def test_rerunning_the_cell_closes_the_previous_workbench(tmp_path):
-    """Each re-run of the workbench cell leaked a whole Workbench (2754 widget models after ~20 re-runs)."""
+    """Re-running the workbench cell closes the previous Workbench: each one kept alive is a whole set of widget
+    models (~20 re-runs add up to 2754 of them)."""
     from ipywidgets.widgets.widget import _instances
 
     first = _wb(tmp_path, {"N": "64"}, name="a.db")
@@ -373,7 +377,8 @@ def test_rerunning_the_cell_closes_the_previous_workbench(tmp_path):
 
 
 def test_a_shape_too_large_is_refused_at_run_like_a_typo(tmp_path):
-    """The preview flagged it, yet Run started and failed later in the worker."""
+    """A shape the preview flags as too large is refused by Run too, before anything starts, rather than failing
+    later in the worker."""
     wb = Workbench("rmsnorm", {"M": "100000000", "N": "100000000"}, ["fp32"], db=str(tmp_path / "big.db"),
                    isolate=False)
     assert "needs ~" in wb.grid.preview.value and wb.grid.fits_problem
@@ -396,7 +401,8 @@ def test_sweep_settings_reach_the_sweep_and_bad_entries_are_one_line(tmp_path):
 
 
 def test_retry_failed_measures_every_failure_status_again(tmp_path):
-    """Run on a store of failures re-measured nothing, and --retry-failed covered only crashed/timeout."""
+    """A resumed Run measures nothing again; with retry-failed it measures every failure status again (wrong and
+    launch_error too, not only crashed/timeout)."""
     wb = _wb(tmp_path, {"N": "64"})
     wb.run().join(60)
     events = []
@@ -477,7 +483,8 @@ def test_compare_two_stores_and_two_toolchains_in_one(tmp_path):
 
 
 def test_measure_missing_times_picks_beside_fresh_default_and_best_and_plots_them(tmp_path):
-    """Measured-missing configs never reached the plot and were judged against timings minutes old."""
+    """Configs measured for the editor reach the plot, and are judged beside fresh timings of the default and the
+    best, not against timings minutes old."""
     wb = _wb(tmp_path, {"N": "64"}, name="m.db")
     wb.run().join(60)
     best = wb.live.finished_results()[0].best.config

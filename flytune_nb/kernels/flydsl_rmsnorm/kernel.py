@@ -41,7 +41,7 @@ def _reduction_slots(slots: int):
 
 def _check(N, BLOCK_THREADS, VEC):
     # Refused at trace time, before anything reaches LLVM: a non-int knob (FlyDSL does not check Constexpr types on a
-    # direct call; VEC=8.0 crashed the tracer), a block that is not whole waves, a vector that would straddle rows.
+    # direct call; VEC=8.0 crashes the tracer), a block that is not whole waves, a vector that would straddle rows.
     for name, v in (("N", N), ("BLOCK_THREADS", BLOCK_THREADS), ("VEC", VEC)):
         if type(v) is not int:
             raise TypeError(f"{name} must be an int, got {v!r}")

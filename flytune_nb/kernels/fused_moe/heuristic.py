@@ -5,7 +5,7 @@
   M <= E), BN=64, a long BK=128 for contiguous weight loads, 4 warps, 4 stages in flight;
 - 4 <= t <= 16: still weight-bound, but wider tiles keep more bytes in flight per program: BM=32 (64 from t=12), BN=128,
   BK=128, GROUP_SIZE_M=16, 4 warps, 3 stages (4 with BM=64). The H200 sweeps (the store behind
-  benchmarks/results/NVIDIA_H200/heuristic_ab.md, 32 surrogate picks per batch size) had the BM=16 rule at 1.21-1.45x
+  benchmarks/results/NVIDIA_H200/heuristic_ab.md, 32 surrogate picks per batch size) put a BM=16 rule at 1.21-1.45x
   the best there for Mixtral (E=8, N=14336, M=16..64); the best configs were 32-64 row tiles with BN=128;
 - 16 < t <= 128: BM=64, BN=128, BK=64, GROUP_SIZE_M=16, 4 warps, 3 stages — weight reuse across 64 rows starts to pay;
 - t > 128 (prefill, compute-bound): 128x128x64 on 8 warps, 3 stages, GROUP_SIZE_M=16 so programs that share an

@@ -56,6 +56,6 @@ SPEC = KernelSpec(
     description="GEMM a @ w.T (bf16/fp16, fp32 accumulate), grouped tile order; SGLang's knobs, TMA, split-K and "
                 "stream-K (deterministic reduction).",
     baseline=baseline,
-    # absent = pointer loads, the whole K loop in one program: the configs stored and exported before these knobs
+    # absent = pointer loads, the whole K loop in one program: what a stored or exported config without them means
     optional_knobs={"TMA": 0, "SPLIT_K": 1, "STREAM_K": 0},
 )

@@ -44,7 +44,7 @@ def make_inputs(shape, dtype, device):
     dt, dev = to_torch(dtype), device.torch_device
     # Routing as in flytune's fused_moe: softmax over skewed random logits, top-k, renormalised, drawn from a
     # generator seeded by the shape so that every config of a shape is timed on the same routing (a fresh routing
-    # per trial moved one config by up to 16% at small M on the H200). x and the weights are fresh draws.
+    # per trial moves one config by up to 16% at small M on the H200). x and the weights are fresh draws.
     g = torch.Generator().manual_seed(((M * 1_000_003) ^ (E * 1009)) + topk)
     logits = (torch.randn(M, E, generator=g) + torch.linspace(0, 2, E)).to(dev)
     weights, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)

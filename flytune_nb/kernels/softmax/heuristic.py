@@ -3,9 +3,9 @@
 - single pass whenever the row fits 64 KiB (N <= 32768 in bf16: a 32000-token vocabulary included): x is read from
   HBM once, the memory-bound minimum;
 - warps so that each thread holds ~32 bytes of the row (two 16-byte vector loads), up to the device's maximum:
-  N=1024 bf16 -> 2 warps, 4096 -> 8, 8192 -> 16, 16384 and wider -> 32. The first rule gave each thread 16 bytes
-  (twice the threads, because softmax keeps x and exp(x) live), which the H200 sweeps did not bear out: at N=4096,
-  16 warps were 1.14-1.22x slower than 8 for M >= 1024 (an exhaustive H200 sweep), and at N=16384, 32 warps beat
+  N=1024 bf16 -> 2 warps, 4096 -> 8, 8192 -> 16, 16384 and wider -> 32. 16 bytes a thread (twice the threads,
+  because softmax keeps x and exp(x) live) is not borne out by the H200 sweeps: at N=4096, 16 warps are 1.14-1.22x
+  slower than 8 for M >= 1024 (an exhaustive H200 sweep), and at N=16384, 32 warps beat
   16 (H200). At 32000 the row is 64 KiB: one 1024-thread program per row, 32 elements per thread;
 - wider rows with fewer rows than SMs (a 152064-token vocabulary at decode batch sizes): the row split over
   programs (SPLIT_N) so that the grid covers every SM once (M=1, N=152064: 128 programs of 1188 columns), in

@@ -4,8 +4,8 @@ every trial lands in the results store as it finishes, so Stop keeps everything 
 
 Start-up is paid for in order of need: the controls first (Run is usable as soon as the cell returns), then plotly in
 a thread (the FigureSlots fill in), then the exact memory check (GridEditor). Re-running the cell closes the previous
-workbench: two FigureWidgets carry plotly.js each, and twenty re-runs once left 2754 widget models (~205 MB of widget
-state) that crashed the browser.
+workbench: two FigureWidgets carry plotly.js each, and twenty re-runs that each keep their workbench leave 2754 widget
+models (~205 MB of widget state), enough to crash the browser.
 """
 from __future__ import annotations
 
