@@ -131,8 +131,12 @@ def _visible_plots(page) -> list[str]:
                          ".filter(p => p.offsetParent !== null).map(p => p.innerText)")
 
 
+# resolved at import: the tests change folders
+SHOTS = Path(os.environ["FLYTUNE_SCREENSHOT_DIR"]).absolute() if os.environ.get("FLYTUNE_SCREENSHOT_DIR") else None
+
+
 def _shot(page, lab, name: str, locator=None) -> Path:
-    folder = Path(os.environ.get("FLYTUNE_SCREENSHOT_DIR") or lab["tmp"])
+    folder = SHOTS or lab["tmp"]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     (locator or page).screenshot(path=str(path))
