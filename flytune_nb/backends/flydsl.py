@@ -6,7 +6,7 @@ What a FlyDSL kernel folder gets from here (through flytune_nb.kit.flydsl):
 - ``require()``: KernelUnavailable with the install line when flydsl is not installed. It asks importlib, it does not
   import flydsl: ``import flydsl.compiler`` costs ~2 s on the 2-core CPU box (torch first: ~4 s), which
   ``flytune kernels`` must not pay for every FlyDSL kernel it lists.
-- ``launch(fn, args, config, **constexprs)``: run a ``@flyc.jit`` launcher with a flytune Config. Its structural
+- ``launch(fn, args, config, **constexprs)``: call a ``@flyc.jit`` launcher with a flytune Config. Its structural
   knobs (BLOCK_THREADS, VEC, ...) are the launcher's ``Constexpr`` parameters; ``waves_per_eu`` is a compile hint,
   applied as FlyDSL's own Autotuner applies it (a compile-hints context around the compile); FlyDSL has no
   ``num_warps`` or ``num_stages``, and a config carrying one is refused. One CompiledFunction per config and

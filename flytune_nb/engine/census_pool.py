@@ -1,4 +1,4 @@
-"""Run a compile census: processes that compile for one GPU (named, or the one being swept) without touching it,
+"""Takes a compile census: processes that compile for one GPU (named, or the one being swept) without touching it,
 rows stored beside the trials, and the sweep's census-driven pruning.
 
 - One target per process (Triton's JIT keeps one target per device index): every process of a pool compiles for the

@@ -1,4 +1,4 @@
-"""Run a notebook headless (papermill): what `make demo` and batch jobs use."""
+"""Runs a notebook headless (papermill): what `make demo` and batch jobs use."""
 from __future__ import annotations
 
 from pathlib import Path

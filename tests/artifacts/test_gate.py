@@ -174,7 +174,7 @@ def test_slowdowns_within_the_noise_floor_pass_and_a_stored_h200_check_rejudges(
 
 
 def test_the_second_h200_hosts_check_rejudges_with_the_default_drift():
-    """A check on a 2-GPU H200 host, judged without drift, is 47 FAIL of 288: the bf16 rows, whose defaults run a
+    """A check on a 2-GPU H200 host, judged without drift, is 47 FAIL of 288: the bf16 rows, whose defaults take a
     median 1.08-1.19x slower there than on the host they were tuned on. Re-judged per file with
     that drift, from the stored timings and the committed provenance: 4 FAIL left (fused_add_rmsnorm bf16 configs
     1.16-1.29x beyond the drift), the rest of the drifted rows WARN, fp16 (tuned on that host) all OK."""

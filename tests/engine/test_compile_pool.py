@@ -160,7 +160,7 @@ def test_each_trial_waits_for_its_config_before_it_starts(monkeypatch):
 
 def test_compiling_on_meta_refuses_real_launches_and_keeps_compile_errors():
     """The pool compiles on meta tensors with a stand-in Triton driver (no CUDA in the pool). A wrapper that launches
-    outside flytune_nb.kit.launcher would run a kernel on null pointers: Triton's launch-enter hook refuses it, as the
+    outside flytune_nb.kit.launcher would launch a kernel on null pointers: Triton's launch-enter hook refuses it, as the
     stand-in refuses anything but device/stream/target, and the caller falls back to real inputs. A config's own
     compile error is not retried. Driver and hook are restored either way."""
     import torch

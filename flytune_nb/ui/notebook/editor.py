@@ -84,7 +84,7 @@ class HeuristicEditor(W.VBox):
     def score(self):
         results = [r for r in self.results_getter() if r.best is not None]
         if not results:
-            self.result.value = "<i>run a sweep first: the edit is scored on its stored timings</i>"
+            self.result.value = "<i>sweep first: the edit is scored on its stored timings</i>"
             return None
         spec, device, source, package = self.spec_getter(), self.device_getter(), self.code.value, self._package()
         try:

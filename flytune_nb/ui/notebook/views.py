@@ -395,7 +395,7 @@ class RunsView(W.VBox):
         if not path.strip():
             store = self.store_getter()
             if store is None:
-                raise UsageError("run a sweep first, or name a store")
+                raise UsageError("sweep first, or name a store")
             return store.frame(self.kernel_getter())
         store = Store(path.strip(), readonly=True)
         try:
@@ -472,7 +472,7 @@ class ExportPanel(W.VBox):
         empty box would mean the notebook's own folder)."""
         store = self.store_getter()
         if store is None:
-            raise UsageError("run a sweep first: there is nothing to export yet")
+            raise UsageError("sweep first: there is nothing to export yet")
         if not self.out.value.strip():
             raise UsageError("choose a folder to export to")
         return store, self.out.value.strip()
@@ -481,7 +481,7 @@ class ExportPanel(W.VBox):
         from flytune_nb.artifacts.export import preview
 
         if self.store_getter() is None:  # the normal state before the first run: a hint, not an error
-            self.html.value = "<i>run a sweep first</i>"
+            self.html.value = "<i>sweep first</i>"
             return []
         try:
             store, out = self._target()
