@@ -71,6 +71,17 @@ def _isolated_cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def fresh_lookup_cache():
+    """The lookup's table cache emptied before and after: tests that write export files into tmp folders must never
+    read another test's parsed tables. Modules that need it: ``pytestmark = pytest.mark.usefixtures(...)``."""
+    from flytune_nb.serve.lookup import LOOKUP
+
+    LOOKUP.clear()
+    yield LOOKUP
+    LOOKUP.clear()
+
+
+@pytest.fixture
 def dev():
     return current_device()
 

@@ -16,7 +16,7 @@ from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.store import Store
 from flytune_nb.engine.sweep import Sweep
-from flytune_nb.serve.lookup import LOOKUP, ArtifactWarning, lookup
+from flytune_nb.serve.lookup import ArtifactWarning, lookup
 from flytune_nb.serve.tuned import TunedKernel
 from flytune_nb.ui.cli import main
 from tests.conftest import PLUGINS
@@ -24,11 +24,7 @@ from tests.conftest import PLUGINS
 TDIR = triton_dir_name(triton.__version__)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_lookup_cache():
-    LOOKUP.clear()
-    yield
-    LOOKUP.clear()
+pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
 
 
 @pytest.fixture

@@ -13,18 +13,13 @@ from flytune_nb.core.config import Config
 from flytune_nb.engine.store import Store
 from flytune_nb.engine.sweep import Sweep
 from flytune_nb.measure.trial import Trial
-from flytune_nb.serve.lookup import LOOKUP
 from flytune_nb.ui.cli import main
 from tests.conftest import FIXTURES
 
 TDIR = triton_dir_name(triton.__version__)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_lookup_cache():
-    LOOKUP.clear()
-    yield
-    LOOKUP.clear()
+pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
 
 
 @pytest.fixture

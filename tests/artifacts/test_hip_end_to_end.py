@@ -15,16 +15,12 @@ from flytune_nb.core.targets import TARGETS
 from flytune_nb.engine.store import Store
 from flytune_nb.measure.memory import meta_inputs
 from flytune_nb.measure.trial import Trial
-from flytune_nb.serve.lookup import LOOKUP, ArtifactWarning, lookup
+from flytune_nb.serve.lookup import ArtifactWarning, lookup
 
 TDIR = triton_dir_name(triton.__version__)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_lookup_cache():
-    LOOKUP.clear()
-    yield
-    LOOKUP.clear()
+pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
 
 
 def _store_trials(store, spec, shape, dev, winner, p50=0.05):

@@ -122,16 +122,11 @@ import pytest
 import triton
 
 from flytune_nb.artifacts.files import triton_dir_name
-from flytune_nb.serve.lookup import LOOKUP
 
 TDIR = triton_dir_name(triton.__version__)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_lookup_cache():
-    LOOKUP.clear()
-    yield
-    LOOKUP.clear()
+pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
 
 
 @pytest.fixture
