@@ -3,7 +3,9 @@ statistics.
 
 One buffer per (name, device, current stream, dtype), grown when a call needs more and never shrunk, so a serving
 loop allocates once and a CUDA graph captured after the first call bakes in a pointer that stays valid. Per stream,
-because two streams running the same kernel at once would otherwise write each other's partials. ``zeroed`` buffers
+because two streams running the same kernel at once would otherwise write each other's partials. On the CPU the
+interpreter runs a launch in the calling thread, so there a thread is the stream: a config of two launches (split
+softmax: statistics, then the normalised rows) must not read another thread's statistics between them. ``zeroed`` buffers
 are counters: zero when allocated, and the kernels that use them leave them zero when they finish (the last program
 to arrive resets its counter), so no call pays for a memset.
 
@@ -12,12 +14,15 @@ Meta tensors (compiling without a device, flytune_nb.backends.triton) get meta b
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from flytune_nb._compat.torch import cuda_stream_getter
 
 _BUFFERS: dict[tuple, torch.Tensor] = {}
 _STREAM = [None]
+_THREAD = threading.local()  # CPU buffers, one dict per thread: freed with the thread
 
 
 def scratch(like: torch.Tensor, name: str, numel: int, dtype: torch.dtype, *, zeroed: bool = False) -> torch.Tensor:
@@ -26,14 +31,16 @@ def scratch(like: torch.Tensor, name: str, numel: int, dtype: torch.dtype, *, ze
     if device.type == "cuda":
         getter = _STREAM[0] or _stream_getter()
         stream = getter(device.index if device.index is not None else torch.cuda.current_device())
+        buffers = _BUFFERS
     else:
         stream = 0
+        buffers = _THREAD.__dict__.setdefault("buffers", {})
     key = (name, device, stream, dtype)
-    buf = _BUFFERS.get(key)
+    buf = buffers.get(key)
     if buf is None or buf.numel() < numel:
         n = max(int(numel), 1)
         buf = torch.zeros(n, dtype=dtype, device=device) if zeroed else torch.empty(n, dtype=dtype, device=device)
-        _BUFFERS[key] = buf
+        buffers[key] = buf
     return buf
 
 
@@ -43,5 +50,6 @@ def _stream_getter():
 
 
 def clear() -> None:
-    """Drop every buffer (tests; a process that wants the memory back)."""
+    """Drop every buffer (tests; a process that wants the memory back): the GPUs' and this thread's CPU ones."""
     _BUFFERS.clear()
+    _THREAD.__dict__.pop("buffers", None)

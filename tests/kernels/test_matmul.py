@@ -83,6 +83,32 @@ def test_split_k_is_deterministic_and_equals_the_unsplit_sum_closely(dev):
     assert compare(first, whole.double(), spec.tol("fp16")).ok
 
 
+def test_two_threads_interpreting_at_once_each_get_their_own_result(dev):
+    """Triton's interpreter keeps the program id in a module-global builder: two threads interpreting at once (a
+    sweep's in-process lane beside a cell calling a kernel) would read each other's program ids and write wrong tiles
+    silently. Both threads' split-K results equal the ones computed alone, bit for bit, every time."""
+    import threading
+
+    spec = get_kernel("matmul")
+    cfg = _split_config(16, 32, 64, 4)
+    inputs = [spec.make_inputs({"M": 3, "N": 64, "K": 512}, "fp16", dev) for _ in range(2)]
+    alone = [spec.run(i, cfg).clone() for i in inputs]
+    start, got = threading.Barrier(2), [[], []]
+
+    def work(k):
+        start.wait()
+        for _ in range(4):
+            got[k].append(spec.run(inputs[k], cfg).clone())
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert [len(g) for g in got] == [4, 4]
+    assert all(torch.equal(r, alone[k]) for k in range(2) for r in got[k])
+
+
 @pytest.mark.parametrize("programs,dtype", [(3, "bf16"), (7, "fp16")])
 def test_stream_k_is_correct_for_any_program_count(dtype, programs, dev, cpu_timer, monkeypatch):
     """The stream-K persistent kernel with 3 and 7 programs (a described device: the interpreter has 2 cores) on
