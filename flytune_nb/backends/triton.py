@@ -81,7 +81,9 @@ class _CompileOnlyDriver:
         return self._target
 
     def __getattr__(self, name):
-        raise RuntimeError(f"compiling without a device, Triton asked its driver for {name!r}")
+        raise RuntimeError(f"compiling without a device, Triton asked its driver for {name!r}: a kernel launched "
+                           f"as kernel[grid](...) rather than through flytune_nb.kit.launch, which is what compiles "
+                           f"without a GPU")
 
 
 @contextlib.contextmanager

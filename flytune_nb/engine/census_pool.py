@@ -175,15 +175,16 @@ class CensusPool:
         return reply
 
     def compile(self, kernel: str, shape: dict, dtype: str, configs: list[dict],
-                done: Callable[[dict, dict], None]) -> None:
-        """Compile ``configs`` over the processes; ``done(config, record)`` as each finishes (in a pool thread)."""
+                done: Callable[[dict, dict], None], stop: threading.Event | None = None) -> None:
+        """Compile ``configs`` over the processes; ``done(config, record)`` as each finishes (in a pool thread).
+        Once ``stop`` is set no further config starts; those compiling finish and are recorded."""
         todo: queue.Queue = queue.Queue()
         for c in configs:
             todo.put(c)
         errors: list = []
 
         def drain(i: int) -> None:
-            while not errors:
+            while not errors and not (stop is not None and stop.is_set()):
                 try:
                     config = todo.get_nowait()
                 except queue.Empty:
@@ -228,10 +229,12 @@ class CensusPool:
 
 def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store=None,
                 configs: Iterable[Config] | None = None, every: int = 1, sample: int | None = None,
-                limit: int | None = None, progress: Callable | None = None) -> CensusSummary:
+                limit: int | None = None, progress: Callable | None = None,
+                stop: threading.Event | None = None) -> CensusSummary | None:
     """One shape's census on ``pool``'s target: the space (or ``configs``), spread by ``every`` / ``sample`` and cut
     to ``limit``, always with the heuristic default; rows already in ``store`` are reused, new ones committed one by
-    one. ``progress(done, total)`` after each config."""
+    one. ``progress(done, total)`` after each config. Stopped (``stop`` set), the summary covers the rows taken (None:
+    no row at all)."""
     plan = pool.plan(kernel, shape, dtype)
     default = Config.from_dict(plan["default"])
     chosen = list(configs) if configs is not None else [Config.from_dict(c) for c in plan["space"]]
@@ -256,9 +259,11 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
                 progress(len(rows), len(chosen))
 
     t0 = time.perf_counter()
-    pool.compile(kernel, shape, dtype, [c.to_dict() for c in todo], done)
-    return summarise([rows[c] for c in chosen], wall_s=time.perf_counter() - t0, stored=len(chosen) - len(todo),
-                     key=plan["key"])
+    pool.compile(kernel, shape, dtype, [c.to_dict() for c in todo], done, stop)
+    if not any(c in rows for c in chosen):  # stopped before the first row
+        return None
+    return summarise([rows[c] for c in chosen if c in rows], wall_s=time.perf_counter() - t0,
+                     stored=len(chosen) - len(todo), key=plan["key"])
 
 
 def resolve_target(target) -> tuple[DeviceInfo, Path | None]:
@@ -311,6 +316,15 @@ class Census:
         self.configs = None if configs is None else list(configs)
         self.timeout, self.progress = timeout, progress
         self.results: list[CensusSummary] = []
+        self._stop = threading.Event()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """From any thread: start no further compile; ``run`` returns the summaries of what was taken."""
+        self._stop.set()
 
     def run(self) -> list[CensusSummary]:
         from flytune_nb.engine.store import Store
@@ -323,11 +337,15 @@ class Census:
             self.results = []
             for dtype in self.dtypes:
                 for shape in self.shapes:
+                    if self._stop.is_set():
+                        return self.results
                     progress = None if self.progress is None else (
                         lambda d, t, s=shape, dt=dtype: self.progress(s, dt, d, t))
-                    self.results.append(take_census(pool, self.spec.name, shape, dtype, store=store,
-                                                    configs=self.configs, every=self.every, sample=self.sample,
-                                                    limit=self.limit, progress=progress))
+                    summary = take_census(pool, self.spec.name, shape, dtype, store=store, configs=self.configs,
+                                          every=self.every, sample=self.sample, limit=self.limit,
+                                          progress=progress, stop=self._stop)
+                    if summary is not None:
+                        self.results.append(summary)
             return self.results
         finally:
             pool.close()

@@ -217,18 +217,28 @@ def summarise(rows: Iterable[CensusRow], *, wall_s: float = math.nan, stored: in
         [r for r in ok if r.spilled_registers and not r.spills], wall_s, stored, rows, key)
 
 
-def _resources(r: CensusRow) -> str:
+def describe(r, same_as=None) -> str:
+    """One line an engineer reads first: registers, occupancy and its limiter, LDS / shared memory, spills, the
+    widest load, MMA instructions, and the config it shares a binary with."""
     if not r.ok:
         return f"{r.status}: {r.error}"
     regs = "VGPR+AGPR" if r.backend == "hip" else "regs"
-    parts = [f"{r.registers} {regs}", f"occupancy {r.occupancy} {r.occupancy_unit}",
-             f"{(r.shared_bytes or 0) // 1024} KiB {'LDS' if r.backend == 'hip' else 'smem'}"]
+    parts = [f"{r.registers} {regs}" if r.registers is not None else "registers unknown"]
+    if r.occupancy is not None:
+        parts.append(f"occupancy {r.occupancy} {r.occupancy_unit}"
+                     + (f" (limited by {r.occupancy_limiter})" if r.occupancy_limiter else ""))
+    parts.append(f"{(r.shared_bytes or 0) / 1024:.0f} KiB {'LDS' if r.backend == 'hip' else 'shared'}"
+                 + (" OVER THE LIMIT" if r.smem_over_limit else ""))
     if r.spills:
-        parts.append(f"SPILLS ({r.scratch_bytes} B scratch)")
-    if r.narrow:
-        parts.append(f"widest load {r.widest_load} B")
+        parts.append(f"SPILLS {r.scratch_bytes} B scratch a thread")
+    elif r.spilled_registers:
+        parts.append(f"{r.spilled_registers} registers spilled into AGPRs")
+    if r.widest_load is not None:
+        parts.append(f"widest load {r.widest_load} B" + (" (narrow)" if r.narrow else ""))
     if r.mma:
         parts.append(" ".join(f"{n}x {k}" for k, n in r.mma.items()))
+    if same_as is not None:
+        parts.append(f"same binary as {same_as}")
     return ", ".join(parts)
 
 
@@ -265,7 +275,7 @@ def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
     if s.registers:
         lines.append(f"  registers {s.registers[0]}-{s.registers[1]} per thread")
     if s.default is not None:
-        lines.append(f"  heuristic default {s.default.config}: {_resources(s.default)}")
+        lines.append(f"  heuristic default {s.default.config}: {describe(s.default)}")
     return "\n".join(lines)
 
 

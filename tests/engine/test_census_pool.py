@@ -117,3 +117,21 @@ def test_census_pruning_without_a_gpu_or_a_target_is_refused_before_anything_is_
     store = Store(db)
     assert store.count("trials") == 0 and store.count("census") == 0
     store.close()
+
+
+def test_a_stopped_census_keeps_what_compiled_and_the_next_run_compiles_only_the_rest(tmp_path):
+    """Stop from the progress callback (as the workbench's Stop does from another thread): no further config
+    starts, the row taken is stored, and running again compiles only what is missing."""
+    db = tmp_path / "c.db"
+    seen = []
+
+    def progress(shape, dtype, done, total):
+        seen.append((done, total))
+        census.stop()
+
+    census = Census("rmsnorm", "M=4 N=2048", ["bf16"], target="h200", db=db, jobs=1, progress=progress)
+    first, = census.run()
+    assert census.stopped and seen == [(1, seen[0][1])] and seen[0][1] > 1
+    assert first.configs == 1 and first.default is not None  # the default is compiled first
+    rest, = Census("rmsnorm", "M=4 N=2048", ["bf16"], target="h200", db=db, jobs=1).run()
+    assert rest.stored == 1 and rest.configs == seen[0][1] and rest.compiled == rest.configs

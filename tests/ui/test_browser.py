@@ -178,6 +178,11 @@ def test_first_run_on_the_cpu_path_double_run_tabs_views_export_and_kernel_switc
 
     _tab(page, "results")
     page.wait_for_selector(".flytune-table tr >> nth=5", timeout=30_000)
+    _tab(page, "census")  # compile the shape's space for an MI300X from this CPU machine
+    page.locator(".widget-button:visible:has-text('compile census')").first.click()
+    page.wait_for_selector(".flytune-census tr >> nth=4", timeout=180_000)
+    assert "AMD_Instinct_MI300X (gfx942)" in page.locator(".widget-tab").first.inner_text()
+    _shot(page, lab, "workbench_census.png", page.locator(".widget-tab").first)
     _tab(page, "heuristic vs best")
     page.locator(".widget-html-content:has-text('heuristic regret (geomean')").first.wait_for(timeout=30_000)
     _tab(page, "heuristic editor")

@@ -46,6 +46,9 @@ def _hover(row, unit, per, spec=None) -> str:
         parts.append("reason: " + "<br>".join(html.escape(reason[i:i + 90]) for i in range(0, min(len(reason), 450), 90)))
     if row.get("bw") is not None and isinstance(row.get("bw"), float) and math.isfinite(row["bw"]):
         parts.append(f"{row['bw']:.0%} of copy bandwidth")
+    if row.get("census"):  # a compile census of this config (flytune_nb.analysis.resources.annotate)
+        text = row["census"]
+        parts.append("<br>".join(html.escape(text[i:i + 90]) for i in range(0, min(len(text), 360), 90)))
     if row.get("is_default"):
         parts.append("<i>heuristic default</i>")
     if row.get("is_best"):

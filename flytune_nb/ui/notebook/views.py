@@ -79,7 +79,8 @@ class OverviewView(W.VBox):
 class ExplorerView(W.VBox):
     """One shape's config space: x = a knob (or latency rank / order measured), colour = another, facet = a third;
     knobs -> latency as parallel coordinates; a knob x knob heat map of the best latency per cell. Follows the shape
-    being measured until the user picks one."""
+    being measured until the user picks one. With census rows (the census tab's), the points can be coloured by a
+    target's occupancy, spills or load width, and each point's hover says what its binary uses there."""
 
     def __init__(self, spec=None) -> None:
         self.spec = spec
@@ -87,6 +88,9 @@ class ExplorerView(W.VBox):
         self.x = W.Dropdown(description="x", options=[RANK, ORDER], value=RANK, layout=W.Layout(width="220px"))
         self.colour = W.Dropdown(description="colour", options=[("status", None)], layout=W.Layout(width="220px"))
         self.facet = W.Dropdown(description="facet", options=[("none", None)], layout=W.Layout(width="220px"))
+        self.census = W.Dropdown(description="census", options=[("none", None)], layout=W.Layout(width="300px"),
+                                 tooltip="a target's compile census: colour by its resources, show them on hover")
+        self.census_rows: list = []
         self.metric = W.ToggleButtons(options=[("latency", "latency"), ("% of copy BW", "roofline")],
                                       value="latency", layout=W.Layout(width="auto"))
         self.influence = W.HTML()
@@ -99,11 +103,35 @@ class ExplorerView(W.VBox):
         self.pinned = False  # True once the user picks a shape; until then the view follows the running one
         self.source = None  # fn(label) -> SearchResult | None
         self._programmatic = False
-        super().__init__([W.HBox([self.shape, self.x, self.colour, self.facet]), W.HBox([self.metric]),
+        super().__init__([W.HBox([self.shape, self.x, self.colour, self.facet]), W.HBox([self.metric, self.census]),
                           self.influence, self.slot, self.parallel, W.HBox([self.heat_x, self.heat_y]), self.heat])
         self.shape.observe(self._picked, "value")
-        for w in (self.x, self.colour, self.facet, self.metric, self.heat_x, self.heat_y):
+        for w in (self.x, self.colour, self.facet, self.metric, self.heat_x, self.heat_y, self.census):
             w.observe(lambda _: self.redraw(), "value")
+
+    def set_census(self, rows) -> None:
+        """The census rows of the kernel (every target's); the dropdown offers their targets, the GPU being swept
+        first when it has rows."""
+        from flytune_nb.analysis.resources import devices
+
+        self.census_rows = list(rows)
+        names = devices(self.census_rows)
+        opts = [("none", None)] + [(n, n) for n in names]
+        if list(self.census.options) == opts:
+            self.redraw()
+            return
+        keep = self.census.value if self.census.value in names else None
+        if keep is None and names:
+            measured = self.frame()[1]
+            here = set(measured["device"]) if measured is not None and "device" in measured else set()
+            keep = next((n for n in names if n in here), names[0])
+        self._programmatic = True
+        try:
+            self.census.options = opts
+            self.census.value = keep
+        finally:
+            self._programmatic = False
+        self.redraw()
 
     def set_shapes(self, labels) -> None:
         self._programmatic = True
@@ -152,9 +180,12 @@ class ExplorerView(W.VBox):
                 keep = self.x.value if self.x.value in ks else RANK
                 self.x.options = [RANK, ORDER] + ks
                 self.x.value = keep
-            colour_opts = [("status", None)] + [(k, k) for k in ks]
+            from flytune_nb.analysis.resources import COLOURS
+
+            extra = [c for c in COLOURS if c in frame.columns]
+            colour_opts = [("status", None)] + [(k, k) for k in ks + extra]
             if list(self.colour.options) != colour_opts:
-                keep = self.colour.value if self.colour.value in ks else (ks[0] if ks else None)
+                keep = self.colour.value if self.colour.value in ks + extra else (ks[0] if ks else None)
                 self.colour.options = colour_opts
                 self.colour.value = keep
             facet_opts = [("none", None)] + [(k, k) for k in ks]
@@ -184,6 +215,10 @@ class ExplorerView(W.VBox):
 
             df["bw"] = [bandwidth_fraction(self.spec, r.shape, r.dtype, v, r.device.name) if ok else None
                         for v, ok in zip(df["p50"], df["ok"])]
+        if self.census.value is not None and self.census_rows:
+            from flytune_nb.analysis.resources import annotate
+
+            df = annotate(df, self.census_rows, self.census.value)
         return r, df
 
     def redraw(self) -> None:

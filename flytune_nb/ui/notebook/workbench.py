@@ -1,5 +1,5 @@
-"""The workbench: picker + grid + sweep settings + Run/Stop + tabs (overview, explorer, results, heuristic vs best,
-heuristic editor, compare runs, export), wired to one sweep at a time. The sweep runs in a thread off the cell;
+"""The workbench: picker + grid + sweep settings + Run/Stop + tabs (overview, explorer, results, census, heuristic vs
+best, heuristic editor, compare runs, export), wired to one sweep at a time. The sweep runs in a thread off the cell;
 every trial lands in the results store as it finishes, so Stop keeps everything measured and Run again resumes.
 
 Start-up is paid for in order of need: the controls first (Run is usable as soon as the cell returns), then plotly in
@@ -26,7 +26,7 @@ from flytune_nb.ui.notebook.editor import HeuristicEditor
 from flytune_nb.ui.notebook.live import LiveResults
 from flytune_nb.ui.notebook.slots import load_plotly
 
-TABS = ("overview", "explorer", "results", "heuristic vs best", "heuristic editor", "compare runs", "export")
+TABS = ("overview", "explorer", "results", "census", "heuristic vs best", "heuristic editor", "compare runs", "export")
 _CURRENT: list = []  # a weak reference to the workbench shown last (closed when the cell runs again)
 
 
@@ -85,6 +85,7 @@ class Workbench(W.VBox):
     def _build_views(self) -> None:
         """The tab pages, then plotly (the FigureSlots fill in when it has loaded)."""
         try:
+            from flytune_nb.ui.notebook.census_tab import CensusView
             from flytune_nb.ui.notebook.views import (CompareView, ExplorerView, ExportPanel, OverviewView,
                                                       ResultsTable, RunsView)
 
@@ -99,13 +100,19 @@ class Workbench(W.VBox):
             v["runs"] = RunsView(lambda: self.store, lambda: self.picker.dropdown.value)
             v["exporter"] = ExportPanel(lambda: self.store, self._export_dir, lambda: self.picker.dropdown.value,
                                         self.paths)
+            v["census"] = CensusView(self._census_store, lambda: self.picker.dropdown.value, self._grid_shapes,
+                                     paths=self.paths, trials_getter=self._trials_of, busy=self._census_busy,
+                                     here=current_device())
+            v["census"].on_rows = v["explorer"].set_census
             v["overview"].on_open = self.open_shape
             self.live.on_new_shape = v["explorer"].add_shape
             for label in list(self.live.entries):
                 v["explorer"].add_shape(label)
-            pages = [v[k] for k in ("overview", "explorer", "table", "compare", "editor", "runs", "exporter")]
+            pages = [v[k] for k in ("overview", "explorer", "table", "census", "compare", "editor", "runs",
+                                    "exporter")]
             self.tabs = W.Tab(children=pages, titles=TABS, selected_index=TABS.index("explorer"),
                               layout=W.Layout(width="100%"))  # the live view of the running shape first
+            self.tabs.observe(self._tab_selected, "selected_index")
             placeholders = list(self.tabs_box.children)
             self.tabs_box.children = [self.tabs]
             for w in placeholders:
@@ -123,6 +130,7 @@ class Workbench(W.VBox):
     overview = property(lambda self: self._view("overview"))
     explorer = property(lambda self: self._view("explorer"))
     table = property(lambda self: self._view("table"))
+    census = property(lambda self: self._view("census"))
     compare = property(lambda self: self._view("compare"))
     editor = property(lambda self: self._view("editor"))
     runs = property(lambda self: self._view("runs"))
@@ -150,6 +158,29 @@ class Workbench(W.VBox):
             except Exception:  # noqa: BLE001 - a foreign file is refused at Run with its message
                 return None
         return None
+
+    def _tab_selected(self, change) -> None:
+        if change["new"] == TABS.index("census"):
+            self.census.refresh()  # the grid's shapes as they are now
+
+    def _census_store(self, create: bool = False):
+        return self._store() if create else self._store_if_exists()
+
+    def _grid_shapes(self) -> list:
+        """[(shape, dtype)] the grid shows now (the census tab's choices)."""
+        return [(s, d) for d in self.grid.dtypes.value for s in self.grid.shapes()]
+
+    def _trials_of(self, shape: dict, dtype: str):
+        """That shape's trials frame, as the explorer reads it (None: not measured here)."""
+        from flytune_nb.analysis.explore import trials_frame
+
+        r = self.live.get(shape_label(shape, dtype))
+        return trials_frame([r]) if r is not None else None
+
+    def _census_busy(self) -> str:
+        # compiling on every core beside a timing worker would perturb what it measures
+        return "a sweep is running; compile after it finishes (the compilers would compete with the timing)" \
+            if self.running else ""
 
     def _live_changed(self, label) -> None:
         if not self.views_ready.is_set():
@@ -180,6 +211,7 @@ class Workbench(W.VBox):
         self.explorer.spec = self.picker.spec
         self.explorer.clear()
         self.exporter.clear()
+        self.census.clear()
         self.editor.load()
         self.refresh_views()
         from flytune_nb.ui.notebook.slots import plotly_ready
@@ -311,6 +343,10 @@ class Workbench(W.VBox):
         self.table.update(self.live.results())
         self.compare.update(results)
         self.editor.score()
+        try:
+            self.census.refresh()
+        except Exception as e:  # noqa: BLE001 - an unreadable census must not stop the other views updating
+            self.census.message.value = error_html(f"cannot read the census rows: {first_line(e)}")
 
     def measure_configs(self, items):
         """Time the configs an edited heuristic picks but nobody measured, with each shape's default and best

@@ -1,0 +1,157 @@
+"""What a compile census says about the configs a sweep timed: census rows (flytune_nb.measure.census) joined onto
+a trials frame (analysis.explore.trials_frame) by shape, dtype and config, so a view can colour, filter or annotate
+each point with the registers, occupancy, spills and load widths its binary has on a target. Headless (pandas).
+
+A census row and a trial meet on the config itself, not on the device: the point of a census of a GPU that is not
+here (an MI300X seen from a CPU laptop) is to read it beside trials timed elsewhere. ``annotate`` names the target in
+every column it adds, and nothing here claims that the binary timed is the one censused unless the devices match.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from flytune_nb.measure.census import describe
+
+# The columns annotate() adds (the explorer offers the first four as colours): every one starts with "census " so that
+# none can shadow a knob of the kernel's.
+OCCUPANCY = "census occupancy"
+SPILLS = "census spills"
+NARROW = "census loads"
+LIMITER = "census limiter"
+REGISTERS = "census registers"
+RESOURCES = "census"  # one line of text: what the hover shows
+COLOURS = (OCCUPANCY, SPILLS, NARROW, LIMITER)
+
+# What the census tab can show on its own, each a test on a CensusRow.
+FILTERS = {
+    "every config": lambda r, dup: True,
+    "spill to scratch": lambda r, dup: r.spills,
+    "no 16-byte loads": lambda r, dup: r.narrow,
+    "over the LDS / shared-memory limit": lambda r, dup: r.smem_over_limit,
+    "did not compile": lambda r, dup: not r.ok,
+    "same binary as another": lambda r, dup: r.config in dup,
+    "heuristic default": lambda r, dup: r.is_default,
+}
+
+
+def load_rows(store, kernel: str) -> list:
+    """Every census row of ``kernel`` in ``store`` (a Store), as CensusRows, in the order they were stored."""
+    from flytune_nb.measure.census import CensusRow
+
+    df = store.frame(kernel, table="census")
+    if df.empty:
+        return []
+    from flytune_nb.engine.store import CENSUS_COLUMNS
+
+    return [CensusRow.from_record({c: _none(r[c]) for c in CENSUS_COLUMNS}) for _, r in df.iterrows()]
+
+
+def _none(v):
+    return None if isinstance(v, float) and v != v else v
+
+
+def devices(rows) -> list[str]:
+    """The targets the rows were taken for, in first-seen order (AMD_Instinct_MI300X, NVIDIA_H200, ...)."""
+    return list(dict.fromkeys(r.device for r in rows))
+
+
+def rows_for(rows, shape: dict, dtype: str, device: str) -> list:
+    """One shape's rows on one target (the last stored per config wins, as in the store)."""
+    want = _shape_key(shape)
+    out = {r.config: r for r in rows if r.device == device and r.dtype == dtype and _shape_key(r.shape) == want}
+    return list(out.values())
+
+
+def duplicates(rows) -> dict:
+    """Config -> the first config (in ``rows``' order, the heuristic default first) that built the same binary, for
+    every config that is not that first one."""
+    first: dict = {}
+    out: dict = {}
+    for r in sorted(rows, key=lambda r: not r.is_default):
+        if not r.ok or not r.binary:
+            continue
+        if r.binary in first:
+            out[r.config] = first[r.binary]
+        else:
+            first[r.binary] = r.config
+    return out
+
+
+def annotate(frame: pd.DataFrame, rows, device: str) -> pd.DataFrame:
+    """``frame`` (a trials frame) with the census columns of ``device``'s rows for each trial's shape, dtype and
+    config: occupancy (an int; "not censused" / "did not compile" / "unknown" otherwise), spills ("spills" / "no spills"), loads ("narrow" / "16-byte"),
+    the occupancy limiter, registers, and the one-line description. Configs the census has no row for read "not
+    censused", so a colour shows what is missing rather than hiding it."""
+    out = frame.copy()
+    if out.empty:
+        for c in (*COLOURS, REGISTERS, RESOURCES):
+            out[c] = []
+        return out
+    mine = [r for r in rows if r.device == device]
+    dups_by_shape: dict = {}
+    index: dict = {}
+    for r in mine:
+        k = (_shape_key(r.shape), r.dtype)
+        index[(*k, str(r.config))] = r
+    for k in {(_shape_key(r.shape), r.dtype) for r in mine}:
+        dups_by_shape[k] = duplicates([r for r in mine if (_shape_key(r.shape), r.dtype) == k])
+    axes = sorted({a for r in mine for a in r.shape})
+    found = []
+    for _, t in out.iterrows():
+        shape = tuple(sorted((a, int(t[a])) for a in axes if a in t and t[a] == t[a]))
+        found.append(index.get((shape, t["dtype"], t["config"])))
+    label = "not censused"
+    # occupancy as a number where the census has one, else why not: a colour by it must not drop those points
+    out[OCCUPANCY] = [label if r is None else "did not compile" if not r.ok else
+                      r.occupancy if r.occupancy is not None else "unknown" for r in found]
+    out[SPILLS] = [label if r is None else ("did not compile" if not r.ok else "spills" if r.spills else "no spills")
+                   for r in found]
+    out[NARROW] = [label if r is None else ("did not compile" if not r.ok else "narrow" if r.narrow else
+                                            "16-byte" if r.widest_load is not None else "no global loads")
+                   for r in found]
+    out[LIMITER] = [label if r is None else (r.occupancy_limiter or "-") for r in found]
+    out[REGISTERS] = [r.registers if r is not None else None for r in found]
+    out[RESOURCES] = ["" if r is None else f"{device}: " + describe(
+        r, dups_by_shape.get((_shape_key(r.shape), r.dtype), {}).get(r.config)) for r in found]
+    return out
+
+
+def table(rows, trials: pd.DataFrame | None = None, *, show: str = "every config", sort: str = "occupancy"):
+    """The census tab's rows for one shape and target: a DataFrame with config, status, registers, occupancy,
+    limiter, LDS / shared KiB, scratch bytes, widest load, MMA, same binary as, resources, default, and, where
+    ``trials`` (that shape's trials frame) timed the config, its p50 (ms) and status. ``show``: a FILTERS key."""
+    if show not in FILTERS:
+        raise ValueError(f"unknown census filter {show!r}; one of {', '.join(FILTERS)}")
+    dup = duplicates(rows)
+    timed = {}
+    if trials is not None and not trials.empty:
+        for _, t in trials.iterrows():
+            timed[t["config"]] = (t["p50"], t["status"])
+    recs = []
+    for r in rows:
+        if not FILTERS[show](r, dup):
+            continue
+        p50, status = timed.get(str(r.config), (float("nan"), ""))
+        recs.append({"config": str(r.config), "status": r.status, "registers": r.registers,
+                     "occupancy": r.occupancy, "limiter": r.occupancy_limiter,
+                     "shared KiB": None if r.shared_bytes is None else round(r.shared_bytes / 1024, 1),
+                     "scratch B": r.scratch_bytes if r.spills else 0, "widest load B": r.widest_load,
+                     "mma": " ".join(f"{n}x {k}" for k, n in r.mma.items()), "same binary as":
+                     str(dup[r.config]) if r.config in dup else "", "default": r.is_default,
+                     "spills": r.spills, "narrow": r.narrow, "error": r.error,
+                     "measured p50": p50, "measured": status, "resources": describe(r, dup.get(r.config))})
+    df = pd.DataFrame(recs)
+    if df.empty:
+        return df
+    key = {"occupancy": ("occupancy", False), "registers": ("registers", True), "scratch": ("scratch B", False),
+           "measured p50": ("measured p50", True), "config": ("config", True)}
+    col, ascending = key.get(sort, ("occupancy", False))
+    return df.sort_values(col, ascending=ascending, na_position="last", kind="stable").reset_index(drop=True)
+
+
+def _shape_key(shape) -> tuple:
+    if isinstance(shape, str):
+        shape = json.loads(shape)
+    return tuple(sorted((k, int(v)) for k, v in shape.items()))
