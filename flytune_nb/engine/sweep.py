@@ -198,6 +198,9 @@ class Sweep:
                 self.prune.check(plans[0]["device"])
             if self.store is None:
                 self.store = Store(self._db if self._db is not None else ":memory:")
+            if self.prune is not None:  # the next shapes' censuses compile while this one is timed
+                self.prune.prefetch(self.spec.name, [(p["shape"], p["dtype"], self._space_of(p)) for p in plans],
+                                    plans[0]["device"], self.store)
             device = plans[0]["device"]
             if self.rule == "auto":
                 self.rule = Rule() if DeviceInfo(**device).is_gpu else INTERPRETER_RULE
@@ -323,13 +326,14 @@ class Sweep:
             t.update(rep_ms=t.get("rep_ms", 100.0) / 8, warmup_ms=5.0, min_reps=5, reps=1)
         return tuple(sorted(t.items()))
 
+    def _space_of(self, plan: dict) -> list:
+        return list(self.configs) if self.configs is not None else [Config.from_dict(c) for c in plan["space"]]
+
     def _run_shape(self, lane, plan: dict, precompiler) -> SearchResult:
         spec, shape, dtype, key = self.spec, plan["shape"], plan["dtype"], plan["key"]
         device = DeviceInfo(**plan["device"])
         default = Config.from_dict(plan["default"])
-        space = [Config.from_dict(c) for c in plan["space"]]
-        if self.configs is not None:
-            space = self.configs
+        space = self._space_of(plan)
         if self.prune is not None:  # census: configs that spill or duplicate another's binary are not timed
             space = self.prune(spec.name, shape, dtype, space, default, plan["device"], self.store)
         stored = self.store.trials_for(key)

@@ -135,3 +135,41 @@ def test_a_stopped_census_keeps_what_compiled_and_the_next_run_compiles_only_the
     assert first.configs == 1 and first.default is not None  # the default is compiled first
     rest, = Census("rmsnorm", "M=4 N=2048", ["bf16"], target="h200", db=db, jobs=1).run()
     assert rest.stored == 1 and rest.configs == seen[0][1] and rest.compiled == rest.configs
+
+
+def test_census_pruning_compiles_the_next_shapes_ahead_while_one_is_timed(tmp_path, monkeypatch):
+    """prefetch() takes every shape's census in the background, in sweep order, before the sweep asks for any of
+    them; asking then costs no compile (each shape's census ran once) and prunes as before. A sweep over three shapes
+    leaves no census thread behind."""
+    import threading
+
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.engine import census_pool
+    from flytune_nb.engine.census_pool import CensusPruner
+
+    taken = []
+    real = census_pool.take_census
+    monkeypatch.setattr(census_pool, "take_census", lambda *a, **k: taken.append(a[2]) or real(*a, **k))
+    spec = get_kernel("rmsnorm")
+    dev = TARGETS["h200"].device()
+    shapes = [({"M": 4, "N": n}, "fp32") for n in (1024, 2048)]
+    plans = [(s, d, list(dict.fromkeys(spec.configs(s, d, dev)))) for s, d in shapes]
+    pruner = CensusPruner("h200", jobs=1)
+    device = {"backend": "interpreter", "name": "CPU_interpreter"}
+    pruner.prefetch("rmsnorm", plans, device)
+    for slot in pruner._ahead.values():
+        assert slot["done"].wait(300)  # done without anyone asking
+    assert taken == [{"M": 4, "N": 1024}, {"M": 4, "N": 2048}]
+    for shape, dtype, space in plans:
+        kept = pruner("rmsnorm", shape, dtype, space, spec.default(shape, dtype, dev), device)
+        dropped = pruner.dropped[("rmsnorm", '{"M": 4, "N": %d}' % shape["N"], dtype)]
+        assert set(kept) == set(space) - set(dropped) and len(kept) < len(space)
+    assert len(taken) == 2  # no second census
+    pruner.close()
+
+    sw = Sweep("rmsnorm", "M=4 N=256,1024,2048", ["fp32"], db=tmp_path / "s.db", isolate=False, baselines=(),
+               prune="census:h200")
+    results = sw.run()
+    assert len(results) == 3 and len(sw.prune.summaries) == 3
+    assert all(r.best is not None for r in results)
+    assert not any(t.name == "flytune-census-ahead" for t in threading.enumerate())

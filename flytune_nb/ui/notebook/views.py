@@ -114,11 +114,14 @@ class ExplorerView(W.VBox):
         first when it has rows."""
         from flytune_nb.analysis.resources import devices
 
-        self.census_rows = list(rows)
-        names = devices(self.census_rows)
+        rows = list(rows)
+        changed = len(rows) != len(self.census_rows)
+        self.census_rows = rows
+        names = devices(rows)
         opts = [("none", None)] + [(n, n) for n in names]
         if list(self.census.options) == opts:
-            self.redraw()
+            if changed and self.census.value is not None:
+                self.redraw()
             return
         keep = self.census.value if self.census.value in names else None
         if keep is None and names:
