@@ -31,6 +31,10 @@ MFMA_NONKDIM = (16, 32)
 # 16-byte buffer_load_dwordx4 (rmsnorm, BLOCK_N=256: 8 B on 1 wave, 4 on 2, 2 on 4; 46 of the 86 MI300X configs at
 # N=4096 had no 16-byte load).
 WIDE_LOAD_BYTES = 16
+# The same on GEMM tiles: when the wider operand tile (max(BM, BN) x BK) holds fewer than 16 bytes per lane of the
+# block, no load of the K loop is 16 bytes wide. The whole matmul space at M=N=K=4096 for gfx942 (Triton 3.6, bf16):
+# 272 of 1892 configs had no 16-byte load, exactly those with max(BM, BN) * BK < 8 elements per lane (16x64x16 and
+# 32x32x32 tiles on 4 warps, 64x64x32 on 8, ...); every config at or above it had one.
 # What moving a tile knob away from a heuristic's wish costs in nearest() (per doubling): stages are the cheapest to
 # give up, then a thinner K tile, then narrower N / M tiles.
 TILE_WEIGHTS = {"num_stages": 0.25, "BLOCK_SIZE_K": 0.5, "GROUP_SIZE_M": 0.25, "BLOCK_SIZE_N": 1.0,
@@ -102,6 +106,8 @@ def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, de
     smem = tile_smem(bm, bn, bk, stages, dtype, device.backend) + (bm * bn * itemsize(dtype) if store_tile else 0)
     if hip and (bm * bk + bk * bn) / (lanes(device) * warps) > HIP_OPERANDS_PER_LANE:
         return False
+    if hip and max(bm, bn) * bk * itemsize(dtype) < WIDE_LOAD_BYTES * lanes(device) * warps:
+        return False  # neither operand tile gives a lane one 16-byte load (GEMM_NARROW below)
     return smem <= limit and ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
 
 

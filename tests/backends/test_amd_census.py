@@ -82,9 +82,10 @@ def test_no_heuristic_default_spills(amd_census, alias):
 
 
 @pytest.mark.parametrize("alias", TARGET_NAMES)
-def test_row_kernels_load_16_bytes_a_lane_on_wave64(amd_census, alias):
-    """Our HIP row spaces offer no BLOCK_N / warps pair whose loads are narrower than 16 bytes (kit/spaces.py)."""
+def test_every_kernel_loads_16_bytes_a_lane_on_wave64(amd_census, alias):
+    """Our HIP spaces offer no config whose loads are all narrower than 16 bytes: no BLOCK_N / warps pair of the row
+    kernels, no GEMM tile whose operand tiles are too small for its warps (kit/spaces.py)."""
     spaces, _ = amd_census
-    for name in ("rmsnorm", "fused_add_rmsnorm", "softmax"):
+    for name in ("rmsnorm", "fused_add_rmsnorm", "softmax", "matmul", "fused_moe"):
         narrow = [str(r.config) for r in spaces[alias, name].narrow]
         assert not narrow, f"{name} on {alias}: {narrow[:3]}"
