@@ -3,8 +3,9 @@ a trials frame (analysis.explore.trials_frame) by shape, dtype and config, so a 
 each point with the registers, occupancy, spills and load widths its binary has on a target. Headless (pandas).
 
 A census row and a trial meet on the config itself, not on the device: the point of a census of a GPU that is not
-here (an MI300X seen from a CPU laptop) is to read it beside trials timed elsewhere. ``annotate`` names the target in
-every column it adds, and nothing here claims that the binary timed is the one censused unless the devices match.
+here (an MI300X seen from a CPU laptop) is to read it beside trials timed elsewhere. ``annotate`` takes one target's
+rows and names that target in the description it adds; nothing here claims that the binary timed is the one censused
+unless the devices match.
 """
 from __future__ import annotations
 
@@ -81,27 +82,27 @@ def duplicates(rows) -> dict:
 
 def annotate(frame: pd.DataFrame, rows, device: str) -> pd.DataFrame:
     """``frame`` (a trials frame) with the census columns of ``device``'s rows for each trial's shape, dtype and
-    config: occupancy (an int; "not censused" / "did not compile" / "unknown" otherwise), spills ("spills" / "no spills"), loads ("narrow" / "16-byte"),
-    the occupancy limiter, registers, and the one-line description. Configs the census has no row for read "not
-    censused", so a colour shows what is missing rather than hiding it."""
+    config: occupancy (an int; "not censused" / "did not compile" / "unknown" otherwise), spills ("spills" /
+    "no spills"), loads ("narrow" / "16-byte"), the occupancy limiter, registers, and the one-line description.
+    Configs the census has no row for read "not censused", so a colour shows what is missing rather than hiding it."""
     out = frame.copy()
     if out.empty:
         for c in (*COLOURS, REGISTERS, RESOURCES):
             out[c] = []
         return out
-    mine = [r for r in rows if r.device == device]
-    dups_by_shape: dict = {}
+    axes = sorted({a for r in rows for a in r.shape})
+    keys = [(tuple(sorted((a, int(t[a])) for a in axes if a in t and t[a] == t[a])), t["dtype"])
+            for _, t in out.iterrows()]
+    shown = set(keys)  # the frame's shapes: rows of other shapes are never looked at
     index: dict = {}
-    for r in mine:
+    groups: dict = {}
+    for r in rows:
         k = (_shape_key(r.shape), r.dtype)
-        index[(*k, str(r.config))] = r
-    for k in {(_shape_key(r.shape), r.dtype) for r in mine}:
-        dups_by_shape[k] = duplicates([r for r in mine if (_shape_key(r.shape), r.dtype) == k])
-    axes = sorted({a for r in mine for a in r.shape})
-    found = []
-    for _, t in out.iterrows():
-        shape = tuple(sorted((a, int(t[a])) for a in axes if a in t and t[a] == t[a]))
-        found.append(index.get((shape, t["dtype"], t["config"])))
+        if r.device == device and k in shown:
+            index[(*k, str(r.config))] = r
+            groups.setdefault(k, []).append(r)
+    same_as = {k: duplicates(g) for k, g in groups.items()}
+    found = [index.get((*k, t["config"])) for k, (_, t) in zip(keys, out.iterrows())]
     label = "not censused"
     # occupancy as a number where the census has one, else why not: a colour by it must not drop those points
     out[OCCUPANCY] = [label if r is None else "did not compile" if not r.ok else
@@ -114,7 +115,7 @@ def annotate(frame: pd.DataFrame, rows, device: str) -> pd.DataFrame:
     out[LIMITER] = [label if r is None else (r.occupancy_limiter or "-") for r in found]
     out[REGISTERS] = [r.registers if r is not None else None for r in found]
     out[RESOURCES] = ["" if r is None else f"{device}: " + describe(
-        r, dups_by_shape.get((_shape_key(r.shape), r.dtype), {}).get(r.config)) for r in found]
+        r, same_as.get((_shape_key(r.shape), r.dtype), {}).get(r.config)) for r in found]
     return out
 
 

@@ -362,7 +362,8 @@ class CensusPruner:
     ``prefetch`` takes the census of every shape of the sweep, in sweep order, in a background thread, so the next
     shapes compile while this one is timed and the sweep waits only for the first shape's census. Census by census
     before each shape put every compile on the sweep's critical path: on the H200 that made a pruned sweep of row
-    kernels 2-4x slower than the exhaustive one it was meant to shorten (benchmarks/census.py prune-sweep)."""
+    kernels 2-4x slower than the exhaustive one it was meant to shorten (benchmarks/census.py prune-sweep). The
+    census processes compile beside the timing worker, as the precompile pool does, and leave it a core."""
 
     def __init__(self, target: str | None = None, *, paths: Iterable[str] = (), jobs: int | None = None) -> None:
         if target is not None:
@@ -415,15 +416,22 @@ class CensusPruner:
     def _key(kernel: str, shape: dict, dtype: str) -> tuple:
         return kernel, json.dumps(shape), dtype
 
-    def _take(self, kernel: str, shape: dict, dtype: str, space: list, store) -> CensusSummary | None:
+    def _take(self, kernel: str, shape: dict, dtype: str, space: list, store, pool=None,
+              stop=None) -> CensusSummary | None:
         with self._pool_lock:
-            return take_census(self._pool, kernel, shape, dtype, store=store, configs=space, stop=self._stop)
+            return take_census(pool or self._pool, kernel, shape, dtype, store=store, configs=space,
+                               stop=stop or self._stop)
+
+    def stop(self) -> None:
+        """From any thread (the sweep's Stop, an interrupt): no further compile starts, and a shape waiting for its
+        census is timed unpruned at once."""
+        self._stop.set()
 
     def prefetch(self, kernel: str, shapes: list, device: dict, store=None) -> None:
         """``shapes``: [(shape, dtype, space)] in the order the sweep times them. Their censuses are taken one after
         another in a background thread; ``__call__`` then waits for its shape's (usually long done)."""
         self._stop, self._ahead = threading.Event(), {}  # a sweep run again after close() starts afresh
-        self._start(device)
+        pool, stop = self._start(device), self._stop  # this run's: a thread outliving close() keeps its own
         todo = []
         for shape, dtype, space in shapes:
             slot = {"done": threading.Event(), "summary": None, "error": None}
@@ -433,8 +441,8 @@ class CensusPruner:
         def work() -> None:
             for shape, dtype, space, slot in todo:
                 try:
-                    if not self._stop.is_set():
-                        slot["summary"] = self._take(kernel, shape, dtype, space, store)
+                    if not stop.is_set():
+                        slot["summary"] = self._take(kernel, shape, dtype, space, store, pool, stop)
                 except BaseException as e:  # noqa: BLE001 - re-raised by __call__ in the sweep's thread
                     slot["error"] = e
                 finally:
@@ -449,8 +457,9 @@ class CensusPruner:
         key = self._key(kernel, shape, dtype)
         slot = self._ahead.get(key)
         if slot is not None:
-            while not slot["done"].wait(0.2):  # interruptible (Ctrl-C)
-                pass
+            while not slot["done"].wait(0.2):
+                if self._stop.is_set():  # stopped while its census compiles: nothing to prune by yet
+                    return list(space)
             if slot["error"] is not None:
                 raise slot["error"]
             summary = slot["summary"]

@@ -168,6 +168,8 @@ class Sweep:
         """Stop the sweep within ~1 s: the trial in flight gets STOP_GRACE_S to finish (and is stored), then its
         worker is killed and it is not stored, as with Ctrl-C. Everything measured before stays in the store."""
         self._stop.set()
+        if self.prune is not None:
+            self.prune.stop()  # a shape waiting for its census goes on (and ends) at once
         timer = threading.Timer(STOP_GRACE_S, self._cancel_lanes)
         timer.daemon = True
         timer.start()
@@ -233,6 +235,8 @@ class Sweep:
                 _wait_all(finished)
             except BaseException:  # Ctrl-C / a notebook interrupt: end the trial in flight now, then unwind
                 self._stop.set()
+                if self.prune is not None:
+                    self.prune.stop()
                 self._cancel_lanes()  # a hang would otherwise hold the interrupt for the rest of its timeout
                 _wait_all(finished)  # the lanes are closed below only once no thread uses them
                 raise

@@ -32,7 +32,8 @@ _KEEP: list = [None]  # set by compile_only(keep=...): the list each compiled ke
 # Triton's interpreter keeps the running program's id in one module-global builder (triton.runtime.interpreter's
 # ``interpreter_builder``, Triton 3.6): two threads interpreting kernels at once read each other's program ids and
 # write wrong tiles without an error (a sweep's in-process lane beside a cell calling a tuned kernel, or a split-K
-# reduction seeing another launch's arrivals). Interpreted launches run one at a time in a process.
+# reduction seeing another launch's arrivals). Interpreted launches through launch() run one at a time in a process
+# (a kernel that calls kernel[grid](...) itself is not covered).
 _INTERPRET_LOCK = threading.RLock()
 
 

@@ -31,10 +31,10 @@ MFMA_NONKDIM = (16, 32)
 # 16-byte buffer_load_dwordx4 (rmsnorm, BLOCK_N=256: 8 B on 1 wave, 4 on 2, 2 on 4; 46 of the 86 MI300X configs at
 # N=4096 had no 16-byte load).
 WIDE_LOAD_BYTES = 16
-# The same on GEMM tiles: when the wider operand tile (max(BM, BN) x BK) holds fewer than 16 bytes per lane of the
-# block, no load of the K loop is 16 bytes wide. The whole matmul space at M=N=K=4096 for gfx942 (Triton 3.6, bf16):
-# 272 of 1892 configs had no 16-byte load, exactly those with max(BM, BN) * BK < 8 elements per lane (16x64x16 and
-# 32x32x32 tiles on 4 warps, 64x64x32 on 8, ...); every config at or above it had one.
+# The same on GEMM tiles (wide_loads): when the wider operand tile (max(BM, BN) x BK) holds fewer than 16 bytes per
+# lane of the block, no load of the K loop is 16 bytes wide. The whole matmul space at M=N=K=4096 for gfx942
+# (Triton 3.6, bf16): 272 of 1892 configs had no 16-byte load, exactly those with max(BM, BN) * BK < 8 elements per
+# lane (16x64x16 and 32x32x32 tiles on 4 warps, 64x64x32 on 8, ...); every config at or above it had one.
 # What moving a tile knob away from a heuristic's wish costs in nearest() (per doubling): stages are the cheapest to
 # give up, then a thinner K tile, then narrower N / M tiles.
 TILE_WEIGHTS = {"num_stages": 0.25, "BLOCK_SIZE_K": 0.5, "GROUP_SIZE_M": 0.25, "BLOCK_SIZE_N": 1.0,
@@ -97,18 +97,35 @@ def tile_smem(bm: int, bn: int, bk: int, stages: int, dtype: str, backend: str) 
 
 
 def tile_fits(bm: int, bn: int, bk: int, warps: int, stages: int, dtype: str, device: DeviceInfo, *,
-              store_tile: bool = False) -> bool:
+              store_tile: bool = False, idle_warps: bool = False) -> bool:
     """``store_tile``: the epilogue also stages the (bm x bn) output tile in shared memory, as a TMA store does
-    (128x256x64 on 4 stages: 192 KiB of operands + 64 KiB of output, over the H200's 227 KiB; Triton refuses it)."""
+    (128x256x64 on 4 stages: 192 KiB of operands + 64 KiB of output, over the H200's 227 KiB; Triton refuses it).
+    ``idle_warps``: accept fewer than ACC_PER_THREAD[0] accumulators per thread (a shape whose every tile is that
+    small, N=32 at decode on wave64: 16x32 on 4 warps holds 2 a thread, would otherwise have no tile at all)."""
     hip = device.backend == "hip"
     limit = device.smem_bytes or (HIP_LDS if hip else UNKNOWN_SMEM)
     acc = bm * bn / (lanes(device) * warps)
     smem = tile_smem(bm, bn, bk, stages, dtype, device.backend) + (bm * bn * itemsize(dtype) if store_tile else 0)
     if hip and (bm * bk + bk * bn) / (lanes(device) * warps) > HIP_OPERANDS_PER_LANE:
         return False
-    if hip and max(bm, bn) * bk * itemsize(dtype) < WIDE_LOAD_BYTES * lanes(device) * warps:
-        return False  # neither operand tile gives a lane one 16-byte load (GEMM_NARROW below)
-    return smem <= limit and ACC_PER_THREAD[0] <= acc <= ACC_PER_THREAD[1]
+    return smem <= limit and (idle_warps or ACC_PER_THREAD[0] <= acc) and acc <= ACC_PER_THREAD[1]
+
+
+def wide_loads(bm: int, bn: int, bk: int, warps: int, dtype: str, device: DeviceInfo) -> bool:
+    """HIP: the wider operand tile gives every lane of the block at least one 16-byte load (WIDE_LOAD_BYTES);
+    always True elsewhere."""
+    if device.backend != "hip":
+        return True
+    return max(bm, bn) * bk * itemsize(dtype) >= WIDE_LOAD_BYTES * lanes(device) * warps
+
+
+def prefer_wide_loads(configs: list, dtype: str, device: DeviceInfo) -> list:
+    """``configs`` (GEMM tiles: BLOCK_SIZE_M/N/K, num_warps) without those whose loads are all narrow, unless that
+    leaves none: a shape too small for any wide tile (M=N=K=32 on gfx942: every tile of at most 32x32x32 on 4 or 8
+    warps) keeps what it has."""
+    wide = [c for c in configs if wide_loads(c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"], c.num_warps,
+                                             dtype, device)]
+    return wide or list(configs)
 
 
 @functools.lru_cache(maxsize=None)  # a launcher asks on every TMA call; DeviceInfo is frozen, so it can key this

@@ -173,3 +173,26 @@ def test_census_pruning_compiles_the_next_shapes_ahead_while_one_is_timed(tmp_pa
     assert len(results) == 3 and len(sw.prune.summaries) == 3
     assert all(r.best is not None for r in results)
     assert not any(t.name == "flytune-census-ahead" for t in threading.enumerate())
+
+
+def test_a_stopped_pruner_lets_a_waiting_shape_go_on_unpruned_at_once():
+    """Stop (the sweep's, an interrupt) reaches the pruner: a shape whose census has not been taken is timed with
+    its whole space at once, not after its census compiles."""
+    import time
+
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.engine.census_pool import CensusPruner
+
+    spec = get_kernel("rmsnorm")
+    dev = TARGETS["h200"].device()
+    plans = [({"M": 4, "N": n}, "fp32", list(dict.fromkeys(spec.configs({"M": 4, "N": n}, "fp32", dev))))
+             for n in (1024, 2048)]
+    pruner = CensusPruner("h200", jobs=1)
+    device = {"backend": "interpreter", "name": "CPU_interpreter"}
+    pruner.prefetch("rmsnorm", plans, device)
+    pruner.stop()
+    t0 = time.monotonic()
+    shape, dtype, space = plans[1]
+    assert pruner("rmsnorm", shape, dtype, space, spec.default(shape, dtype, dev), device) == space
+    assert time.monotonic() - t0 < 5
+    pruner.close()

@@ -204,6 +204,21 @@ def test_space_is_pruned_by_device_and_shape(device, M, NK):
         if c.get("STREAM_K"):  # persistent TMA only, where the tiles' last round leaves > 10% of the SMs idle
             assert c["TMA"] == 2 and wave_use(tiles, sms) < 0.9 and tiles * k_steps >= sms
         assert bool(c.hip_only) == (dev.backend == "hip")
+        if dev.backend == "hip":  # the wider operand tile gives each of the block's lanes a 16-byte load
+            assert max(bm, bn) * bk * 2 >= 16 * 64 * c.num_warps
+
+
+@pytest.mark.parametrize("device", sorted(SIM))
+@pytest.mark.parametrize("shape", [{"M": 1, "N": 32, "K": 64}, {"M": 16, "N": 32, "K": 4096},
+                                   {"M": 32, "N": 32, "K": 32}, {"M": 3, "N": 16, "K": 8}, {"M": 64, "N": 64, "K": 16}])
+def test_a_tiny_shape_keeps_a_space_when_no_tile_meets_the_preferences(device, shape):
+    """Shapes no tile suits (N=32 at decode on wave64: 2 accumulators a thread; 32x32x32: no 16-byte load) keep the
+    tiles they have rather than none: an empty space would leave the heuristic nothing to pick and the kernel unable
+    to run."""
+    dev, spec = SIM[device], get_kernel("matmul")
+    for dtype in ("bf16", "fp16"):
+        space = spec.configs(shape, dtype, dev)
+        assert space and spec.default(shape, dtype, dev) in space
 
 
 def test_gemm_space_is_large_enough_for_the_surrogate_target():

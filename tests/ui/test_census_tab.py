@@ -124,3 +124,23 @@ def test_the_join_keeps_uncensused_configs_visible_and_names_shared_binaries():
     assert list(t["config"]) == [str(a)] and list(t["same binary as"]) == [str(b)]
     with pytest.raises(ValueError, match="unknown census filter"):
         resources.table(rows, show="fast ones")
+
+
+def test_a_sweep_waits_for_a_census_and_a_new_kernel_stops_it(tmp_path):
+    """The other way round too: Run is refused while the census tab compiles (one line, nothing written); switching
+    kernel stops the census and clears what it showed."""
+    wb = Workbench("rmsnorm", "M=4 N=256", ["fp32"], db=str(tmp_path / "wb.db"), isolate=False)
+    assert wb.wait_ready(60)
+    wb.census.refresh()
+    wb.census.target.value = "mi300x"
+    th = wb.census.run()
+    assert th is not None and wb.census.running  # its processes take seconds to start
+    assert wb.run() is None and "a census is compiling" in wb.message.value
+    wb.picker.dropdown.value = "softmax"
+    th.join(120)
+    assert not wb.census.running and wb.census.census.stopped
+    assert wb.census.summary.value == "" and wb.census.rows == []
+    store = Store(tmp_path / "wb.db", readonly=True)
+    assert store.count("trials") == 0
+    store.close()
+    wb.close()

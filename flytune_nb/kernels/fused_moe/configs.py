@@ -16,7 +16,7 @@ from __future__ import annotations
 from itertools import product
 
 from flytune_nb.config import Config
-from flytune_nb.spaces import group_options, next_pow2, tile_fits
+from flytune_nb.spaces import group_options, next_pow2, prefer_wide_loads, tile_fits
 
 NV = dict(bm=(16, 32, 64, 128, 256), bn=(32, 64, 128, 256), bk=(64, 128, 256), warps=(4, 8), stages=(2, 3, 4, 5),
           groups=(1, 16, 32, 64))
@@ -41,4 +41,4 @@ def configs(shape, dtype, device) -> list[Config]:
         for g in group_options(tiles_m, s["groups"]):
             out.append(Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g},
                               num_warps=warps, num_stages=stages))
-    return out
+    return prefer_wide_loads(out, dtype, device)  # HIP: no tile too small for a 16-byte load, where others fit

@@ -6,7 +6,9 @@ By the device (flytune_nb.kit.spaces.tile_fits):
 - shared memory / LDS: on CUDA the pipeline keeps num_stages (BM*BK + BK*BN) tiles in shared memory, which must fit
   the per-block opt-in maximum (227 KiB on H200); on HIP one LDS copy of the tiles must fit 64 KiB (vLLM's rule);
 - registers: the fp32 accumulator is BM*BN/(lanes*warps) values per thread; above 128 it spills (128x256 wants 8
-  warps), below 4 most of the warps only wait (16x32 on 8 warps).
+  warps), below 4 most of the warps only wait (16x32 on 8 warps);
+- HIP loads (flytune_nb.kit.spaces.prefer_wide_loads): tiles too small for a 16-byte load per lane are left out
+  where the shape has any other.
 By the shape:
 - BM above next_pow2(M) only computes padding (M=1 decode rows -> BM=16, the smallest MMA tile);
 - BN above next_pow2(N) and BK above next_pow2(K) likewise; when K is a multiple of 64, BK must divide it, so the
@@ -31,7 +33,8 @@ from itertools import product
 
 from flytune_nb.kit import Config, itemsize
 from flytune_nb.kit.spaces import (
-    block_k_options, group_options, has_tma, next_pow2, split_k_options, tile_fits, wave_use, with_hip_knobs)
+    block_k_options, group_options, has_tma, next_pow2, prefer_wide_loads, split_k_options, tile_fits, wave_use,
+    with_hip_knobs)
 
 BM, BN = (16, 32, 64, 128, 256), (32, 64, 128, 256)
 TMA_FROM_M = 128  # TMA=2 only above this M: at M=16 and 64 it was level with pointers (NVIDIA_H200/gemm_paths.md)
@@ -52,13 +55,23 @@ def configs(shape, dtype, device) -> list[Config]:
     # config would run the pointer path under another name and be timed twice
     aligned = (K * itemsize(dtype)) % 16 == 0 and (N * itemsize(dtype)) % 16 == 0
     paths = (0, 2) if M > TMA_FROM_M and aligned and has_tma(device) else (0,)
+    out = _tiles(M, N, K, dtype, device, bms, bns, paths, sms, idle_warps=False)
+    if not out:  # every tile too small to keep its warps busy (N=32 at decode on wave64): those, rather than none
+        out = _tiles(M, N, K, dtype, device, bms, bns, paths, sms, idle_warps=True)
+    if hip:
+        out = [c.replace(matrix_instr_nonkdim=nk) for c in prefer_wide_loads(out, dtype, device) for nk in (16, 32)]
+    return with_hip_knobs(out, device)
+
+
+def _tiles(M, N, K, dtype, device, bms, bns, paths, sms, *, idle_warps: bool) -> list[Config]:
+    hip = device.backend == "hip"
     out = []
     for bm, bn, bk, warps, stages, tma in product(bms, bns, block_k_options(K, device), WARPS,
                                                   HIP_STAGES if hip else CUDA_STAGES, paths):
         k_steps = -(-K // bk)
         if stages > 2 and stages > k_steps:
             continue
-        if not tile_fits(bm, bn, bk, warps, stages, dtype, device, store_tile=tma > 0):
+        if not tile_fits(bm, bn, bk, warps, stages, dtype, device, store_tile=tma > 0, idle_warps=idle_warps):
             continue
         tiles = -(-M // bm) * -(-N // bn)
         params = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk}
@@ -74,6 +87,4 @@ def configs(shape, dtype, device) -> list[Config]:
                 if stages not in (HIP_STAGES if hip else SPLIT_STAGES) or stages > max(2, k_steps // s):
                     continue
                 out.append(Config({**params, "GROUP_SIZE_M": 1, "SPLIT_K": s}, num_warps=warps, num_stages=stages))
-    if hip:
-        out = [c.replace(matrix_instr_nonkdim=nk) for c in out for nk in (16, 32)]
-    return with_hip_knobs(out, device)
+    return out

@@ -13,6 +13,7 @@ import html
 import math
 
 import ipywidgets as W
+import pandas as pd
 
 from flytune_nb.analysis.resources import FILTERS, devices, load_rows, rows_for, table
 from flytune_nb.analysis.units import fmt_time
@@ -36,9 +37,10 @@ def target_options(here) -> list:
 
 
 class CensusView(W.VBox):
-    """``store_getter(create=False)`` -> the workbench's Store (None: no store yet, unless ``create``), ``kernel_getter()`` -> the kernel's name, ``shapes_getter()`` ->
-    [(shape, dtype)] of the grid, ``trials_getter(shape, dtype)`` -> that shape's trials frame (or None),
-    ``busy()`` -> why a census must wait (a sweep is timing), or "". ``on_rows(rows)``: the rows changed."""
+    """``store_getter(create=False)`` -> the workbench's Store (None: no store yet, unless ``create``),
+    ``kernel_getter()`` -> the kernel's name, ``shapes_getter()`` -> [(shape, dtype)] of the grid,
+    ``trials_getter(shape, dtype)`` -> that shape's trials frame (or None), ``busy()`` -> why a census must wait (a
+    sweep is timing), or "". ``on_rows(rows)``: the rows changed."""
 
     def __init__(self, store_getter, kernel_getter, shapes_getter, *, paths=(), trials_getter=None,
                  busy=lambda: "", here=None) -> None:
@@ -204,7 +206,7 @@ class CensusView(W.VBox):
             cls = ("failed" if r["status"] != "ok" else "spill" if r["spills"] else "narrow" if r["narrow"]
                    else "dup" if r["same binary as"] else "")
             cells = [r["config"] + (" (default)" if r["default"] else ""), r["status"], _int(r["registers"]),
-                     _int(r["occupancy"]), r["limiter"] or "", "" if r["shared KiB"] is None else r["shared KiB"],
+                     _int(r["occupancy"]), r["limiter"] or "", "" if pd.isna(r["shared KiB"]) else r["shared KiB"],
                      _int(r["scratch B"]), _int(r["widest load B"]), r["mma"], r["same binary as"]]
             if here:
                 p50 = r["measured p50"]
@@ -219,12 +221,14 @@ class CensusView(W.VBox):
                            + "</tr>" + "".join(body) + "</table></div>")
 
     def clear(self) -> None:
+        """Another kernel: a census still compiling the previous one is stopped, nothing of it stays shown."""
+        self.stop()
         self.rows, self.summary.value, self.message.value = [], "", ""
         self.bar.value, self.bar.description = 0, "idle"
         self.render()
 
 
 def _int(v) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+    if v is None or pd.isna(v):
         return ""
     return str(int(v))

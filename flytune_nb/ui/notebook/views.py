@@ -115,8 +115,9 @@ class ExplorerView(W.VBox):
         from flytune_nb.analysis.resources import devices
 
         rows = list(rows)
-        changed = len(rows) != len(self.census_rows)
-        self.census_rows = rows
+        sign = [(r.device, str(r.config), r.status, r.binary) for r in rows]  # a re-census replaces rows in place
+        changed = sign != getattr(self, "_census_sign", None)
+        self.census_rows, self._census_sign = rows, sign
         names = devices(rows)
         opts = [("none", None)] + [(n, n) for n in names]
         if list(self.census.options) == opts:

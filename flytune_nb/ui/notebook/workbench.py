@@ -161,7 +161,10 @@ class Workbench(W.VBox):
 
     def _tab_selected(self, change) -> None:
         if change["new"] == TABS.index("census"):
-            self.census.refresh()  # the grid's shapes as they are now
+            try:
+                self.census.refresh()  # the grid's shapes as they are now
+            except Exception as e:  # noqa: BLE001 - an unreadable store: one line in the tab, not a traceback
+                self.census.message.value = error_html(f"cannot read the census rows: {first_line(e)}")
 
     def _census_store(self, create: bool = False):
         return self._store() if create else self._store_if_exists()
@@ -241,6 +244,10 @@ class Workbench(W.VBox):
             if self.running:
                 return None
             self.message.value = ""
+            if self.views_ready.is_set() and self.census.running:  # the compilers would compete with the timing
+                self.message.value = error_html("a census is compiling; Run after it finishes (or stop it in the "
+                                                "census tab)")
+                return None
             try:
                 # A typo in the parameters cell is shown with a fallback in its place; running the fallback would be
                 # a silent wrong result, so the sweep waits until the user fixes the cell or answers the widgets.
@@ -358,6 +365,9 @@ class Workbench(W.VBox):
         if self.running:
             self.editor.result.value = error_html("a sweep is running; measure after it finishes")
             return None
+        if self.census.running:
+            self.editor.result.value = error_html("a census is compiling; measure after it finishes")
+            return None
         jobs = {}
         for shape, dtype, config in items:
             jobs.setdefault((tuple(shape.items()), dtype), []).append(config)
@@ -389,6 +399,8 @@ class Workbench(W.VBox):
         """Stop a running sweep and close every widget of this workbench (the front-end frees their models)."""
         if self.running and self.sweep is not None:
             self.sweep.stop()
+        if self.views_ready.is_set():
+            self.census.stop()  # its compilers exit once the configs in flight finish
         self.live.on_change = self.live.on_new_shape = None
         self.views_ready.wait(30)
         _close_tree(self)
