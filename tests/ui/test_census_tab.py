@@ -88,7 +88,8 @@ def test_a_census_waits_for_the_sweep_and_a_missing_grid_is_one_line(tmp_path):
                    listeners=[hold])
     assert wb.wait_ready(60)
     th = wb.run()
-    assert started.wait(60) and wb.running
+    assert th is not None, wb.message.value
+    assert started.wait(60) and wb.running, (wb.control.label.value, wb.message.value)
     wb.census.refresh()
     wb.census.target.value = "mi300x"
     assert wb.census.run() is None and "a sweep is running" in wb.census.message.value
@@ -143,4 +144,27 @@ def test_a_sweep_waits_for_a_census_and_a_new_kernel_stops_it(tmp_path):
     store = Store(tmp_path / "wb.db", readonly=True)
     assert store.count("trials") == 0
     store.close()
+    wb.close()
+
+
+def test_the_store_is_opened_once_when_run_and_the_views_ask_at_the_same_time(tmp_path):
+    """Run (the cell's thread) and the views' builder (the census tab's refresh) may both ask for the results store
+    first: one Store is opened, never two racing for SQLite's lock on a new file ("database is locked")."""
+    wb = Workbench("toy", "N=64", ["fp32"], db=str(tmp_path / "new.db"), isolate=False, paths=[PLUGINS])
+    assert wb.wait_ready(60)
+    start, got, errors = threading.Barrier(8), [], []
+
+    def ask():
+        start.wait()
+        try:
+            got.append(wb._store())
+        except Exception as e:  # noqa: BLE001 - the assertion below names it
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(got) == 8 and len({id(s) for s in got}) == 1
     wb.close()

@@ -92,10 +92,16 @@ class CensusView(W.VBox):
                 keep = self.shape.value if self.shape.value in [v for _, v in opts] else (opts[0][1] if opts else None)
                 self.shape.options = opts
                 self.shape.value = keep
-        self.load()
+        self.load(force=False)
 
-    def load(self) -> None:
+    def load(self, force: bool = True) -> None:
+        """The kernel's rows from the store; unless ``force``, only when the census table changed (a refresh after
+        every finished shape would otherwise re-read thousands of rows that no one wrote)."""
         store, kernel = self._store(), self._kernel()
+        stamp = (kernel, store.count("census")) if store is not None else (kernel, 0)
+        if not force and stamp == getattr(self, "_stamp", None):
+            return
+        self._stamp = stamp
         self.rows = load_rows(store, kernel) if store is not None and kernel else []
         if self.on_rows is not None:
             self.on_rows(self.rows)
@@ -224,6 +230,7 @@ class CensusView(W.VBox):
         """Another kernel: a census still compiling the previous one is stopped, nothing of it stays shown."""
         self.stop()
         self.rows, self.summary.value, self.message.value = [], "", ""
+        self._stamp = None
         self.bar.value, self.bar.description = 0, "idle"
         self.render()
 

@@ -47,6 +47,7 @@ class Workbench(W.VBox):
         self.sweep = None
         self._thread: threading.Thread | None = None
         self._run_lock = threading.Lock()  # one sweep at a time: a double click must not start two
+        self._store_lock = threading.Lock()
         self.live = LiveResults()
         self.picker = KernelPicker(kernel, self.paths)
         self.settings = SweepSettings(strategy, budget, timeout, (timer or {}).get("rep_ms"), gpus, retry_failed)
@@ -307,9 +308,12 @@ class Workbench(W.VBox):
     def _store(self):
         from flytune_nb.engine.store import Store
 
-        if self.store is None:
-            self.store = Store(self.db_path)
-        return self.store
+        # Run (the cell's thread) and the views (their builder thread, the census tab) may both ask first: two
+        # Stores opening a new file at once collide on SQLite's lock ("database is locked") and one of them fails
+        with self._store_lock:
+            if self.store is None:
+                self.store = Store(self.db_path)
+            return self.store
 
     def _finished(self, results, error) -> None:
         sweep = self.sweep
