@@ -39,6 +39,7 @@ import time
 from flytune_nb.errors import UsageError
 from flytune_nb.artifacts.files import LOCK, PROVENANCE, atomic_write, read_provenance
 from flytune_nb.serve.lookup import validated_table
+from flytune_nb.strategies.selection import FLOOR as SELECTION_FLOOR  # a row inside it needs no confirming
 
 WARN, FAIL = 1.10, 1.15
 MIN_DELTA_US = 1.0
@@ -66,6 +67,8 @@ class CheckRow:
     path: str = ""  # the artifact's path
     timing: str = "events"
     batch: int | None = None  # the entry's batch size (its key in the file)
+    band: float | None = None  # the tie band the entry's selection measured (None: chosen without one)
+    confirmed: bool = False  # re-timed, interleaved with the default, before this verdict
 
 
 def parse_name(name: str) -> tuple[dict, str, str | None]:
@@ -264,16 +267,21 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
             # An entry that is the default (the selection keeps it in most row-kernel shapes) is one config: timing
             # it twice compared a 5 us kernel with itself and read up to 1.10x on the H200, a false WARN.
             d = t if spec.canonical(config) == spec.canonical(default) else meas(spec, shape, f.dtype, default)
-            timed.append((shape, config, default, entry.get("best_p50_ms"), t, d))
+            band = (entry.get("selection") or {}).get("band")
+            timed.append((shape, config, default, entry.get("best_p50_ms"), t, d, band))
             defaults.append((d, entry.get("default_p50_ms")))
         drift = file_drift(defaults)
-        for shape, config, default, then, t, d in timed:
+        for shape, config, default, then, t, d, band in timed:
             row = _judge(f.kernel, f.path.name, shape, f.dtype, config, t, d, then, min_delta_us, drift)
-            if row.status != "OK" and t.ok:
-                # Confirm before alarming: a 5 us kernel's median moves by up to ~1 us between one measurement
-                # and the next on the H200 (fused_add_rmsnorm defaults spread 0.8-1.4x run-to-run), so a
-                # suspect row is re-timed, alternating config and default on fresh inputs, and judged on the
-                # fastest median of each — slow bursts can only add time.
+            confirmed = False
+            beyond_band = row.vs_default is not None and row.vs_default > 1 + max(SELECTION_FLOOR, band or 0)
+            if (row.status != "OK" or beyond_band) and t.ok:
+                # Confirm before alarming, and before reporting a config slower than the default it was chosen
+                # over beyond the band its selection measured: a 5 us kernel's median moves by up to ~1 us between
+                # one measurement and the next on the H200 (fused_add_rmsnorm defaults spread 0.8-1.4x
+                # run-to-run), so a suspect row is re-timed, alternating config and default on fresh inputs, and
+                # judged on the fastest median of each — slow bursts can only add time.
+                confirmed = True
                 is_default, ts, ds = d is t, [t], [d]
                 for _ in range(CONFIRM_ROUNDS):
                     ts.append(meas(spec, shape, f.dtype, config))
@@ -285,7 +293,8 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
                 if row.status != "OK":
                     row = replace(row, reason=f"{row.reason} (confirmed: fastest of {1 + CONFIRM_ROUNDS} "
                                               f"interleaved timings)")
-            done(replace(row, stale=stale, path=str(f.path), timing=timing, batch=shape[spec.batch_axis]))
+            done(replace(row, stale=stale, path=str(f.path), timing=timing, batch=shape[spec.batch_axis], band=band,
+                         confirmed=confirmed))
         for shape, config in skipped:
             done(CheckRow(**{**base, "shape": shape, "config": str(config), "status": "SKIP", "kind": "budget",
                              "reason": f"not checked: the {budget_s:g} s time budget ran out", "stale": stale,

@@ -192,6 +192,34 @@ def test_check_confirms_a_suspect_row_before_alarming(swept, tmp_path, dev):
     assert {r.status for r in rows} == {"FAIL"} and all("confirmed" in r.reason for r in rows)
 
 
+def test_a_row_slower_than_its_default_beyond_its_tie_band_is_confirmed_before_it_is_reported(swept, tmp_path, dev):
+    """OK by the thresholds (1.05x < WARN) but beyond the 2% band its selection measured: re-timed interleaved and
+    reported on the fastest of each; a row inside its band is timed once."""
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    _off_default(path)
+    prov_path = path.parent / "provenance.json"
+    sidecar = json.loads(prov_path.read_text())
+    for m, e in sidecar[path.name].items():  # M=1 chosen with a 2% band, M=4 with a 10% one, M=16 with none
+        e["selection"] = {"band": {"1": 0.02, "4": 0.10}[m]} if m in ("1", "4") else None
+    prov_path.write_text(json.dumps(sidecar))
+    prov = sidecar[path.name]
+    calls = []
+
+    def measure(spec_, shape, dtype, config):
+        calls.append(shape["M"])
+        then = prov[str(shape["M"])]["best_p50_ms"]
+        p = then if _is_default(spec_, shape, dtype, config) else then * 1.05
+        return Trial(spec_.name, shape, dtype, config, "ok", p20=p, p50=p, p80=p)
+
+    rows = {r.batch: r for r in check(out, device=dev, measure=measure)}
+    assert {r.status for r in rows.values()} == {"OK"}
+    assert rows[1].confirmed and calls.count(1) == 2 * (1 + 4) and rows[1].band == 0.02
+    assert not rows[4].confirmed and calls.count(4) == 2 and rows[4].band == 0.10
+    assert rows[16].confirmed and rows[16].band is None  # no band recorded: the selection's 2% floor
+    assert all(r.vs_default == pytest.approx(1.05) for r in rows.values())
+
+
 def test_slowdowns_within_the_noise_floor_pass_and_a_stored_h200_check_rejudges(dev):
     """A 5 us kernel 1.19x slower by 0.89 us is noise on the H200 (same config re-timed across calls moved up to
     1.89 us); the same ratio on a 50 us kernel is a regression. Correctness failures ignore the floor."""
