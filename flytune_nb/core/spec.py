@@ -60,6 +60,11 @@ class KernelSpec:
     # Knobs a config may leave out, with the value their absence means (rmsnorm's BLOCK_M: 1 row per program). A knob
     # added to a kernel this way keeps the names of its older configs, so stored trials and exported files stay valid.
     optional_knobs: dict = field(default_factory=dict)
+    # Knobs that change only which tile a program computes (the order of the work), never the code's resources: a
+    # census compiles one config per combination of the other knobs and gives its siblings that binary's resources.
+    # GROUP_SIZE_M=1/8/16/32 of one gfx942 matmul tile differ in 2 of ~1900 instructions, with identical registers,
+    # LDS, MFMA and loads; a census of the whole 4096^3 matmul space compiles 426 configs instead of 1620.
+    schedule_knobs: tuple[str, ...] = ()
     # Configs other than the heuristic that a result should be able to stand beside the best, by label: the config an
     # engine ships for this shape and device ({"SGLang shipped": ...}), a colleague's pick. Each is measured right
     # after the default, whatever the strategy and (beyond the budget) however small the budget, and kept in
@@ -101,6 +106,7 @@ class KernelSpec:
         object.__setattr__(self, "axes", tuple(self.axes))
         object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in self.dtypes))
         object.__setattr__(self, "artifact_axes", tuple(self.artifact_axes))
+        object.__setattr__(self, "schedule_knobs", tuple(self.schedule_knobs))
         if set(self.example_shape) - set(self.axes):
             raise SpecError(f"{self.name}: example_shape names {sorted(set(self.example_shape) - set(self.axes))}, "
                             f"not axes of {self.axes}")

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -227,14 +227,36 @@ class CensusPool:
         self._procs = [None] * self.jobs
 
 
+def sibling_groups(configs: list, schedule_knobs: Iterable[str], first=None) -> dict:
+    """Config -> the config whose binary's resources it shares: configs that differ only in ``schedule_knobs``
+    (which tile a program computes) form a group, represented by ``first`` where it is a member, else by its first
+    member in ``configs`` order. A representative maps to itself."""
+    knobs = set(schedule_knobs)
+    if not knobs:
+        return {c: c for c in configs}
+    rep: dict = {}
+    out: dict = {}
+    order = ([first] if first is not None and first in configs else []) + list(configs)
+    for c in order:
+        if c in out:
+            continue
+        k = tuple((n, v) for n, v in c.to_dict().items() if n not in knobs)
+        out[c] = rep.setdefault(k, c)
+    return out
+
+
 def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store=None,
                 configs: Iterable[Config] | None = None, every: int = 1, sample: int | None = None,
                 limit: int | None = None, progress: Callable | None = None,
-                stop: threading.Event | None = None) -> CensusSummary | None:
+                stop: threading.Event | None = None, siblings: bool = True) -> CensusSummary | None:
     """One shape's census on ``pool``'s target: the space (or ``configs``), spread by ``every`` / ``sample`` and cut
     to ``limit``, always with the heuristic default; rows already in ``store`` are reused, new ones committed one by
     one. ``progress(done, total)`` after each config. Stopped (``stop`` set), the summary covers the rows taken (None:
-    no row at all)."""
+    no row at all). ``siblings``: configs that differ only in the kernel's schedule knobs are compiled once (the
+    default always for itself) and the others get that binary's resources, marked ``sibling_of``; a group whose
+    compile failed is compiled config by config, so a failure is never inferred."""
+    from flytune_nb.core.registry import get_kernel
+
     plan = pool.plan(kernel, shape, dtype)
     default = Config.from_dict(plan["default"])
     chosen = list(configs) if configs is not None else [Config.from_dict(c) for c in plan["space"]]
@@ -242,9 +264,21 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
     chosen = list(dict.fromkeys([default] + chosen))
     stored = store.census_for(plan["key"]) if store is not None else {}
     rows: dict = {c: stored[c] for c in chosen if c in stored and stored[c].status == "ok"}
-    todo = [c for c in chosen if c not in rows]
+    knobs = get_kernel(kernel, list(pool.paths)).schedule_knobs if siblings else ()
+    group = sibling_groups(chosen, knobs, first=default)
+    group[default] = default  # the default is always compiled itself (CI fails on a default that spills)
+    members: dict = {}
+    for c in chosen:
+        members.setdefault(group[c], []).append(c)
     device = plan["device"]
     lock = threading.Lock()
+
+    def record(row: CensusRow) -> None:
+        rows[row.config] = row
+        if store is not None:
+            store.add_census(row, key=plan["key"], toolchain=plan["toolchain"], source=plan["source"])
+        if progress is not None:
+            progress(len(rows), len(chosen))
 
     def done(config: dict, rec: dict) -> None:
         cfg = Config.from_dict(config)
@@ -252,18 +286,30 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
                         rec["status"], rec.get("error", ""), float(rec.get("compile_s", math.nan)), rec.get("binary"),
                         tuple(rec.get("kernels", ())), cfg == default, plan["occupancy_unit"])
         with lock:
-            rows[cfg] = row
-            if store is not None:
-                store.add_census(row, key=plan["key"], toolchain=plan["toolchain"], source=plan["source"])
-            if progress is not None:
-                progress(len(rows), len(chosen))
+            record(row)
+            for sib in members.get(cfg, ()) if row.ok else ():
+                if sib != cfg and sib not in rows:
+                    record(replace(row, config=sib, compile_s=0.0, binary=None, is_default=sib == default,
+                                   sibling_of=cfg))
 
-    t0 = time.perf_counter()
+    t0, found = time.perf_counter(), len(rows)
+    todo = [c for c in chosen if c not in rows and group[c] == c]
+    # a representative stored earlier gives its missing siblings its rows now
+    for rep in [c for c in members if c in rows and rows[c].sibling_of is None]:
+        with lock:
+            for sib in members[rep]:
+                if sib not in rows:
+                    record(replace(rows[rep], config=sib, compile_s=0.0, binary=None, is_default=sib == default,
+                                   sibling_of=rep))
     pool.compile(kernel, shape, dtype, [c.to_dict() for c in todo], done, stop)
+    # groups whose representative failed: every member compiled for itself
+    left = [c for c in chosen if c not in rows and group[c] != c and group[c] in rows]
+    if left and not (stop is not None and stop.is_set()):
+        pool.compile(kernel, shape, dtype, [c.to_dict() for c in left], done, stop)
     if not any(c in rows for c in chosen):  # stopped before the first row
         return None
     return summarise([rows[c] for c in chosen if c in rows], wall_s=time.perf_counter() - t0,
-                     stored=len(chosen) - len(todo), key=plan["key"])
+                     stored=found, key=plan["key"])
 
 
 def resolve_target(target) -> tuple[DeviceInfo, Path | None]:
@@ -293,7 +339,7 @@ class Census:
     def __init__(self, kernel: str, grid=None, dtypes: Iterable[str] = ("bf16",), *, target=None, db=None,
                  paths: Iterable[str] = (), jobs: int | None = None, every: int = 1, sample: int | None = None,
                  limit: int | None = None, configs: Iterable[Config] | None = None, timeout: float = 300.0,
-                 progress: Callable | None = None) -> None:
+                 progress: Callable | None = None, siblings: bool = True) -> None:
         from flytune_nb.core.dtypes import parse_list
         from flytune_nb.core.registry import get_kernel
         from flytune_nb.core.shapes import parse_grid
@@ -314,7 +360,7 @@ class Census:
         self.device, self.cache_dir = resolve_target(target)
         self.db, self.jobs, self.every, self.sample, self.limit = db, jobs, every, sample, limit
         self.configs = None if configs is None else list(configs)
-        self.timeout, self.progress = timeout, progress
+        self.timeout, self.progress, self.siblings = timeout, progress, siblings
         self.results: list[CensusSummary] = []
         self._stop = threading.Event()
 
@@ -343,7 +389,7 @@ class Census:
                         lambda d, t, s=shape, dt=dtype: self.progress(s, dt, d, t))
                     summary = take_census(pool, self.spec.name, shape, dtype, store=store, configs=self.configs,
                                           every=self.every, sample=self.sample, limit=self.limit,
-                                          progress=progress, stop=self._stop)
+                                          progress=progress, stop=self._stop, siblings=self.siblings)
                     if summary is not None:
                         self.results.append(summary)
             return self.results

@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS census (
   shared_bytes INTEGER, smem_over_limit INTEGER, occupancy INTEGER, occupancy_unit TEXT, occupancy_limiter TEXT,
   mma TEXT, mma_total INTEGER, wide_loads INTEGER, narrow_loads INTEGER, widest_load INTEGER, lds_reads INTEGER,
   lds_writes INTEGER, s_waitcnt INTEGER, is_default INTEGER, kernels TEXT, toolchain TEXT, source TEXT,
-  created TEXT, UNIQUE(key, config));
+  created TEXT, sibling_of TEXT, UNIQUE(key, config));
 CREATE INDEX IF NOT EXISTS census_kernel ON census(kernel, device);
 """
 # The census table's columns after its id, in order (flytune_nb.measure.census.CensusRow.to_record + the key's).
@@ -60,7 +60,7 @@ CENSUS_COLUMNS = ("key", "kernel", "shape", "dtype", "device", "arch", "backend"
                   "compile_s", "binary", "registers", "vgprs", "agprs", "sgprs", "spilled_registers", "scratch_bytes",
                   "spills", "shared_bytes", "smem_over_limit", "occupancy", "occupancy_unit", "occupancy_limiter",
                   "mma", "mma_total", "wide_loads", "narrow_loads", "widest_load", "lds_reads", "lds_writes",
-                  "s_waitcnt", "is_default", "kernels", "toolchain", "source", "created")
+                  "s_waitcnt", "is_default", "kernels", "toolchain", "source", "created", "sibling_of")
 
 
 class StoreError(UsageError):
@@ -116,7 +116,8 @@ class Store:
         """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
         for table, column, decl in (("trials", "is_default", "INTEGER DEFAULT 0"), ("trials", "source", "TEXT"),
                                     ("trials", "binary", "TEXT"), ("trials", "twin_of", "TEXT"),
-                                    ("trials", "timing", "TEXT"), ("runs", "device_info", "TEXT")):
+                                    ("trials", "timing", "TEXT"), ("runs", "device_info", "TEXT"),
+                                    ("census", "sibling_of", "TEXT")):
             have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")

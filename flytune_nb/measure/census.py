@@ -43,6 +43,10 @@ class CensusRow:
     kernels: tuple = ()  # per Triton kernel the config launches: its resources (flytune_nb.backends.triton_resources)
     is_default: bool = False  # the kernel's heuristic default for this shape and target
     occupancy_unit: str = ""
+    # Not compiled: the resources of this config's binary, which differs from this one only in the kernel's
+    # schedule knobs (KernelSpec.schedule_knobs: which tile a program computes). binary is then None: the two are
+    # different code, never duplicates of each other.
+    sibling_of: Config | None = None
 
     @property
     def ok(self) -> bool:
@@ -147,7 +151,8 @@ class CensusRow:
             "narrow_loads": self.insn_total("narrow_loads"), "widest_load": self.widest_load,
             "lds_reads": self.insn_total("lds_reads"), "lds_writes": self.insn_total("lds_writes"),
             "s_waitcnt": self.insn_total("s_waitcnt"), "is_default": int(self.is_default),
-            "kernels": json.dumps(list(self.kernels), sort_keys=True)}
+            "kernels": json.dumps(list(self.kernels), sort_keys=True),
+            "sibling_of": self.sibling_of.to_json() if self.sibling_of is not None else None}
 
     @classmethod
     def from_record(cls, r: dict) -> "CensusRow":
@@ -156,7 +161,8 @@ class CensusRow:
         return cls(r["kernel"], shape, r["dtype"], r["device"], r["arch"], r["backend"], Config.from_json(r["config"]),
                    r["status"], r.get("error") or "", math.nan if cs is None else float(cs), r.get("binary"),
                    tuple(json.loads(r.get("kernels") or "[]")), bool(r.get("is_default")),
-                   r.get("occupancy_unit") or "")
+                   r.get("occupancy_unit") or "",
+                   Config.from_json(r["sibling_of"]) if r.get("sibling_of") else None)
 
 
 # -- what an engineer asks first ------------------------------------------------------------------------------------
@@ -188,6 +194,11 @@ class CensusSummary:
     @property
     def failed(self) -> int:
         return self.configs - self.compiled
+
+    @property
+    def siblings(self) -> int:
+        """Rows not compiled themselves: a schedule-knob sibling's resources (CensusRow.sibling_of)."""
+        return sum(r.sibling_of is not None for r in self.rows)
 
     @property
     def duplicates(self) -> int:
@@ -239,15 +250,20 @@ def describe(r, same_as=None) -> str:
         parts.append(" ".join(f"{n}x {k}" for k, n in r.mma.items()))
     if same_as is not None:
         parts.append(f"same binary as {same_as}")
+    if getattr(r, "sibling_of", None) is not None:
+        parts.append(f"not compiled itself: the resources of {r.sibling_of} (differs only in the tile order)")
     return ", ".join(parts)
 
 
 def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
     """What ``flytune census`` prints for one shape."""
     shape = " ".join(f"{k}={v}" for k, v in s.shape.items())
-    rate = f", {s.configs - s.stored} compiled in {s.wall_s:.1f} s" if math.isfinite(s.wall_s) else ""
+    built = s.configs - s.stored - s.siblings
+    rate = f", {built} compiled in {s.wall_s:.1f} s" if math.isfinite(s.wall_s) else ""
+    inferred = (f"; {s.siblings} differ from a compiled config only in the tile order and share its resources "
+                f"(--every-config compiles them too)" if s.siblings else "")
     lines = [f"{s.kernel} {shape} {s.dtype} on {s.device} ({s.arch}): {s.configs} configs, {s.compiled} compiled, "
-             f"{s.failed} failed ({s.stored} from the store{rate})"]
+             f"{s.failed} failed ({s.stored} from the store{rate}){inferred}"]
     for error, n in sorted(s.errors.items(), key=lambda t: -t[1])[:examples]:
         lines.append(f"  failed x{n}: {error}")
 

@@ -111,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     ce.add_argument("--limit", type=_positive, default=None, help="at most this many configs per shape")
     ce.add_argument("--config", action="append", default=[], metavar="CONFIG",
                     help="census only this config (BLOCK_N=1024,num_warps=4 or JSON; repeatable)")
+    ce.add_argument("--every-config", action="store_true",
+                    help="compile every config itself; by default configs that differ only in the tile order "
+                         "(GROUP_SIZE_M) are compiled once and share that binary's resources")
     ce.add_argument("--csv", default=None, help="also write every row here")
     ce.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one config may take to compile")
     ce.add_argument("--list-targets", action="store_true", help="the named GPUs and their properties")
@@ -370,7 +373,8 @@ def cmd_census(args) -> int:
 
     census = Census(args.kernel, args.grid, args.dtype or ["bf16"], target=args.target, paths=args.path,
                     jobs=args.jobs, every=args.every, sample=args.sample, limit=args.limit,
-                    configs=_configs(args.config), timeout=args.timeout, progress=progress)
+                    configs=_configs(args.config), timeout=args.timeout, progress=progress,
+                    siblings=not args.every_config)
     store = Store(args.db)
     try:
         print(f"flytune census: {census.spec.name} for {census.device.label}: {len(census.shapes)} shapes x "

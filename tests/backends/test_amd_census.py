@@ -89,3 +89,52 @@ def test_every_kernel_loads_16_bytes_a_lane_on_wave64(amd_census, alias):
     for name in ("rmsnorm", "fused_add_rmsnorm", "softmax", "matmul", "fused_moe"):
         narrow = [str(r.config) for r in spaces[alias, name].narrow]
         assert not narrow, f"{name} on {alias}: {narrow[:3]}"
+
+
+RESOURCES = ("status", "registers", "spilled_registers", "scratch_bytes", "shared_bytes", "smem_over_limit",
+             "occupancy", "occupancy_limiter", "mma", "widest_load", "narrow", "spills")
+
+
+@pytest.mark.parametrize("name", ("matmul", "fused_moe"))
+def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp_path):
+    """A census compiles one config per GROUP_SIZE_M group and gives the rest its resources: compiled one by one
+    for gfx942, every sibling has the registers, LDS, occupancy, MFMA and load widths of the config it was given,
+    and a stored sibling row says whose they are."""
+    import os
+
+    from flytune_nb.engine.census_pool import sibling_groups
+    from flytune_nb.engine.store import Store
+
+    os.environ.setdefault("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE))
+    spec, dev = get_kernel(name), TARGETS["mi300x"].device()
+    shape = spec.example()
+    space = spec.configs(shape, "bf16", dev)
+    default = spec.default(shape, "bf16", dev)
+    group = sibling_groups(space, spec.schedule_knobs)
+    reps = [c for c in space if group[c] == c and c != group.get(default)]
+    members = {r: [c for c in space if group[c] == r] for r in reps}
+    eligible = [r for r in reps if len(members[r]) > 2]
+    chosen = list(dict.fromkeys([eligible[0], eligible[len(eligible) // 2]])) if eligible else []
+    configs = [c for r in chosen for c in members[r]]
+    assert len(configs) >= 6, f"{name}: too few GROUP_SIZE_M siblings in the space to check"
+    pool = CensusPool(dev, jobs=2, cache_dir=census_cache_dir(dev))
+    store = Store(tmp_path / "c.db")
+    try:
+        inferred = take_census(pool, name, shape, "bf16", configs=configs, store=store)
+        each = take_census(pool, name, shape, "bf16", configs=configs, siblings=False)
+    finally:
+        pool.close()
+    assert inferred.siblings == len(configs) - len(chosen) and each.siblings == 0
+    by_inferred = {r.config: r for r in inferred.rows}
+    by_each = {r.config: r for r in each.rows}
+    for c in configs:
+        a, b = by_inferred[c], by_each[c]
+        assert [getattr(a, f) for f in RESOURCES] == [getattr(b, f) for f in RESOURCES], c
+        if c in chosen:
+            assert a.sibling_of is None and a.binary == b.binary
+        else:  # different code from its representative: never one binary, so never pruned as a duplicate of it
+            assert a.sibling_of == group[c] and a.binary is None and b.binary != by_each[group[c]].binary
+    stored = store.census_for(inferred.key)
+    assert {c: r.sibling_of for c, r in stored.items() if c in by_inferred} == \
+        {c: by_inferred[c].sibling_of for c in by_inferred}
+    store.close()

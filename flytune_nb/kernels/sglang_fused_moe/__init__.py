@@ -127,6 +127,7 @@ SPEC = KernelSpec(
     artifact_axes=("E", "N"),
     example_shape={"M": 64, "E": 8, "N": 14336, "K": 4096, "topk": 2},  # Mixtral-8x7B at tp=1
     artifact_dtype=lambda d: None,  # SGLang writes no dtype part for bf16/fp16 MoE files
+    schedule_knobs=("GROUP_SIZE_M",),  # the grouped tile order: which tile, not how it is computed
     named_configs=named_configs,
     artifact_path="sglang_fused_moe/configs",
     artifact_render=files.render,

@@ -86,5 +86,6 @@ SPEC = KernelSpec(
     named_configs=named_configs,
     artifact_path=BASE.spec.artifact_path,
     artifact_suffix="_down",
+    schedule_knobs=BASE.spec.schedule_knobs,
     artifact_render=BASE.spec.artifact_render,
 )
