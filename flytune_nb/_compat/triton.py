@@ -15,7 +15,9 @@ between Triton releases, so:
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
+import threading
 from functools import lru_cache
 
 # (major, minor) of the Triton releases whose launcher layout the fast path was verified against.
@@ -35,6 +37,38 @@ def version() -> tuple[int, int]:
 
 def fast_launch_supported() -> bool:
     return version() in FAST_LAUNCH
+
+
+# -- the interpreter -----------------------------------------------------------------------------------------------
+# Triton's interpreter keeps the running program's id in one module-global builder
+# (triton.runtime.interpreter.interpreter_builder, 3.4-3.6): two threads interpreting kernels at once read each
+# other's program ids and write wrong tiles without an error (a sweep's in-process lane beside a cell calling a
+# kernel, tuned, adopted or launched as kernel[grid] by hand). Every interpreted launch in the process runs on this
+# lock, taken in InterpretedFunction.run, the entry of every interpreted launch (the launcher takes it too).
+INTERPRET_LOCK = threading.RLock()
+
+
+def serialise_interpreter() -> bool:
+    """Make every interpreted launch of this process run one at a time (idempotent). False where the installed
+    Triton's interpreter has no module-global builder or no InterpretedFunction.run to wrap (nothing to guard, or a
+    layout this was not written for: launches through flytune's launcher still hold the lock)."""
+    from triton.runtime import interpreter
+
+    cls = getattr(interpreter, "InterpretedFunction", None)
+    run = getattr(cls, "run", None)
+    if run is None or not hasattr(interpreter, "interpreter_builder"):
+        return False
+    if getattr(run, "_flytune_serialised", False):
+        return True
+
+    @functools.wraps(run)
+    def run_alone(self, *args, **kwargs):
+        with INTERPRET_LOCK:
+            return run(self, *args, **kwargs)
+
+    run_alone._flytune_serialised = True
+    cls.run = run_alone
+    return True
 
 
 # -- the launch fast path ------------------------------------------------------------------------------------------

@@ -133,12 +133,15 @@ def ensure_backend() -> None:
     Must run before any ``@triton.jit`` function is defined: Triton reads TRITON_INTERPRET at decoration time. The
     registry calls this before importing a kernel folder.
     """
-    if interpreting() or _COMPILING_FOR[0] is not None:
-        return
-    import torch
+    if not interpreting() and _COMPILING_FOR[0] is None:
+        import torch
 
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+    if interpreting():  # the interpreter is not thread-safe: one interpreted launch at a time in this process
+        from flytune_nb._compat.triton import serialise_interpreter
+
+        serialise_interpreter()
 
 
 def current_device(index: int = 0) -> DeviceInfo:

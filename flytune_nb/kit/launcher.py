@@ -16,12 +16,11 @@ pre-run hooks, kernels that read Python globals, callable grids, any other kind 
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Any
 
 from flytune_nb._compat.triton import (
-    compiled_launcher, fast_launch_supported, hook_active, jit_backend, kernel_globals_or_hooks, kernel_params,
-    launch_runtime, specialize)
+    INTERPRET_LOCK, compiled_launcher, fast_launch_supported, hook_active, jit_backend, kernel_globals_or_hooks,
+    kernel_params, launch_runtime, specialize)
 
 _SLOW = "slow"  # an entry that must go through Triton on every call
 _ENTRIES: dict[tuple, Any] = {}
@@ -29,12 +28,6 @@ _RT: dict[str, Any] = {}  # Triton's runtime pieces, looked up once (importing t
 _COMPILE_ONLY: list = [None]  # set by compile_only(): the backend whose launch options apply; None: launch
 _RECORD: list = [None]  # set by compile_only(record=...): the list each compiled launch is appended to
 _KEEP: list = [None]  # set by compile_only(keep=...): the list each compiled kernel is appended to
-# Triton's interpreter keeps the running program's id in one module-global builder (triton.runtime.interpreter's
-# ``interpreter_builder``, Triton 3.6): two threads interpreting kernels at once read each other's program ids and
-# write wrong tiles without an error (a sweep's in-process lane beside a cell calling a tuned kernel, or a split-K
-# reduction seeing another launch's arrivals). Interpreted launches through launch() run one at a time in a process
-# (a kernel that calls kernel[grid](...) itself is not covered).
-_INTERPRET_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -125,8 +118,8 @@ def _triton(fn, grid, args, config, meta):
     from flytune_nb.core.device import current_device, interpreting
 
     options = config.launch_options(current_device().backend)
-    if interpreting():
-        with _INTERPRET_LOCK:
+    if interpreting():  # the interpreter is not thread-safe (_compat.triton.INTERPRET_LOCK says why)
+        with INTERPRET_LOCK:
             return fn[grid](*args, **meta, **options)
     return fn[grid](*args, **meta, **options)
 
