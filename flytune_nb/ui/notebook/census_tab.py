@@ -19,12 +19,11 @@ from flytune_nb.analysis.resources import FILTERS, devices, load_rows, rows_for,
 from flytune_nb.analysis.units import fmt_time
 from flytune_nb.errors import first_line
 from flytune_nb.ui.notebook.controls import error_html, run_in_thread
+from flytune_nb.ui.notebook.styles import SCROLL, table_css
 
-SCROLL = "max-height:440px;overflow:auto;border:1px solid #eee"
-CSS = ("<style>.flytune-census td{font-size:12px;vertical-align:top;white-space:nowrap}"
-       ".flytune-census th{position:sticky;top:0;background:#fafafa;font-size:12px}"
-       ".flytune-census tr.spill td{background:#fde2e2}.flytune-census tr.narrow td{background:#fff4d6}"
-       ".flytune-census tr.failed td{color:#9d0208}.flytune-census tr.dup td{color:#888}</style>")
+CSS = table_css("flytune-census", "white-space:nowrap;",
+                ".flytune-census tr.spill td{background:#fde2e2}.flytune-census tr.narrow td{background:#fff4d6}"
+                ".flytune-census tr.dup td{color:#888}")
 MAX_ROWS = 400  # rendered; the store has them all (census_frame)
 
 

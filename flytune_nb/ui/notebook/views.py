@@ -16,11 +16,9 @@ from flytune_nb.analysis.units import fmt_time, in_unit, unit_for
 from flytune_nb.errors import UsageError
 from flytune_nb.ui.notebook.controls import error_html
 from flytune_nb.ui.notebook.slots import FigureSlot, plotly_ready
+from flytune_nb.ui.notebook.styles import SCROLL, table_css
 
-SCROLL = "max-height:440px;overflow:auto;border:1px solid #eee"
-TABLE_CSS = ("<style>.flytune-table td{white-space:normal;word-break:break-word;max-width:520px;"
-             "vertical-align:top;font-size:12px}.flytune-table th{position:sticky;top:0;background:#fafafa;"
-             "font-size:12px}.flytune-table tr.failed td{color:#9d0208}</style>")
+TABLE_CSS = table_css("flytune-table", "white-space:normal;word-break:break-word;max-width:520px;")
 
 
 def _label(shape: dict, dtype: str) -> str:
