@@ -41,10 +41,11 @@ def fast_launch_supported() -> bool:
 
 # -- the interpreter -----------------------------------------------------------------------------------------------
 # Triton's interpreter keeps the running program's id in one module-global builder
-# (triton.runtime.interpreter.interpreter_builder, 3.4-3.6): two threads interpreting kernels at once read each
-# other's program ids and write wrong tiles without an error (a sweep's in-process lane beside a cell calling a
-# kernel, tuned, adopted or launched as kernel[grid] by hand). Every interpreted launch in the process runs on this
-# lock, taken in InterpretedFunction.run, the entry of every interpreted launch (the launcher takes it too).
+# (triton.runtime.interpreter.interpreter_builder in 3.6; guarded in any Triton that has it) and patches
+# triton.language for the length of a run: two threads interpreting kernels at once read each other's program ids
+# and write wrong tiles, or fail a launch (a sweep's in-process lane beside a cell calling a kernel, tuned, adopted
+# or launched as kernel[grid] by hand). Every interpreted launch in the process runs on this lock, taken in
+# InterpretedFunction.run, the entry of every interpreted launch (the launcher takes it too).
 INTERPRET_LOCK = threading.RLock()
 
 
