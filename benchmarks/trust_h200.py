@@ -456,12 +456,16 @@ def main(argv=None) -> int:
     ap.add_argument("--check-s", type=float, default=90.0)
     ap.add_argument("--repeat-s", type=float, default=70.0)
     ap.add_argument("--modes-s", type=float, default=80.0)
+    ap.add_argument("--modes-kernels", default=None,
+                    help="comma-separated row kernels the modes phase compares (none: only its GEMM part)")
     args = ap.parse_args(argv)
     out = Path(args.out).resolve() if args.out else Path(tempfile.mkdtemp(prefix="trust-"))
     out.mkdir(parents=True, exist_ok=True)
     from flytune_nb.core.device import current_device
 
     plan = Plan(args.tiny, out)
+    if args.modes_kernels is not None:
+        plan.modes_kernels = tuple(k for k in args.modes_kernels.split(",") if k and k != "none")
     if args.tiny:  # the interpreter is ~1000x slower: budgets would skip what the smoke test is for
         args.resweep_s = args.check_s = args.repeat_s = args.modes_s = 3600.0
     if not args.tiny and not current_device().is_gpu:
