@@ -52,7 +52,7 @@ def throughput(args) -> None:
         for kernel in args.kernels.split(","):
             for jobs in (int(j) for j in args.jobs.split(",")):
                 _fresh_cache()
-                s, wall, load = _census(kernel, target, jobs, sample=args.sample)
+                s, wall, load = _census(kernel, target, jobs, sample=args.sample, siblings=False)
                 rows.append({"kernel": kernel, "target": target, "jobs": jobs, "configs": s.configs,
                              "compile_wall_s": round(s.wall_s, 2), "wall_s": round(wall, 2),
                              "configs_per_s": round(s.configs / s.wall_s, 2), "load": round(load, 1),
@@ -78,14 +78,15 @@ def matmul_space(args) -> None:
     payload = {"env": environment(), "target": args.target, "jobs": args.jobs, "configs": s.configs,
                "every_config": args.every_config, "compiled_itself": built, "siblings": s.siblings,
                "compiled": s.compiled, "wall_s": round(wall, 1), "compile_wall_s": round(s.wall_s, 1),
-               "configs_per_s": round(s.configs / s.wall_s, 2), "load": round(load, 1),
-               "spilling": [str(r.config) for r in s.spilling], "duplicates": s.duplicates,
+               "configs_per_s": round(s.configs / s.wall_s, 2), "compiles_per_s": round(built / s.wall_s, 2),
+               "load": round(load, 1), "spilling": [str(r.config) for r in s.spilling], "duplicates": s.duplicates,
                "occupancy_hist": s.occupancy_hist, "registers": s.registers, "narrow": len(s.narrow)}
     from flytune_nb.measure.census import format_summary
 
     md = [f"# The whole matmul space at M={args.M} N=K=4096 for {args.target}", "",
           f"{s.configs} configs, {args.jobs} processes on {os.cpu_count()} cores, empty Triton cache: **{wall:.0f} s** "
-          f"wall ({s.wall_s:.0f} s compiling, {s.configs / s.wall_s:.1f} configs/s); load average {load:.1f} "
+          f"wall ({s.wall_s:.0f} s compiling, {s.configs / s.wall_s:.1f} configs/s, {built / s.wall_s:.1f} "
+          f"compiles/s); load average {load:.1f} "
           f"(a load above the core count means other jobs shared the cores). Target: <= 240 s on 2 cores.", "",
           (f"Every config compiled itself (`--every-config`)." if args.every_config else
            f"{built} configs compiled; the other {s.siblings} differ from one of them only in GROUP_SIZE_M (the "

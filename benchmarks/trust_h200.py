@@ -418,7 +418,7 @@ def markdown(res: dict) -> str:
             lines += [f"## flytune check ({name})", f"exit {c['rc']}; {' '.join(c['summary'])}",
                       f"now/exported quantiles {c.get('now_over_exported')}; exported/default quantiles "
                       f"{c.get('exported_over_default')}; within the tie band of the default: "
-                      f"{c.get('within_band_of_default') or math.nan:.1%}", ""]
+                      f"{math.nan if c.get('within_band_of_default') is None else c['within_band_of_default']:.1%}", ""]
     if "planted" in res:
         p = res["planted"]
         lines += ["## Planted regression", f"exit {p.get('rc')} (must be 1): {p.get('file')} M={p.get('M')} swapped "

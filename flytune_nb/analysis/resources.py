@@ -46,7 +46,7 @@ def load_rows(store, kernel: str) -> list:
         return []
     from flytune_nb.engine.store import CENSUS_COLUMNS
 
-    return [CensusRow.from_record({c: _none(r[c]) for c in CENSUS_COLUMNS}) for _, r in df.iterrows()]
+    return [CensusRow.from_record({c: _none(r.get(c)) for c in CENSUS_COLUMNS}) for _, r in df.iterrows()]
 
 
 def _none(v):

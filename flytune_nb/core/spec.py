@@ -60,10 +60,11 @@ class KernelSpec:
     # Knobs a config may leave out, with the value their absence means (rmsnorm's BLOCK_M: 1 row per program). A knob
     # added to a kernel this way keeps the names of its older configs, so stored trials and exported files stay valid.
     optional_knobs: dict = field(default_factory=dict)
-    # Knobs that change only which tile a program computes (the order of the work), never the code's resources: a
+    # Knobs that change only which tile a program computes (the order of the work), not the code's resources: an AMD
     # census compiles one config per combination of the other knobs and gives its siblings that binary's resources.
     # GROUP_SIZE_M=1/8/16/32 of one gfx942 matmul tile differ in 2 of ~1900 instructions, with identical registers,
-    # LDS, MFMA and loads; a census of the whole 4096^3 matmul space compiles 426 configs instead of 1620.
+    # LDS, MFMA and loads; a census of the whole 4096^3 matmul space compiles 426 configs instead of 1620. (On sm_90
+    # GROUP_SIZE_M=1 changes registers and occupancy: NVIDIA censuses compile every config.)
     schedule_knobs: tuple[str, ...] = ()
     # Configs other than the heuristic that a result should be able to stand beside the best, by label: the config an
     # engine ships for this shape and device ({"SGLang shipped": ...}), a colleague's pick. Each is measured right

@@ -263,15 +263,21 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
     chosen = spread(chosen, every, sample)[:limit]
     chosen = list(dict.fromkeys([default] + chosen))
     stored = store.census_for(plan["key"]) if store is not None else {}
-    rows: dict = {c: stored[c] for c in chosen if c in stored and stored[c].status == "ok"}
-    knobs = get_kernel(kernel, list(pool.paths)).schedule_knobs if siblings else ()
+    # every config compiled itself (siblings off): a stored sibling row is compiled now, not reused
+    rows: dict = {c: stored[c] for c in chosen if c in stored and stored[c].status == "ok"
+                  and (siblings or stored[c].sibling_of is None)}
+    device = plan["device"]
+    # Siblings only where measured equal: on gfx942 GROUP_SIZE_M=1/8/16/32 tiles differ in 2 of ~1900 instructions
+    # with the same resources; on sm_90 the GROUP_SIZE_M=1 tiles' 64-bit `%` subroutine changes registers (40 vs
+    # 42) and occupancy (48 vs 40 warps), so an NVIDIA census compiles every config.
+    knobs = get_kernel(kernel, list(pool.paths)).schedule_knobs if siblings and device["backend"] == "hip" else ()
     group = sibling_groups(chosen, knobs, first=default)
     group[default] = default  # the default is always compiled itself (CI fails on a default that spills)
     members: dict = {}
     for c in chosen:
         members.setdefault(group[c], []).append(c)
-    device = plan["device"]
     lock = threading.Lock()
+    inferred = [0]  # sibling rows made by this call (the summary's "compiled in" counts the rest)
 
     def record(row: CensusRow) -> None:
         rows[row.config] = row
@@ -291,6 +297,7 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
                 if sib != cfg and sib not in rows:
                     record(replace(row, config=sib, compile_s=0.0, binary=None, is_default=sib == default,
                                    sibling_of=cfg))
+                    inferred[0] += 1
 
     t0, found = time.perf_counter(), len(rows)
     todo = [c for c in chosen if c not in rows and group[c] == c]
@@ -301,6 +308,7 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
                 if sib not in rows:
                     record(replace(rows[rep], config=sib, compile_s=0.0, binary=None, is_default=sib == default,
                                    sibling_of=rep))
+                    inferred[0] += 1
     pool.compile(kernel, shape, dtype, [c.to_dict() for c in todo], done, stop)
     # groups whose representative failed: every member compiled for itself
     left = [c for c in chosen if c not in rows and group[c] != c and group[c] in rows]
@@ -309,7 +317,7 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
     if not any(c in rows for c in chosen):  # stopped before the first row
         return None
     return summarise([rows[c] for c in chosen if c in rows], wall_s=time.perf_counter() - t0,
-                     stored=found, key=plan["key"])
+                     stored=found, inferred=inferred[0], key=plan["key"])
 
 
 def resolve_target(target) -> tuple[DeviceInfo, Path | None]:
@@ -465,8 +473,10 @@ class CensusPruner:
     def _take(self, kernel: str, shape: dict, dtype: str, space: list, store, pool=None,
               stop=None) -> CensusSummary | None:
         with self._pool_lock:
+            # on the GPU being swept every config is compiled itself: those compiles fill the Triton cache the
+            # timing worker then reads
             return take_census(pool or self._pool, kernel, shape, dtype, store=store, configs=space,
-                               stop=stop or self._stop)
+                               stop=stop or self._stop, siblings=self.target is not None)
 
     def stop(self) -> None:
         """From any thread (the sweep's Stop, an interrupt): no further compile starts, and a shape waiting for its

@@ -190,6 +190,7 @@ class CensusSummary:
     stored: int = 0  # rows found in the store, not compiled again
     rows: list = field(default_factory=list, repr=False)
     key: str = ""  # the target's tuning key the rows are stored under
+    inferred: int = 0  # sibling rows made by this census (not from the store, not compiled)
 
     @property
     def failed(self) -> int:
@@ -206,7 +207,8 @@ class CensusSummary:
         return sum(len(g) - 1 for g in self.duplicate_groups)
 
 
-def summarise(rows: Iterable[CensusRow], *, wall_s: float = math.nan, stored: int = 0, key: str = "") -> CensusSummary:
+def summarise(rows: Iterable[CensusRow], *, wall_s: float = math.nan, stored: int = 0, key: str = "",
+              inferred: int = 0) -> CensusSummary:
     rows = list(rows)
     if not rows:
         raise ValueError("no census rows to summarise")
@@ -225,7 +227,7 @@ def summarise(rows: Iterable[CensusRow], *, wall_s: float = math.nan, stored: in
         [r for r in ok if r.narrow], [r for r in ok if r.smem_over_limit],
         dict(sorted(collections.Counter(r.occupancy for r in ok if r.occupancy is not None).items())),
         (min(regs), max(regs)) if regs else None, default,
-        [r for r in ok if r.spilled_registers and not r.spills], wall_s, stored, rows, key)
+        [r for r in ok if r.spilled_registers and not r.spills], wall_s, stored, rows, key, inferred)
 
 
 def describe(r, same_as=None) -> str:
@@ -258,7 +260,7 @@ def describe(r, same_as=None) -> str:
 def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
     """What ``flytune census`` prints for one shape."""
     shape = " ".join(f"{k}={v}" for k, v in s.shape.items())
-    built = s.configs - s.stored - s.siblings
+    built = s.configs - s.stored - s.inferred
     rate = f", {built} compiled in {s.wall_s:.1f} s" if math.isfinite(s.wall_s) else ""
     inferred = (f"; {s.siblings} differ from a compiled config only in the tile order and share its resources "
                 f"(--every-config compiles them too)" if s.siblings else "")

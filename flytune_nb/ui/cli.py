@@ -112,8 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     ce.add_argument("--config", action="append", default=[], metavar="CONFIG",
                     help="census only this config (BLOCK_N=1024,num_warps=4 or JSON; repeatable)")
     ce.add_argument("--every-config", action="store_true",
-                    help="compile every config itself; by default configs that differ only in the tile order "
-                         "(GROUP_SIZE_M) are compiled once and share that binary's resources")
+                    help="compile every config itself; by default, for AMD targets, configs that differ only in "
+                         "the tile order (GROUP_SIZE_M) are compiled once and share that binary's resources")
     ce.add_argument("--csv", default=None, help="also write every row here")
     ce.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one config may take to compile")
     ce.add_argument("--list-targets", action="store_true", help="the named GPUs and their properties")

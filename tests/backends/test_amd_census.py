@@ -96,7 +96,7 @@ RESOURCES = ("status", "registers", "spilled_registers", "scratch_bytes", "share
 
 
 @pytest.mark.parametrize("name", ("matmul", "fused_moe"))
-def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp_path):
+def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp_path, monkeypatch):
     """A census compiles one config per GROUP_SIZE_M group and gives the rest its resources: compiled one by one
     for gfx942, every sibling has the registers, LDS, occupancy, MFMA and load widths of the config it was given,
     and a stored sibling row says whose they are."""
@@ -105,7 +105,7 @@ def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp
     from flytune_nb.engine.census_pool import sibling_groups
     from flytune_nb.engine.store import Store
 
-    os.environ.setdefault("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE))
+    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
     spec, dev = get_kernel(name), TARGETS["mi300x"].device()
     shape = spec.example()
     space = spec.configs(shape, "bf16", dev)
@@ -138,3 +138,25 @@ def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp
     assert {c: r.sibling_of for c, r in stored.items() if c in by_inferred} == \
         {c: by_inferred[c].sibling_of for c in by_inferred}
     store.close()
+
+
+def test_an_nvidia_census_compiles_every_tile_order_sibling(monkeypatch):
+    """On sm_90 GROUP_SIZE_M=1 changes a GEMM tile's registers and occupancy: no inferred rows for an NVIDIA target."""
+    import os
+
+    from flytune_nb.engine.census_pool import sibling_groups
+
+    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
+    spec, dev = get_kernel("matmul"), TARGETS["h200"].device()
+    shape = {"M": 256, "N": 4096, "K": 4096}
+    space = spec.configs(shape, "bf16", dev)
+    group = sibling_groups(space, spec.schedule_knobs)
+    rep = next(r for r in space if group[r] == r and sum(group[c] == r for c in space) >= 3)
+    configs = [c for c in space if group[c] == rep]
+    pool = CensusPool(dev, jobs=2, cache_dir=census_cache_dir(dev))
+    try:
+        s = take_census(pool, "matmul", shape, "bf16", configs=configs)
+    finally:
+        pool.close()
+    assert s.siblings == 0 and s.compiled == len(set(configs) | {s.default.config})
+    assert all(r.binary for r in s.rows)

@@ -196,3 +196,62 @@ def test_a_stopped_pruner_lets_a_waiting_shape_go_on_unpruned_at_once():
     assert pruner("rmsnorm", shape, dtype, space, spec.default(shape, dtype, dev), device) == space
     assert time.monotonic() - t0 < 5
     pruner.close()
+
+
+class _FakePool:
+    """take_census's view of a CensusPool, without processes: an AMD target whose configs compile to records made
+    from their knobs (``fail``: configs whose compile fails); ``compiled`` lists what was asked for."""
+
+    def __init__(self, space, default, fail=()):
+        self.paths, self.space, self.default, self.fail, self.compiled = (), space, default, set(fail), []
+
+    def plan(self, kernel, shape, dtype):
+        return {"default": self.default.to_dict(), "space": [c.to_dict() for c in self.space], "key": "k",
+                "device": {"name": "AMD_Instinct_MI300X", "arch": "gfx942", "backend": "hip"},
+                "occupancy_unit": "waves/SIMD", "toolchain": {}, "source": "s"}
+
+    def compile(self, kernel, shape, dtype, configs, done, stop=None):
+        for c in configs:
+            if stop is not None and stop.is_set():
+                return
+            cfg = Config.from_dict(c)
+            self.compiled.append(cfg)
+            if cfg in self.fail:
+                done(c, {"status": "error", "error": "boom", "compile_s": 0.1})
+            else:
+                regs = 32 * cfg.num_warps + cfg["BLOCK_SIZE_M"]
+                done(c, {"status": "ok", "compile_s": 0.1, "binary": str(cfg), "kernels": [
+                    {"vgprs": regs, "agprs": 0, "sgprs": 20, "occupancy": 4, "insn": {}}]})
+
+
+def test_siblings_bookkeeping_across_runs_failures_and_every_config(tmp_path):
+    """A group is compiled once and its siblings are inferred; a re-run reuses them and compiles nothing; a failed
+    representative's siblings are compiled each; siblings=False (--every-config) compiles stored siblings too; the
+    summary's counts add up every time."""
+    from flytune_nb.measure.census import format_summary
+
+    space = [Config({"BLOCK_SIZE_M": bm, "GROUP_SIZE_M": g}, num_warps=w) for bm in (16, 32) for w in (4, 8)
+             for g in (1, 8, 16)]
+    default = space[0]
+    bad = Config({"BLOCK_SIZE_M": 32, "GROUP_SIZE_M": 1}, num_warps=8)  # the representative of its group
+    store = Store(tmp_path / "c.db")
+    pool = _FakePool(space, default, fail=[bad])
+    s = take_census(pool, "matmul", {"M": 1}, "bf16", store=store)
+    # 4 groups: 3 representatives compile (default's included), the failed one's 2 siblings compile themselves
+    assert len(pool.compiled) == 4 + 2 and s.siblings == s.inferred == 3 * 2 and s.stored == 0
+    assert {c for c in pool.compiled} == {default, *[c for c in space if c["GROUP_SIZE_M"] == 1], *[
+        c for c in space if (c["BLOCK_SIZE_M"], c.num_warps) == (32, 8) and c["GROUP_SIZE_M"] != 1]}
+    rows = {r.config: r for r in s.rows}
+    assert not rows[bad].ok and all(rows[c].sibling_of is None for c in space if c["BLOCK_SIZE_M"] == 32 and c.num_warps == 8)
+    assert "(0 from the store, 6 compiled in" in format_summary(s)
+    pool.compiled.clear()
+    again = take_census(pool, "matmul", {"M": 1}, "bf16", store=store)
+    # the failed config is compiled again (a failure is never reused), nothing else
+    assert pool.compiled == [bad] and again.stored == len(space) - 1 and again.inferred == 0
+    assert "1 compiled in" in format_summary(again)
+    pool.compiled.clear()
+    every = take_census(pool, "matmul", {"M": 1}, "bf16", store=store, siblings=False)
+    assert sorted(map(str, pool.compiled)) == sorted(str(c) for c, r in rows.items() if r.sibling_of or not r.ok)
+    assert every.siblings == 0 and every.inferred == 0 and all(r.binary for r in every.rows if r.ok)
+    assert f"{len(pool.compiled)} compiled in" in format_summary(every)
+    store.close()
