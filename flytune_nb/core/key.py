@@ -86,11 +86,27 @@ _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING}
 def code_tokens(source: bytes) -> bytes:
     """The code of one Python file as a byte string of its tokens: comments, docstrings (a string that is a whole
     statement at the start of a module, class or function body) and layout left out. A file that does not tokenize
-    (a syntax error) counts by its bytes: it is code a user is editing, and any change must count."""
+    (a syntax error) counts by its bytes: it is code a user is editing, and any change must count.
+
+    The same on every Python: tokens by name (3.12 renumbered them: OP is 54 on 3.11, 55 on 3.12), and an f-string
+    as one STRING of its source text (3.12 splits it into FSTRING_START / MIDDLE / END and the expressions' tokens).
+    Otherwise exports tuned under one Python read as stale under another."""
     try:
         docstrings = _docstring_starts(ast.parse(source))
-        out, after_docstring = [], False
+        lines = source.decode(tokenize.detect_encoding(io.BytesIO(source).readline)[0]).splitlines(keepends=True)
+        out, after_docstring, fstring = [], False, None  # fstring: (start, depth) of the f-string being read
         for tok in tokenize.tokenize(io.BytesIO(source).readline):
+            name = tokenize.tok_name[tok.type]
+            if name == "FSTRING_START":
+                fstring = (fstring[0], fstring[1] + 1) if fstring else (tok.start, 1)
+                continue
+            if fstring:
+                if name == "FSTRING_END":
+                    fstring = (fstring[0], fstring[1] - 1)
+                    if fstring[1] == 0:
+                        out.append(f"STRING:{_text(lines, fstring[0], tok.end)}")
+                        fstring, after_docstring = None, False
+                continue
             if tok.type == tokenize.STRING and tok.start in docstrings:
                 after_docstring = True  # its statement's NEWLINE goes too: adding or deleting a docstring is no edit
                 continue
@@ -98,10 +114,18 @@ def code_tokens(source: bytes) -> bytes:
                 after_docstring = False
                 continue
             after_docstring = False
-            out.append(f"{tok.type}:{tok.string}")
+            out.append(f"{name}:{tok.string}")
         return "\x1f".join(out).encode()
-    except (SyntaxError, tokenize.TokenError, ValueError):
+    except (SyntaxError, tokenize.TokenError, ValueError, UnicodeDecodeError):
         return source
+
+
+def _text(lines: list, start: tuple, end: tuple) -> str:
+    """The source between two tokenize positions ((row, col), rows from 1)."""
+    (r0, c0), (r1, c1) = start, end
+    if r0 == r1:
+        return lines[r0 - 1][c0:c1]
+    return lines[r0 - 1][c0:] + "".join(lines[r0:r1 - 1]) + lines[r1 - 1][:c1]
 
 
 def _docstring_starts(tree) -> set:
