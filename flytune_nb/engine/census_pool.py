@@ -286,6 +286,14 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
         if progress is not None:
             progress(len(rows), len(chosen))
 
+    def give_siblings(rep_row: CensusRow) -> None:
+        """The group's members without a row get the representative's resources (under ``lock``)."""
+        for sib in members.get(rep_row.config, ()):
+            if sib not in rows:
+                record(replace(rep_row, config=sib, compile_s=0.0, binary=None, is_default=sib == default,
+                               sibling_of=rep_row.config))
+                inferred[0] += 1
+
     def done(config: dict, rec: dict) -> None:
         cfg = Config.from_dict(config)
         row = CensusRow(kernel, dict(shape), dtype, device["name"], device["arch"], device["backend"], cfg,
@@ -293,22 +301,15 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
                         tuple(rec.get("kernels", ())), cfg == default, plan["occupancy_unit"])
         with lock:
             record(row)
-            for sib in members.get(cfg, ()) if row.ok else ():
-                if sib != cfg and sib not in rows:
-                    record(replace(row, config=sib, compile_s=0.0, binary=None, is_default=sib == default,
-                                   sibling_of=cfg))
-                    inferred[0] += 1
+            if row.ok:
+                give_siblings(row)
 
     t0, found = time.perf_counter(), len(rows)
     todo = [c for c in chosen if c not in rows and group[c] == c]
     # a representative stored earlier gives its missing siblings its rows now
     for rep in [c for c in members if c in rows and rows[c].sibling_of is None]:
         with lock:
-            for sib in members[rep]:
-                if sib not in rows:
-                    record(replace(rows[rep], config=sib, compile_s=0.0, binary=None, is_default=sib == default,
-                                   sibling_of=rep))
-                    inferred[0] += 1
+            give_siblings(rows[rep])
     pool.compile(kernel, shape, dtype, [c.to_dict() for c in todo], done, stop)
     # groups whose representative failed: every member compiled for itself
     left = [c for c in chosen if c not in rows and group[c] != c and group[c] in rows]
