@@ -9,8 +9,10 @@ compile; a re-run with the cache warm costs ~20 ms a config):
   processes. Target: <= 4 minutes on 2 cores.
 - ``prune-sweep`` (GPU; on the CPU path with ``--target``): the same grid swept twice from empty Triton caches,
   exhaustively and with ``prune="census"``; each shape's winners must be within ``--band`` (2%) of each other and
-  the pruned sweep's wall time (census included) is reported against the full one's. On the H200 (about 3 minutes):
-  ``python -m benchmarks census prune-sweep``.
+  the pruned sweep's wall time (census included) is reported against the full one's. Row kernels sweep ``--grid``
+  over their whole space; matmul sweeps ``--gemm-grid`` over ``--gemm-sample`` configs spread over its space (the
+  whole ~1800-config space twice would take the device's ten minutes), the same configs in both sweeps. On the
+  H200 (about 5 minutes): ``python -m benchmarks census prune-sweep --kernels rmsnorm,softmax,fused_add_rmsnorm,matmul``.
 
 Results: census_<subcommand>.json / .md under benchmarks/results/<device>/ (or --out DIR).
 """
@@ -103,20 +105,33 @@ def prune_sweep(args) -> None:
 
     if not current_device().is_gpu and not args.target:
         raise SystemExit("prune-sweep needs a GPU, or --target NAME to decide on a named GPU's binaries (CPU path)")
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.core.shapes import parse_grid
+    from flytune_nb.engine.census_pool import spread
+
     prune = "census" + (f":{args.target}" if args.target else "")
     out = []
     for kernel in args.kernels.split(","):
-        runs = {}
+        runs, grid, configs = {}, args.grid, None
+        if kernel == "matmul":
+            grid, spec = args.gemm_grid, get_kernel(kernel)
+            first = spec.check_shape(parse_grid(grid, spec.axes)[0])
+            configs = spread(list(spec.configs(first, "bf16", current_device())), sample=args.gemm_sample)
         for mode in ("full", "pruned"):
             os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-cache-")  # both compile everything
             os.environ["FLYTUNE_CENSUS_CACHE"] = tempfile.mkdtemp(prefix="census-cache-")
             db = Path(tempfile.mkdtemp(prefix="prune-")) / "s.db"
             t0 = time.perf_counter()
-            sw = Sweep(kernel, args.grid, ["bf16"], db=db, baselines=(), timer={"rep_ms": args.rep_ms},
+            sw = Sweep(kernel, grid, ["bf16"], db=db, baselines=(), timer={"rep_ms": args.rep_ms}, configs=configs,
                        prune=prune if mode == "pruned" else None)
             results = sw.run()
+            why = [d for v in (sw.prune.dropped.values() if sw.prune else []) for d in v.values()]
             runs[mode] = {"wall_s": time.perf_counter() - t0, "results": results,
-                          "dropped": {k[1]: len(v) for k, v in (sw.prune.dropped.items() if sw.prune else [])}}
+                          "census_from": ("precompile pool" if sw.prune.from_pool else "census processes")
+                          if sw.prune else "",
+                          "dropped_spill": sum(d.startswith("spills") for d in why),
+                          "dropped_same_binary": sum(d.startswith("same binary") for d in why),
+                          "twins": sum(t.reason.startswith("same binary") for r in results for t in r.trials)}
         for full, pruned in zip(runs["full"]["results"], runs["pruned"]["results"]):
             fb, pb = full.best, pruned.best
             ratio = pb.p50 / fb.p50 if fb and pb else float("nan")
@@ -124,15 +139,21 @@ def prune_sweep(args) -> None:
                         "pruned_configs": len(pruned.trials), "full_best": str(fb.config), "full_p50_ms": fb.p50,
                         "pruned_best": str(pb.config), "pruned_p50_ms": pb.p50, "winner_ratio": round(ratio, 4),
                         "same_winner_within_band": abs(ratio - 1) <= args.band})
-        out.append({"kernel": kernel, "full_wall_s": round(runs["full"]["wall_s"], 1),
+        out.append({"kernel": kernel, "grid": grid, "configs_given": len(configs) if configs else None,
+                    "full_wall_s": round(runs["full"]["wall_s"], 1),
                     "pruned_wall_s": round(runs["pruned"]["wall_s"], 1),
-                    "time_ratio": round(runs["pruned"]["wall_s"] / runs["full"]["wall_s"], 3)})
+                    "time_ratio": round(runs["pruned"]["wall_s"] / runs["full"]["wall_s"], 3),
+                    "census_from": runs["pruned"]["census_from"], "dropped_spill": runs["pruned"]["dropped_spill"],
+                    "dropped_same_binary": runs["pruned"]["dropped_same_binary"],
+                    "twins_full": runs["full"]["twins"], "twins_pruned": runs["pruned"]["twins"]})
         print(out[-1], flush=True)
     dev = current_device()
     title = f"# Census-pruned sweep vs exhaustive on {dev.name}" + (f" (census for {args.target})" if args.target else "")
     md = [title,
-          "", f"grid {args.grid}, bf16, rep_ms {args.rep_ms}; each sweep from an empty Triton cache. Winners agree "
-          f"when within {args.band:.0%}.", "",
+          "", f"row kernels: grid {args.grid}, whole space; matmul: grid {args.gemm_grid}, {args.gemm_sample} configs "
+          f"spread over its space, the same in both sweeps; bf16, rep_ms {args.rep_ms}; each sweep from an empty "
+          f"Triton cache. Winners agree when within {args.band:.0%}. A config whose binary is another's is timed "
+          f"once in both sweeps (identical-binary detection: \"twins\").", "",
           "| kernel | shape | configs full / pruned | full best p50 | pruned best p50 | ratio | same winner |",
           "|---|---|---|---|---|---|---|"]
     for r in out:
@@ -141,10 +162,13 @@ def prune_sweep(args) -> None:
             md.append(f"| {r['kernel']} | {shape} | {r['full_configs']} / {r['pruned_configs']} | "
                       f"{r['full_p50_ms'] * 1e3:.1f} us | {r['pruned_p50_ms'] * 1e3:.1f} us | {r['winner_ratio']} | "
                       f"{'yes' if r['same_winner_within_band'] else 'NO'} |")
-    md += ["", "| kernel | full sweep wall | pruned sweep wall (census included) | ratio |", "|---|---|---|---|"]
-    md += [f"| {r['kernel']} | {r['full_wall_s']} s | {r['pruned_wall_s']} s | {r['time_ratio']} |"
+    md += ["", "| kernel | full sweep wall | pruned sweep wall (census included) | ratio | census from | not timed: "
+           "spill / same binary | twins full / pruned |", "|---|---|---|---|---|---|---|"]
+    md += [f"| {r['kernel']} | {r['full_wall_s']} s | {r['pruned_wall_s']} s | {r['time_ratio']} | {r['census_from']} "
+           f"| {r['dropped_spill']} / {r['dropped_same_binary']} | {r['twins_full']} / {r['twins_pruned']} |"
            for r in out if "time_ratio" in r]
-    write("census_prune_sweep", {"env": environment(), "rows": out, "grid": args.grid, "band": args.band},
+    write("census_prune_sweep", {"env": environment(), "rows": out, "grid": args.grid, "gemm_grid": args.gemm_grid,
+                                 "gemm_sample": args.gemm_sample, "band": args.band},
           "\n".join(md), out=args.out)
 
 
@@ -164,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("prune-sweep", help="exhaustive vs census-pruned sweep: same winner, less time?")
     s.add_argument("--kernels", default="rmsnorm,softmax,fused_add_rmsnorm")
     s.add_argument("--grid", default="M=1,4096 N=4096,8192")
+    s.add_argument("--gemm-grid", default="M=4096 N=4096 K=4096", help="matmul's grid")
+    s.add_argument("--gemm-sample", type=int, default=240, help="matmul configs, spread over its space")
     s.add_argument("--rep-ms", type=float, default=50.0)
     s.add_argument("--band", type=float, default=0.02, help="winners within this fraction count as the same")
     s.add_argument("--target", default=None, help="compile for this named GPU (the CPU path); default: the GPU here")

@@ -49,8 +49,9 @@ class Batch:
     """One shape's compiles: queued in timing order, started by the Precompiler's feeder or on demand."""
 
     def __init__(self, owner: "Precompiler", kernel: str, shape: dict, args: tuple, keys: list[str],
-                 startup_s: float, per_config_s: float) -> None:
+                 startup_s: float, per_config_s: float, census: bool = False) -> None:
         self.owner, self.kernel, self.shape, self.args = owner, kernel, shape, args
+        self.census_wanted = census  # each compile also reads its kernels' resources (tasks.compile_one)
         self.keys = dict.fromkeys(keys)  # every config of the batch, in order
         self.futs: dict[str, cf.Future] = {}  # those started
         self.startup_s, self.per_config_s = startup_s, per_config_s
@@ -111,6 +112,14 @@ class Batch:
             return None
         r = self.futs[_key(config)].result()
         return r[2] if len(r) > 2 and r[0] == "ok" else None
+
+    def census(self, config: dict) -> dict | None:
+        """The census record of ``config``'s compile (registers, spills, shared memory, occupancy: what a census
+        process answers), once done, in a batch submitted with ``census=True``; None when unknown."""
+        if not self.compiled(config):
+            return None
+        r = self.futs[_key(config)].result()
+        return r[3] if len(r) > 3 and r[0] == "ok" else None
 
     def close(self) -> None:
         """The shape is done: drop what of it has not started (a budgeted search leaves most of its space)."""
@@ -187,7 +196,8 @@ class Precompiler:
     # -- feeding --------------------------------------------------------------------------------------------------
     def _start(self, batch: Batch, key: str) -> cf.Future:
         kernel, paths, shape, dtype, device, target = batch.args
-        fut = self._submit(compile_one, kernel, paths, shape, dtype, json.loads(key), device, target)
+        fut = self._submit(compile_one, kernel, paths, shape, dtype, json.loads(key), device, target,
+                           batch.census_wanted)
         fut.flytune_batch, fut.flytune_started = batch, time.perf_counter()
         batch.futs[key] = fut
         self._flying.append(fut)
@@ -252,11 +262,13 @@ class Precompiler:
 
     def submit(self, kernel: str, paths: tuple, shape: dict, dtype: str, configs: list[dict],
                per_config_s: float = 120.0, startup_s: float = 60.0, device: dict | None = None,
-               target: tuple | None = None) -> Batch:
+               target: tuple | None = None, census: bool = False) -> Batch:
         """Queue ``configs`` in the order an exhaustive sweep times them. ``device``/``target``: the timing worker's
-        DeviceInfo and Triton target (its describe), which let the pool compile without initialising the GPU."""
+        DeviceInfo and Triton target (its describe), which let the pool compile without initialising the GPU.
+        ``census``: each compile also reads its kernels' resources (``Batch.census``)."""
         keys = [_key(c) for c in configs]
-        batch = Batch(self, kernel, shape, (kernel, paths, shape, dtype, device, target), keys, startup_s, per_config_s)
+        batch = Batch(self, kernel, shape, (kernel, paths, shape, dtype, device, target), keys, startup_s, per_config_s,
+                      census)
         with self._lock:  # one pool shared by the per-GPU threads
             self._closing = False
             self._queue.extend((batch, k) for k in batch.keys)

@@ -155,13 +155,17 @@ _NO_META: set = set()  # (kernel, paths, shape, dtype) whose wrapper cannot comp
 
 
 def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict, device: dict | None = None,
-                target: tuple | None = None) -> tuple[str, float, str | None]:
+                target: tuple | None = None, census: bool = False) -> tuple:
     """Precompile through the kernel's own ``run``: generic (no per-kernel hook), and it fills Triton's on-disk cache
     exactly as the timing worker's first launch will look it up (same args, same specialisation). ``device`` (the
     timing worker's DeviceInfo) and ``target`` (its Triton target): given both, a GPU kernel compiles on meta inputs
     without initialising the GPU in this process (flytune_nb.backends.triton); a kernel whose wrapper cannot, or a call
     without them, compiles on real inputs in compile-only mode (launching only what bypasses flytune_nb.kit.launcher).
-    Returns (status, seconds, binary hash or None: see ``binary``)."""
+    Returns (status, seconds, binary hash or None: see ``binary``, census record or None). ``census``: also read the
+    compiled kernels' resources (registers, spills, shared memory, occupancy: the record a census process answers,
+    flytune_nb.engine.census_worker), so a sweep pruning by census on the GPU it times takes them from the compiles
+    it makes anyway instead of compiling the space a second time; only on the meta path (real inputs keep no
+    CompiledKernel to read), else None."""
     from flytune_nb._compat.triton import launch_enter_hook, set_launch_enter_hook
     from flytune_nb.backends.triton import compile_on_meta, launch_digest
     from flytune_nb.core.device import DeviceInfo, current_device
@@ -177,7 +181,9 @@ def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict
         if dev.is_gpu and target is not None and case not in _NO_META:
             meta = _meta_inputs(*case, dev)
             if meta is not None and compile_on_meta(spec, meta, cfg, tuple(target), record=record):
-                return "ok", time.perf_counter() - t0, own_hash if own else launch_digest(record)
+                seconds = time.perf_counter() - t0
+                return ("ok", seconds, own_hash if own else launch_digest(record),
+                        _census_record(record, dev, seconds) if census else None)
             _NO_META.add(case)
         record.clear()
         direct = []  # a launch that bypasses the launcher runs for real and is not recorded: the digest is unknown
@@ -193,9 +199,25 @@ def compile_one(kernel: str, paths: tuple, shape: dict, dtype: str, config: dict
 
             torch.cuda.synchronize()
         digest = own_hash if own else (None if direct else launch_digest(record))
-        return "ok", time.perf_counter() - t0, digest
+        return "ok", time.perf_counter() - t0, digest, None
     except Exception as e:  # noqa: BLE001 - the timing worker records the real failure
-        return f"{type(e).__name__}: {e}"[:200], time.perf_counter() - t0, None
+        return f"{type(e).__name__}: {e}"[:200], time.perf_counter() - t0, None, None
+
+
+def _census_record(record: list, dev, compile_s: float) -> dict | None:
+    """The census record (census_worker's reply) of the kernels a meta compile launched; None when unknown (no
+    launch recorded, or the resources could not be read: the config is then timed, not pruned)."""
+    from flytune_nb.backends.triton import binary_digest
+    from flytune_nb.backends.triton_resources import kernel_resources
+
+    kernels = [k for k, _, _ in record if k is not None]
+    if not kernels:
+        return None
+    try:
+        return {"status": "ok", "error": "", "compile_s": compile_s, "binary": binary_digest(kernels),
+                "kernels": [kernel_resources(k, dev) for k in kernels]}
+    except Exception:  # noqa: BLE001 - a Triton whose CompiledKernel we cannot read: no census, no pruning
+        return None
 
 
 def baselines(kernel: str, paths: tuple, shape: dict, dtype: str, names: tuple, timer: tuple = ()) -> list[dict]:

@@ -248,7 +248,7 @@ def test_the_precompile_pool_compiles_a_flydsl_kernel_on_meta_inputs(flydsl_comp
     monkeypatch.setenv("ARCH", "gfx942")
     monkeypatch.setenv("FLYDSL_GPU_ARCH", "gfx942")
     flydsl_compiler.clear()
-    status, seconds, _ = compile_one("flydsl_rmsnorm", (), N4096, "bf16", _cfg(256, 8).to_dict(),
+    status, seconds, _, _ = compile_one("flydsl_rmsnorm", (), N4096, "bf16", _cfg(256, 8).to_dict(),
                                   device=__import__("dataclasses").asdict(dev), target=("hip", "gfx942", 64))
     assert status == "ok" and seconds > 0
     assert len(flydsl_compiler._COMPILED) == 1

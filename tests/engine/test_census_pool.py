@@ -255,3 +255,75 @@ def test_siblings_bookkeeping_across_runs_failures_and_every_config(tmp_path):
     assert every.siblings == 0 and every.inferred == 0 and all(r.binary for r in every.rows if r.ok)
     assert f"{len(pool.compiled)} compiled in" in format_summary(every)
     store.close()
+
+
+_POOL_CENSUS = textwrap.dedent("""
+    import dataclasses, json, sys
+    from flytune_nb.core.device import enter_compile_mode
+    from flytune_nb.core.targets import TARGETS
+    dev = TARGETS["mi300x"].device()
+    enter_compile_mode(dev)
+    from flytune_nb.engine.tasks import compile_one
+    shape, configs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    out = [compile_one("matmul", (), shape, "bf16", c, device=dataclasses.asdict(dev), target=("hip", "gfx942", 64),
+                       census=True) for c in configs]
+    print(json.dumps(out))
+""")
+
+
+def test_the_precompile_pools_compiles_are_the_census_a_pruning_sweep_judges_by(tmp_path, monkeypatch):
+    """On the GPU being swept the precompile pool's compiles give each config's census record (no census process,
+    no second compile): for gfx942 its resources are the census process's, a spilling config is judged not worth
+    timing, one that does not spill and the default are timed, and the rows go to the store's census table."""
+    import dataclasses
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.engine.census_pool import CensusPruner, census_cache_dir
+    from tests.conftest import CENSUS_CACHE, REPO
+
+    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
+    dev = TARGETS["mi300x"].device()
+    spec, shape = get_kernel("matmul"), {"M": 256, "N": 512, "K": 4096}
+    default = spec.default(shape, "bf16", dev)
+    # 32x64x256 with 32-wide MFMA on 4 warps at two waves per EU: 60 VGPRs spill (244 B of scratch a thread)
+    spill = Config.from_dict({**default.to_dict(), "BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 256,
+                              "matrix_instr_nonkdim": 32, "num_warps": 4, "waves_per_eu": 2})
+    plain = Config.from_dict({**default.to_dict(), "BLOCK_SIZE_K": 32})
+    configs = [default, spill, plain]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(census_cache_dir(dev))  # the census process's: its compiles are then cache hits
+    env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")])  # this checkout's flytune_nb
+    run = subprocess.run([sys.executable, "-c", _POOL_CENSUS, json.dumps(shape),
+                          json.dumps([c.to_dict() for c in configs])], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    answers = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [a[0] for a in answers] == ["ok"] * 3 and all(a[3] is not None for a in answers)
+
+    pool = CensusPool(dev, jobs=1, cache_dir=census_cache_dir(dev))
+    try:
+        census = take_census(pool, "matmul", shape, "bf16", configs=configs, siblings=False)
+    finally:
+        pool.close()
+    by_config = {r.config: r for r in census.rows}
+    store = Store(tmp_path / "s.db")
+    pruner = CensusPruner()
+    pruner.check(dataclasses.asdict(dev), precompiling=True)
+    assert pruner.from_pool and pruner._pool is None  # no census process started
+    plan = {"key": census.key, "key_fields": {"toolchain": {}, "source": ""}}
+    verdicts = {c: pruner.judge("matmul", shape, "bf16", c, default, a[3], dataclasses.asdict(dev), store, plan)
+                for c, a in zip(configs, answers)}
+    assert verdicts[default] is None and verdicts[plain] is None
+    assert verdicts[spill].startswith("spills to scratch") and by_config[spill].spills
+    stored = store.census_for(census.key)
+    for c in configs:
+        mine, theirs = stored[c], by_config[c]
+        assert (mine.binary, mine.registers, mine.scratch_bytes, mine.shared_bytes, mine.occupancy, mine.mma) == \
+            (theirs.binary, theirs.registers, theirs.scratch_bytes, theirs.shared_bytes, theirs.occupancy,
+             theirs.mma), c
+    assert pruner.dropped == {("matmul", json.dumps(shape), "bf16"): {spill: verdicts[spill]}}
+    store.close()

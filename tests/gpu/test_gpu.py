@@ -275,3 +275,31 @@ def test_the_pool_builds_tritons_c_helpers_without_a_context(tmp_path):
         pc.close()
     assert active == 0
     assert list(tmp_path.rglob("cuda_utils*.so")), "no cuda_utils module in the Triton cache"
+
+
+def test_census_pruning_on_this_gpu_takes_the_census_from_the_precompile_pool(dev, tmp_path):
+    """prune="census" on the GPU being swept: no census process starts; the precompile pool's compiles give each
+    config's resources, a tile that spills (256x256x64 on 4 warps: ~2.8 KB of stack a thread on sm_90) is not timed
+    and says why, the others are timed, and every compiled config has its census row in the store."""
+    from flytune_nb.core.config import Config
+    from flytune_nb.engine.store import Store
+    from flytune_nb.engine.sweep import Sweep
+
+    spec, shape = get_kernel("matmul"), {"M": 512, "N": 512, "K": 1024}
+    default = spec.default(shape, "bf16", dev)
+    spill = Config.from_dict({**default.to_dict(), "BLOCK_SIZE_M": 256, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64,
+                              "num_warps": 4, "num_stages": 3})
+    plain = Config.from_dict({**default.to_dict(), "BLOCK_SIZE_K": 32})
+    db = tmp_path / "p.db"
+    sw = Sweep("matmul", "M=512 N=512 K=1024", ["bf16"], db=db, baselines=(), timer={"rep_ms": 5},
+               configs=[default, spill, plain], prune="census", selection=None)
+    r, = sw.run()
+    assert sw.prune.from_pool and sw.prune._pool is None
+    timed = {t.config for t in r.trials}
+    assert timed == {default, plain} and all(t.ok for t in r.trials), [(str(t.config), t.reason) for t in r.trials]
+    (why,) = sw.prune.dropped[("matmul", __import__("json").dumps(r.shape), "bf16")].values()
+    assert why.startswith("spills to scratch")
+    store = Store(db, readonly=True)
+    rows = store.census_for(store.frame()["key"].iloc[0])
+    store.close()
+    assert set(rows) == {default, spill, plain} and rows[spill].spills and not rows[plain].spills

@@ -58,6 +58,7 @@ def test_precompile_compiles_on_meta_inputs(kernel, dev):
     spec = get_kernel(kernel)
     shape = {"M": 48, **QWEN3}
     cfg = spec.configs(shape, "bf16", dev)[3]
-    status, _, _ = compile_one(kernel, (), shape, "bf16", cfg.to_dict(), device=dataclasses.asdict(dev), target=current_target())
+    status, _, _, _ = compile_one(kernel, (), shape, "bf16", cfg.to_dict(), device=dataclasses.asdict(dev),
+                                  target=current_target())
     assert status == "ok"
     assert not any(case[0] == kernel for case in _NO_META)  # compiled on meta inputs, not on real ones
