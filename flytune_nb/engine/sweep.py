@@ -65,7 +65,13 @@ class Sweep:
     twins: time configs that compile to the same binary as one timed before once, recording the rest as the same
     measurement (where binaries can be hashed: Triton on a GPU, or a kernel's ``extra["binary"]``).
     prune: "census" leaves out, before timing, the configs that spill to scratch or build the same binary as another
-    on the GPU being swept; "census:<target>" decides on a named GPU's binaries (the CPU path: mi300x, h200, ...).
+    on the GPU being swept (with the precompile pool on, its compiles are the census: a spilling config is left out
+    when the search reaches it, and a duplicate binary is timed once through ``twins``); "census:<target>" decides on
+    a named GPU's binaries (the CPU path: mi300x, h200, ...).
+    warm_start: with a budget, each shape first measures the winners of the (up to two) shapes nearest along the
+    batch axis already swept in this run (same dtype and other axes), within its budget, and a surrogate search is
+    told every trial measured before it: batch sizes of one model tend to share their winners, and 5 random
+    start-up draws of SGLang's 1920-config MoE space rarely land on the large tiles that win at M >= 1024.
     """
 
     def __init__(self, kernel, grid, dtypes: Iterable[str] = ("bf16",), *, db: str | Path | Store | None = None,
@@ -75,7 +81,7 @@ class Sweep:
                  timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0,
                  retry_failed: bool = False, configs: Iterable[Config] | None = None, timing: str | None = None,
                  selection: Rule | dict | str | None = "auto", twins: bool = True, prune=None,
-                 remeasure: Iterable[Config] = ()) -> None:
+                 remeasure: Iterable[Config] = (), warm_start: bool = True) -> None:
         self.paths = tuple(str(p) for p in paths)
         self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
         if not isinstance(kernel, str):
@@ -155,6 +161,9 @@ class Sweep:
             raise UsageError(f"selection must be a Rule, a dict of its fields, 'auto' or None; got {selection!r}")
         self.rule = selection if selection is not None else Rule(top=0)  # "auto" is resolved on the device
         self.twins = bool(twins)
+        self.warm_start = bool(warm_start)
+        self._winners: list = []  # (dtype, shape, winning config) of the shapes done in this run: warm starts
+        self._winners_lock = threading.Lock()
         self.emit = Emitter(listeners)
         self._db = db
         self.store: Store | None = db if isinstance(db, Store) else None
@@ -197,7 +206,7 @@ class Sweep:
             plans = self._plan(lanes[0])  # user errors (too large, broken plugin) surface here, before any write
             self._check_configs(plans[0])
             if self.prune is not None:
-                self.prune.check(plans[0]["device"])
+                self.prune.check(plans[0]["device"], precompiling=precompiler is not None)
             if self.store is None:
                 self.store = Store(self._db if self._db is not None else ":memory:")
             if self.prune is not None:  # the next shapes' censuses compile while this one is timed
@@ -338,7 +347,10 @@ class Sweep:
         device = DeviceInfo(**plan["device"])
         default = Config.from_dict(plan["default"])
         space = self._space_of(plan)
-        if self.prune is not None:  # census: configs that spill or duplicate another's binary are not timed
+        # census: configs that spill or duplicate another's binary are not timed; with the census taken by the
+        # precompile pool, a config is judged when the search reaches it and its compile is done
+        judging = self.prune is not None and self.prune.from_pool and precompiler is not None
+        if self.prune is not None and not judging:
             space = self.prune(spec.name, shape, dtype, space, default, plan["device"], self.store)
         stored = self.store.trials_for(key)
         if self.retry_failed:
@@ -358,7 +370,7 @@ class Sweep:
             todo = [c.to_dict() for c in dict.fromkeys([default, *named.values()] + space) if (c, "full") not in stored]
             if todo:
                 batch = precompiler.submit(self._load_name, self.paths, shape, dtype, todo, per_config_s=self.timeout,
-                                           device=plan["device"], target=plan.get("target"))
+                                           device=plan["device"], target=plan.get("target"), census=judging)
 
         # Identical binaries: (hash, fidelity) -> the config timed for it; config -> the config whose measurement it
         # shares. Stored trials say which was which, so a resumed sweep keeps both.
@@ -391,6 +403,12 @@ class Sweep:
             if trial is None:
                 if batch is not None and batch.wait(config.to_dict(), self._stop) == "stopped":
                     raise _Stopped
+                if judging:  # the default is never left out, but its row goes to the census table too
+                    why = self.prune.judge(spec.name, shape, dtype, config, default, batch.census(config.to_dict()),
+                                           plan["device"], self.store, plan)
+                    if why is not None:  # not timed, not stored: a sweep without pruning measures it
+                        return Trial(spec.name, dict(shape), dtype, config, "skipped", f"census: {why}",
+                                     device=device.name, fidelity=fidelity)
                 self.emit(TrialStarted(spec.name, shape, dtype, config, i, total))
                 h = binary_of(config)
                 rep = timed_for.get((h, fidelity)) if h else None
@@ -415,9 +433,11 @@ class Sweep:
         strategy = self.strategy
         if self.strategy_name in SEEDED:  # same key -> same draws, so a resumed sweep re-draws what it stored
             seed = self.seed ^ int(key[:8], 16)
-            strategy = lambda s, e, b: self.strategy(s, e, b, seed=seed)  # noqa: E731
+            strategy = lambda s, e, b, **kw: self.strategy(s, e, b, seed=seed, **kw)  # noqa: E731
+            if self.strategy_name != "surrogate":
+                strategy = lambda s, e, b, _f=strategy: _f(s, e, b)  # noqa: E731 - only the surrogate takes known
         try:
-            explore(default, space, evaluate, strategy, self.budget, named.values())
+            explore(default, space, evaluate, strategy, self.budget, named.values(), warm=self._warm(shape, dtype))
         except _Stopped:
             result.stopped = True
         finally:
@@ -430,8 +450,27 @@ class Sweep:
                 result.stopped = True
         if not result.stopped:
             result.baselines = self._baselines(lane, plan, device)
+            if result.pick is not None:
+                with self._winners_lock:
+                    self._winners.append((dtype, dict(shape), result.pick.config))
         self.emit(ShapeDone(spec.name, result))
         return result
+
+    def _warm(self, shape: dict, dtype: str) -> list:
+        """The winners of the two shapes nearest ``shape`` along the batch axis (log distance) among those done in
+        this run with the same dtype and other axes; none without a budget (an exhaustive search times them anyway)
+        or with warm starts off."""
+        if not self.warm_start or self.budget is None:
+            return []
+        axis = self.spec.batch_axis
+        rest = {k: v for k, v in shape.items() if k != axis}
+        with self._winners_lock:
+            done = [(s, c) for d, s, c in self._winners
+                    if d == dtype and {k: v for k, v in s.items() if k != axis} == rest and s != shape]
+        if axis not in shape:
+            return []
+        near = sorted(done, key=lambda sc: abs(math.log(max(sc[0][axis], 1)) - math.log(max(shape[axis], 1))))
+        return list(dict.fromkeys(c for _, c in near[:2]))
 
     def _select(self, lane, plan: dict, result: SearchResult, twin_of: Callable):
         """The selection stage (strategies/selection.py): the shortlist and the default re-timed, interleaved, each

@@ -109,13 +109,32 @@ def planned(space: Sequence[Config], default: Config, budget: int | None, named:
 
 
 def explore(default: Config, space: Sequence[Config], evaluate: Callable, strategy: Callable,
-            budget: int | None, named: Iterable[Config] = ()) -> None:
+            budget: int | None, named: Iterable[Config] = (), warm: Iterable[Config] = ()) -> None:
     """The heuristic default is always measured first (so every result can say how far it is from the best), then
-    the named configs (SGLang's shipped entry, ...); the strategy then searches the rest of the space with what is
-    left of the budget. The named configs count against the budget but are measured even past it."""
+    the named configs (SGLang's shipped entry, ...), then ``warm`` (the winners of neighbouring shapes: see
+    Sweep's ``warm_start``) as far as the budget allows; the strategy then searches the rest of the space with what
+    is left of the budget. The named configs count against the budget but are measured even past it. A strategy
+    that takes ``known`` (the surrogate) is told every trial measured before it, so its model starts from them."""
     first = list(dict.fromkeys([default, *named]))
-    for config in first:
-        evaluate(config)
-    rest = [c for c in dict.fromkeys(space) if c not in first]
-    strategy(rest, evaluate, None if budget is None else max(0, budget - len(first)))
+    known = [evaluate(config) for config in first]
+    left = None if budget is None else max(0, budget - len(first))
+    in_space = set(space)
+    warm = [c for c in dict.fromkeys(warm) if c in in_space and c not in first][:left]
+    known += [evaluate(config) for config in warm]
+    rest = [c for c in dict.fromkeys(space) if c not in first and c not in warm]
+    left = None if left is None else left - len(warm)
+    if _takes_known(strategy):
+        strategy(rest, evaluate, left, known=known)
+    else:
+        strategy(rest, evaluate, left)
+
+
+def _takes_known(strategy: Callable) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(strategy).parameters
+    except (TypeError, ValueError):  # a builtin or a C callable: the plain three-argument call
+        return False
+    return "known" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
