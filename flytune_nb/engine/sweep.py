@@ -7,6 +7,7 @@ starts; re-running the same sweep against the same store replays what is stored 
 """
 from __future__ import annotations
 
+import functools
 import math
 import queue
 import threading
@@ -433,9 +434,8 @@ class Sweep:
         strategy = self.strategy
         if self.strategy_name in SEEDED:  # same key -> same draws, so a resumed sweep re-draws what it stored
             seed = self.seed ^ int(key[:8], 16)
-            strategy = lambda s, e, b, **kw: self.strategy(s, e, b, seed=seed, **kw)  # noqa: E731
-            if self.strategy_name != "surrogate":
-                strategy = lambda s, e, b, _f=strategy: _f(s, e, b)  # noqa: E731 - only the surrogate takes known
+            # a partial keeps the strategy's signature, so explore sees whether it takes ``known``
+            strategy = functools.partial(self.strategy, seed=seed)
         try:
             explore(default, space, evaluate, strategy, self.budget, named.values(), warm=self._warm(shape, dtype))
         except _Stopped:
