@@ -45,6 +45,11 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
+def prev_pow2(n: int) -> int:
+    """The largest power of two <= n (1 for n < 1)."""
+    return 1 << max(0, int(n).bit_length() - 1) if n >= 1 else 1
+
+
 def pow2_between(lo: int, hi: int) -> list[int]:
     """Powers of two p with lo <= p <= hi."""
     out, p = [], next_pow2(lo)

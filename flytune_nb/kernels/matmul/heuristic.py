@@ -13,18 +13,22 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
 - 64 < M <= 128: one 128-row tile (8 warps): BK=64 with 4 stages, or BK=128 with 5 stages when BN=32 (N=4096,
   M=96/128: 22.3-22.5 us against 37.3 with BK=64). A rule capping BM at 64 (BN 64) was 1.86x the best at M=96/128,
   N=14336 on the H200: two 64-row tiles read w's 117 MB twice. SPLIT_K as above where the tiles under-fill.
-- M > 128 on Hopper (the persistent TMA path, TMA=2; benchmarks/results/NVIDIA_H200/gemm_paths.md: 0.94-0.98x cuBLAS from M=1024 against
-  0.77-0.82x for pointer tiles), by how well each tile size fills the SMs' rounds (kit.spaces.wave_use):
+- M > 128 on Hopper (the persistent TMA path, TMA=2; benchmarks/results/NVIDIA_H200/gemm_paths.md: 0.94-0.98x cuBLAS
+  from M=1024 against 0.77-0.82x for pointer tiles), by how well each tile size fills the SMs' rounds
+  (kit.spaces.wave_use). H200 sweeps, L2 flushed (benchmarks/results/NVIDIA_H200/stores/gemm_mid_m.db, M=128-512 on
+  N,K = 4096,4096 / 12288,4096 / 14336,4096 / 4096,14336):
   128x256x64 on 8 warps, 3 stages (4 would not fit beside the output tile the TMA store stages) when its tiles fill
-  >= 90% (M=1024/4096, N=4096: the fastest of 13 tiles x 3 paths); else 128x128x64 on 4 warps, 4 stages when those
-  fill >= 90% over more than one round (M=1024, N=14336: 448 tiles of 128x256 fill 0.85 of 4 rounds, 896 of
-  128x128 0.97 of 7; 175.2 against 181.2 us); else, one round of 128x128 tiles filling >= 90%, the pointer tile on
-  8 warps with 5 stages (M=512, N=4096: 33.0 us, the sweep's best, against 46.0 on 4 warps and 3 stages); else
-  128x64x128 tiles on 4 warps, 4 stages when those fill >= 90% and 128x128 ones make at most one round (M=256,
-  N=4096: 128 tiles, 25.0 us, the best of the store's 32 timed there; at M=512, N=14336 128x256 tiles were 99.3 us
-  against 101.5 for the best narrower tile). Otherwise no tile size fills the rounds and the iterations are shared
-  out evenly instead (STREAM_K=1): on 128x256 tiles when there are at least half as many as SMs (M=256, N=14336: 112 tiles, 58.0 us
-  without stream-K, 0.82x cuBLAS), else on 128x128 tiles (M=256, N=6144: 48 of 128x256).
+  >= 90% (M=1024/4096, N=4096: the fastest of 13 tiles x 3 paths); else 128x128x64 on 4 warps when those fill >= 90%
+  over more than one round, with 5 stages up to three rounds (M=512, N=12288: 384 tiles, 77.6 against 85.2 us with
+  4) and 4 beyond (M=1024, N=14336: 896 tiles, 175.2 us); else, one round of 128x128 tiles filling >= 90%, that
+  tile on 8 warps with 5 stages (M=512, N=4096: 30.9 us, against 33.3 for the pointer tile); else 128x64x128 tiles
+  on 4 warps, 4 stages when those fill >= 90% and 128x128 ones make at most one round (M=256, N=4096: 128 tiles,
+  24.5 us, the sweep's best). Otherwise no tile size fills the rounds, and 128x128x64 on 4 warps, 5 stages takes
+  the partial round (M=256, N=14336: 58.7 us; M=512, N=14336: 102.1; M=256, N=12288: 56.3, 1.08x that sweep's best).
+  Stream-K (STREAM_K=1, in the space for the search) is never the default: wherever the H200 sweeps timed it
+  (stores/trust_resweep.db, gemm_mid_m.db) its best was 1.00-2.26x the best without it, except M=128, N=4096,
+  K=14336 (0.95x); at M=256, N=14336 83.4 us on 128x256 tiles against 58.7. Each program writes and reads back an fp32
+  partial of up to two tiles (128 KiB for 128x256), and its K loop restarts at every tile it enters.
 - M > 128 elsewhere (no TMA): 128x128x64 tiles on 4 warps, 3 stages, grouped by 8 row tiles so neighbouring programs
   reuse w's panel in L2 (the classic 128x256 on 8 warps was 1.14-1.17x behind on the exhaustive H200 sweeps at
   M=1024 and 4096, tests/fixtures/h200_gemm_sweeps.json). When 128x128 tiles would fill at most half the SMs, the
@@ -93,14 +97,12 @@ def _persistent(M: int, N: int, sms: int) -> tuple:
     if wave_use(t256, sms) >= FILLED:
         return 128, 256, 64, 8, 3, {"TMA": 2}
     if t128 > sms and wave_use(t128, sms) >= FILLED:
-        return 128, 128, 64, 4, 4, {"TMA": 2}
-    if wave_use(t128, sms) >= FILLED:  # one round of 128x128 tiles: one CTA per SM, pointer loads measured best
-        return 128, 128, 64, 8, 5, {}
+        return 128, 128, 64, 4, 5 if t128 <= 3 * sms else 4, {"TMA": 2}
+    if wave_use(t128, sms) >= FILLED:  # one round of 128x128 tiles: one CTA per SM
+        return 128, 128, 64, 8, 5, {"TMA": 2}
     if t128 <= sms and wave_use(t64, sms) >= FILLED:  # small problems only: a 128x64 tile reuses little
         return 128, 64, 128, 4, 4, {"TMA": 2}
-    if t256 >= sms / 2:
-        return 128, 256, 64, 8, 3, {"TMA": 2, "STREAM_K": 1}
-    return 128, 128, 64, 4, 4, {"TMA": 2, "STREAM_K": 1}
+    return 128, 128, 64, 4, 5, {"TMA": 2}
 
 
 def default(shape, dtype, device) -> Config:
