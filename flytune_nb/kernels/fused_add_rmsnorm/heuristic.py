@@ -5,8 +5,10 @@
   row-sized values alive, so it wants twice the warps rmsnorm would use. N=4096 bf16 -> 16 warps on NVIDIA; from
   M=24 to 256 (a row per SM, no more) the H200 sweeps favoured twice that again, 8 bytes a thread, up to 32 warps.
 - From M=512 rows on (more rows than SMs, several programs per SM), Inductor's two-pass form (kernel.py): 2 stages,
-  a block of half the row for power-of-two widths (4096 -> 2048, 8192 -> 4096) and a quarter otherwise (5120 ->
-  2048, 7168 -> 2048), at most 4096, on block/256 warps. H200 sweeps: at M=4096 the looped 2048-4096 blocks beat the
+  a block of half the padded row where the row fills more than 3/4 of it (4096 -> 2048, 8192 -> 4096, 7168 -> 4096)
+  and a quarter otherwise (5120 -> 2048), at most 4096, on block/256 warps. N=7168 at M=4096 / 16384 (graph replay,
+  stores/rows_wide.db): 4096 on 16 warps 59.5 / 222.9 us, level with torch.compile's 61.1 / 221.5, against 64.4 /
+  253.1 for a quarter block (2048 on 8). H200 sweeps: at M=4096 the looped 2048-4096 blocks beat the
   single pass at N=4096, 5120 and 8192 (45.6 against 46.1 us at 5120; 70.3 at 8192); at M=32768, N=4096 Inductor's
   looped kernel ran 255.6 us against our single pass's 264.7.
 - Wider rows: a looped 4 KiB block, 4 warps, 2 stages.
@@ -26,7 +28,7 @@ def default(shape, dtype, device) -> Config:
     if row * es > 32 * 1024:
         return Config({"BLOCK_N": 4096 // es}, num_warps=4, num_stages=2)
     if M >= MANY_ROWS and row >= 2048:
-        block = min(4096, row // 2 if N == row else row // 4)
+        block = min(4096, row // 2 if 4 * N > 3 * row else row // 4)
         # at most 8 elements a thread, and each lane's share one 16-byte load (on wave64: half the warps)
         warps = min(max_warps(device), block // 256, block * es // (lanes(device) * 16))
         return Config({"BLOCK_N": block}, num_warps=max(1, warps), num_stages=2)
