@@ -211,3 +211,22 @@ def test_softmax_vocabulary_rows_default_to_one_pass_or_a_split_row():
         big = spec.default({"M": M, "N": 152064}, "bf16", H200)
         assert big.get("SPLIT_N") is None and (big["BLOCK_N"], big.num_warps) == (8192, 32)
         assert big in spec.configs({"M": M, "N": 152064}, "bf16", H200)
+
+
+def test_wide_rows_not_a_power_of_two_default_to_what_the_h200_sweeps_timed_best():
+    """N=7168 bf16 at M=4096 and 16384 (stores/rows_wide.db, graph replay): rmsnorm's warps follow the row's 14 KiB,
+    not its 16 KiB block (8 warps: 30.8 / 114.1 us against 32.7 / 122.2 on 16); fused_add_rmsnorm loops over half
+    the padded row on 16 warps (59.5 / 222.9 us, level with torch.compile, against 64.4 / 253.1 for a quarter on 8).
+    Power-of-two rows keep their defaults."""
+    from tests.conftest import H200
+
+    rms, fused = get_kernel("rmsnorm"), get_kernel("fused_add_rmsnorm")
+    for M in (4096, 16384):
+        shape = {"M": M, "N": 7168}
+        assert rms.default(shape, "bf16", H200) == Config({"BLOCK_N": 8192}, num_warps=8, num_stages=1)
+        assert fused.default(shape, "bf16", H200) == Config({"BLOCK_N": 4096}, num_warps=16, num_stages=2)
+    assert rms.default({"M": 4096, "N": 4096}, "bf16", H200).num_warps == 8
+    assert rms.default({"M": 4096, "N": 8192}, "bf16", H200).num_warps == 16
+    assert fused.default({"M": 4096, "N": 4096}, "bf16", H200) == Config({"BLOCK_N": 2048}, num_warps=8,
+                                                                          num_stages=2)
+    assert fused.default({"M": 4096, "N": 5120}, "bf16", H200)["BLOCK_N"] == 2048  # 5120 fills 5/8 of 8192
