@@ -86,6 +86,30 @@ def package_root() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]).joinpath(*PACKAGE_CONFIGS)
 
 
+def shipped_entry(shape, device_name: str, *, down: bool = False):
+    """(Config, path, batch size) of the entry SGLang's own config folder has for this shape (E, N, M) on the device
+    named ``device_name`` (the running Triton's folder, else the newest that has the file, as SGLang looks), or None.
+    Reads files only: SGLang's code is never imported."""
+    import triton
+
+    from flytune_nb.core.config import Config
+
+    root = package_root()
+    if root is None:
+        return None
+    name = file_name(shape["E"], shape["N"], device_name, down=down)
+    try:
+        path, _ = resolve(root, name, triton.__version__)
+        if path is None:
+            return None
+        table = read_table(path)
+    except ArtifactError:
+        return None
+    m = nearest(table, shape["M"])
+    knobs = {k: v for k, v in table[m].items() if k != "USE_TMA"}
+    return Config.from_dict(knobs), path, m
+
+
 def serving_root() -> Path | None:
     """The folder a SGLang server started now would read: $SGLANG_MOE_CONFIG_DIR, else its package folder."""
     env = os.environ.get("SGLANG_MOE_CONFIG_DIR")

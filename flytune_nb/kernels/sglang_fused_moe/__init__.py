@@ -67,24 +67,9 @@ def shape_of(inputs):
 
 
 def shipped_entry(shape, device, *, down: bool = False):
-    """(Config, path, batch size) of the entry SGLang's own config folder has for this shape on this device (the
-    running Triton's folder, else the newest that has the file, as SGLang looks), or None."""
-    root = files.package_root()
-    if root is None:
-        return None
-    import triton
-
-    name = files.file_name(shape["E"], shape["N"], device.name, down=down)
-    try:
-        path, _ = files.resolve(root, name, triton.__version__)
-        if path is None:
-            return None
-        table = files.read_table(path)
-    except files.ArtifactError:
-        return None
-    m = files.nearest(table, shape["M"])
-    knobs = {k: v for k, v in table[m].items() if k != "USE_TMA"}
-    return Config.from_dict(knobs), path, m
+    """(Config, path, batch size) of the entry SGLang's own config folder has for this shape on this device, or
+    None (flytune_nb.artifacts.sglang.shipped_entry)."""
+    return files.shipped_entry(shape, device.name, down=down)
 
 
 def named_configs(shape, dtype, device):
