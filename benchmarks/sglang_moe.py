@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 from benchmarks.common import environment, int_list, need_gpu, parser, results_dir, write
 
@@ -31,6 +32,8 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 20
 SGLANG_EVALS = 1920  # SGLang's tuning script times its whole NVIDIA space per batch size
 TIE = 0.03  # flytune within 3% of shipped is a tie (one config re-timed on the H200 moved up to ~2%)
 SHIPPED = "SGLang shipped"
+TIMED = {"graph": "as SGLang's tuner times (10 calls captured in one CUDA graph, per call)",
+         "events": "one launch per sample with the L2 flushed"}
 
 
 def _args(argv=None):
@@ -44,9 +47,16 @@ def _args(argv=None):
                                                       "random | surrogate | halving | exhaustive")
     p.add_argument("--rep-ms", type=float, default=25.0, help="timing budget per config in ms (default 25)")
     p.add_argument("--rounds", type=int, default=2, help="side-by-side re-timings per config (default 2)")
+    p.add_argument("--timing", choices=("graph", "events"), default="graph",
+                   help="graph (default): 10 calls in one CUDA graph, as SGLang's tuner times its configs; events: "
+                        "one launch per sample, L2 flushed, where small batch sizes time the host's launch gaps")
     p.add_argument("--dtype", default=None, help="default bf16 (fp16 with --smoke)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes, 2 batch sizes: the CPU check of this script")
     p.add_argument("--name", default="sglang_moe", help="result file name (default: %(default)s)")
+    p.add_argument("--from-store", default=None, metavar="DB",
+                   help="no timing: report a finished sweep from its store (any machine with sglang installed): the "
+                        "sweep's own timings of the default, the shipped entry and the search's best, and the "
+                        "selection stage's interleaved re-timings where the shipped entry was one of its contenders")
     return p.parse_args(argv)
 
 
@@ -65,12 +75,122 @@ def _fastest(trials):
     return bad[0] if bad else min(trials, key=lambda t: t.p50)
 
 
-def _us(t) -> str:
-    return f"{t.p50 * 1e3:.1f}" if t is not None and t.ok else ("-" if t is None else t.status)
+def _spread(trials):
+    """(slowest - fastest) / fastest median over the rounds: how far one config's re-timings moved."""
+    ok = [t.p50 for t in trials if t.ok]
+    return (max(ok) - min(ok)) / min(ok) if len(ok) > 1 else None
+
+
+def _geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _report_from_store(args) -> int:
+    """The per-M comparison from a finished sweep's store, without a GPU: the sweep timed every config under one
+    timer (``timing``), and the selection stage re-timed its contenders (the three fastest and the default) in
+    interleaved rounds; where the shipped entry was among them those re-timings decide, else the sweep's."""
+    import json
+    import sqlite3
+    import statistics
+
+    from flytune_nb.core.config import Config
+    from flytune_nb.artifacts.sglang import shipped_entry
+
+    con = sqlite3.connect(args.from_store)
+    device, started, info = con.execute("select device, min(started), device_info from runs").fetchone()
+    toolchain = json.loads(con.execute("select toolchain from trials where status='ok' limit 1").fetchone()[0])
+    dtype = args.dtype or ("fp16" if args.smoke else "bf16")
+    models = SMOKE if args.smoke else {k: MODELS[k] for k in args.models.split(",")}
+    payload = {"from_store": Path(args.from_store).name, "device": device, "device_info": json.loads(info),
+               "swept": started, "toolchain": toolchain, "timing": args.timing, "dtype": dtype, "models": {}}
+    md = [f"# SGLang's fused-MoE kernel: flytune's search vs SGLang's shipped configs vs its default ({dtype}, "
+          f"{args.timing} timing)", "",
+          f"{device}, swept {started} UTC (Triton {toolchain.get('triton')}, torch {toolchain.get('torch')}); "
+          f"report built from the store `{Path(args.from_store).name}` (`--from-store`), no timing of its own. "
+          f"Timed {TIMED[args.timing]}. Per batch size: the sweep's p50 of SGLang's default, SGLang's shipped entry "
+          f"and flytune's best (the search without the shipped entry), us; \"interleaved\": the selection stage's "
+          f"5 alternating re-timings (median) of its contenders, the sweep's three fastest and the default, when the "
+          f"shipped entry was one of them, else \"-\" (three of flytune's configs timed faster than it). Verdict: "
+          f"interleaved where there, else the sweep's. Tie band {TIE:.0%}.", ""]
+    summary = []
+    for model, dims in models.items():
+        rows, verdicts, beyond = [], [], []
+        for M in args.m or ([1, 5] if args.smoke else BATCH_SIZES):
+            shape = {"M": M, **dims}
+            key = json.dumps(shape, separators=(",", ":"))
+            trials = con.execute("select config, p50, is_default from trials where kernel='sglang_fused_moe' and "
+                                 "shape=? and dtype=? and status='ok' and fidelity='full' and timing=?",
+                                 (key, dtype, args.timing)).fetchall()
+            if not trials:
+                continue
+            found = shipped_entry(shape, device)
+            shipped = found[0] if found else None
+            timed = {Config.from_json(c): p for c, p, _ in trials}
+            default = next(Config.from_json(c) for c, _, d in trials if d)
+            own = {c: p for c, p in timed.items() if c != shipped}
+            best = min(own, key=own.get)
+            rounds: dict = {}
+            for c, p in con.execute("select config, p50 from retimes where kernel='sglang_fused_moe' and shape=? "
+                                    "and status='ok' and timing=?", (key, args.timing)):
+                rounds.setdefault(Config.from_json(c), []).append(p)
+            med = {c: statistics.median(v) for c, v in rounds.items()}
+            winner = con.execute("select winner from selections where kernel='sglang_fused_moe' and shape=? and "
+                                 "timing=?", (key, args.timing)).fetchone()
+            export = Config.from_json(winner[0]) if winner else None
+            sweep_ratio = timed[shipped] / own[best] if shipped in timed else None
+            inter = None
+            if shipped in med and any(c != shipped for c in med):
+                inter = med[shipped] / min(v for c, v in med.items() if c != shipped)
+            verdict = inter if inter is not None else sweep_ratio
+            if verdict is not None:
+                verdicts.append(verdict)
+                if verdict < 1 - TIE:
+                    beyond.append(M)
+            rows.append({"M": M, "default_us": timed[default] * 1e3, "shipped_us": timed[shipped] * 1e3 if shipped in timed else None,
+                         "flytune_us": own[best] * 1e3, "shipped_over_flytune_sweep": sweep_ratio,
+                         "shipped_over_flytune_interleaved": inter, "verdict": verdict,
+                         "default_over_flytune": timed[default] / own[best], "evaluations": len(timed),
+                         "flytune_config": str(best), "shipped_config": str(shipped) if shipped else None,
+                         "export_config": str(export) if export else None,
+                         "export_is_shipped": export is not None and export == shipped})
+        if not rows:
+            line = f"{model}: no {dtype} {args.timing}-timed trials of it in {Path(args.from_store).name}"
+            summary.append(line)
+            print(line, flush=True)
+            continue
+        geo = _geomean(verdicts)
+        payload["models"][model] = {"shape": dims, "rows": rows, "geomean_shipped_over_flytune": geo,
+                                    "beyond_tie": beyond, "max_evaluations": max(r["evaluations"] for r in rows)}
+        md += [f"## {model}: E={dims['E']} N={dims['N']} K={dims['K']} top-{dims['topk']}", "",
+               "| M | default | SGLang shipped | flytune | shipped / flytune (sweep) | interleaved | default / "
+               "flytune | export | flytune config | shipped config |", "|---|---|---|---|---|---|---|---|---|---|"]
+        ratio = lambda v: "-" if v is None else f"{v:.3f}x"  # noqa: E731
+        for r in rows:
+            shipped_cell = "-" if r["shipped_us"] is None else f"{r['shipped_us']:.1f}"
+            md.append(f"| {r['M']} | {r['default_us']:.1f} | {shipped_cell} | {r['flytune_us']:.1f} | "
+                      f"{ratio(r['shipped_over_flytune_sweep'])} | {ratio(r['shipped_over_flytune_interleaved'])} | "
+                      f"{r['default_over_flytune']:.2f}x | {'shipped' if r['export_is_shipped'] else 'flytune'} | "
+                      f"`{r['flytune_config']}` | `{r['shipped_config'] or '-'}` |")
+        line = (f"{model}: geomean shipped / flytune {geo:.3f}x over {len(verdicts)} batch sizes; " if geo else
+                f"{model}: no shipped file for {device} (nothing to compare against); ")
+        if geo:
+            line += (f"slower than shipped beyond {TIE:.0%} at M={beyond}; " if beyond else
+                     "none slower than shipped beyond the tie band; ")
+        line += (f"at most {payload['models'][model]['max_evaluations']} evaluations per batch size "
+                  f"({payload['models'][model]['max_evaluations'] / SGLANG_EVALS:.1%} of SGLang's {SGLANG_EVALS})")
+        summary.append(line)
+        md += ["", line, ""]
+        print(line, flush=True)
+    con.close()
+    md += ["## Summary", ""] + [f"- {x}" for x in summary] + [""]
+    write(args.name, payload, "\n".join(md), results_dir(args.out, device=device))
+    return 0
 
 
 def main(argv=None) -> int:
     args = _args(argv)
+    if args.from_store:
+        return _report_from_store(args)
     if not args.smoke:
         need_gpu("sglang_moe")
     from flytune_nb.artifacts.export import export
@@ -90,15 +210,19 @@ def main(argv=None) -> int:
     spec = get_kernel("sglang_fused_moe")
     out = results_dir(args.out)
     store = Store(out / f"{args.name}.db")
-    timer = make_timer(dev) if not dev.is_gpu else make_timer(dev, rep_ms=args.rep_ms, warmup_ms=5.0)
+    graph = args.timing == "graph"
+    timer = make_timer(dev, graph=graph) if not dev.is_gpu else make_timer(dev, rep_ms=args.rep_ms, warmup_ms=5.0,
+                                                                            graph=graph)
     payload = {"env": environment(), "sglang": spec.extra["sglang_version"], "path": spec.extra["path"],
-               "strategy": strategy, "budget": args.budget, "dtype": dtype, "models": {}}
+               "strategy": strategy, "budget": args.budget, "dtype": dtype, "timing": args.timing, "models": {}}
     md = [f"# SGLang's fused-MoE kernel: flytune's search vs SGLang's shipped configs vs its default ({dtype})", "",
           f"{dev.name}, SGLang {spec.extra['sglang_version']} (its kernel via the `{spec.extra['path']}` path), "
           f"Triton {payload['env']['triton']}, torch {payload['env']['torch']}, {payload['env']['date']}. Search: "
           f"{strategy}, at most {args.budget} evaluations per batch size (SGLang's script: {SGLANG_EVALS}), "
           f"default and shipped entry first. Side by side: each config re-timed {args.rounds}x alternating, "
-          f"fastest median kept (us). flytune = the search's best without the shipped entry; tie band {TIE:.0%}.",
+          f"fastest median kept (us), timed {TIMED[args.timing]}. flytune = the search's best without the shipped "
+          f"entry; export = what `flytune export` writes (the best of everything timed, shipped entry included); "
+          f"tie band {TIE:.0%}.",
           ""]
     summary = []
     for model, dims in models.items():
@@ -106,54 +230,77 @@ def main(argv=None) -> int:
         grid = f"M={','.join(map(str, ms))} " + " ".join(f"{k}={v}" for k, v in dims.items())
         results = Sweep("sglang_fused_moe", grid, [dtype], db=store, strategy=strategy, budget=args.budget,
                         baselines=(), timer={"rep_ms": args.rep_ms} if dev.is_gpu else None,
-                        isolate=not args.smoke).run()
+                        timing=args.timing, isolate=not args.smoke).run()
         sweep_s = time.perf_counter() - t0
-        rows, ratios, beyond, evals = [], [], [], []
+        rows, ratios, beyond, evals, ex_ratios, ex_beyond = [], [], [], [], [], []
         for r in results:
             shape, shipped = r.shape, r.named.get(SHIPPED)
             own = [t for t in r.trials if t.ok and t.fidelity == "full" and t.config != shipped]
             best = min(own, key=lambda t: t.p50).config if own else r.default
+            exported = r.best.config if r.best else None
             picks = {"default": r.default, "shipped": shipped, "flytune": best}
+            if exported is not None and exported not in picks.values():
+                picks["export"] = exported
             timed = {k: [] for k, c in picks.items() if c is not None}
-            for _ in range(max(1, args.rounds)):  # interleaved, so a slow spell hits all three alike
+            for _ in range(max(1, args.rounds)):  # interleaved, so a slow spell hits all of them alike
                 for k in timed:
                     timed[k].append(evaluate(spec, shape, dtype, picks[k], dev, timer))
             t = {k: _fastest(v) for k, v in timed.items()}
             f, s, d = t["flytune"], t.get("shipped"), t["default"]
+            # the export is one of the configs timed above (the shipped entry where nothing beat it in the sweep)
+            e = t.get("export") or next((t[k] for k, c in picks.items() if c == exported and k in t), None)
             vs_shipped = s.p50 / f.p50 if s is not None and s.ok and f.ok else None
             vs_default = d.p50 / f.p50 if d.ok and f.ok else None
+            ex_vs_shipped = s.p50 / e.p50 if s is not None and s.ok and e is not None and e.ok else None
             n_evals = len({x.config for x in r.trials})
             evals.append(n_evals)
             if vs_shipped is not None:
                 ratios.append(vs_shipped)
                 if vs_shipped < 1 - TIE:
                     beyond.append(shape["M"])
+            if ex_vs_shipped is not None:
+                ex_ratios.append(ex_vs_shipped)
+                if ex_vs_shipped < 1 - TIE:
+                    ex_beyond.append(shape["M"])
+            spread = {k: _spread(v) for k, v in timed.items()}
             rows.append({"M": shape["M"], "default_us": d.p50 * 1e3 if d.ok else None,
                          "shipped_us": s.p50 * 1e3 if s is not None and s.ok else None,
                          "flytune_us": f.p50 * 1e3 if f.ok else None, "shipped_over_flytune": vs_shipped,
-                         "default_over_flytune": vs_default, "evaluations": n_evals, "flytune_config": str(best),
+                         "default_over_flytune": vs_default, "export_us": e.p50 * 1e3 if e is not None and e.ok
+                         else None, "shipped_over_export": ex_vs_shipped, "round_spread": spread,
+                         "evaluations": n_evals, "flytune_config": str(best),
                          "shipped_config": str(shipped) if shipped else None, "default_config": str(r.default),
-                         "export_config": str(r.best.config) if r.best else None,
+                         "export_config": str(exported) if exported else None,
+                         "export_is": next((k for k, c in picks.items() if c == exported), None),
                          "wrong": [k for k, x in t.items() if x.status == "wrong"]})
-        geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+        geo = _geomean(ratios)
+        ex_geo = _geomean(ex_ratios)
         payload["models"][model] = {"shape": dims, "rows": rows, "geomean_shipped_over_flytune": geo,
-                                    "beyond_tie": beyond, "sweep_s": sweep_s, "max_evaluations": max(evals),
-                                    "total_evaluations": sum(evals)}
+                                    "beyond_tie": beyond, "geomean_shipped_over_export": ex_geo,
+                                    "export_beyond_tie": ex_beyond, "sweep_s": sweep_s,
+                                    "max_evaluations": max(evals), "total_evaluations": sum(evals)}
         md += [f"## {model}: E={dims['E']} N={dims['N']} K={dims['K']} top-{dims['topk']}", "",
-               "| M | default | SGLang shipped | flytune | shipped / flytune | default / flytune | evaluations | "
-               "flytune config | shipped config |", "|---|---|---|---|---|---|---|---|---|"]
-        for row, r in zip(rows, results):
+               "| M | default | SGLang shipped | flytune | export | shipped / flytune | shipped / export | "
+               "default / flytune | spread of rounds (max) | evaluations | flytune config | shipped config |",
+               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for row in rows:
             cell = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
             ratio = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
+            worst = max((v for v in row["round_spread"].values() if v is not None), default=None)
             md.append(f"| {row['M']} | {cell(row['default_us'])} | {cell(row['shipped_us'])} | "
-                      f"{cell(row['flytune_us'])} | {ratio(row['shipped_over_flytune'])} | "
-                      f"{ratio(row['default_over_flytune'])} | {row['evaluations']} | `{row['flytune_config']}` | "
-                      f"`{row['shipped_config'] or '-'}` |")
+                      f"{cell(row['flytune_us'])} | {cell(row['export_us'])} ({row['export_is'] or '-'}) | "
+                      f"{ratio(row['shipped_over_flytune'])} | {ratio(row['shipped_over_export'])} | "
+                      f"{ratio(row['default_over_flytune'])} | {'-' if worst is None else f'{worst:.1%}'} | "
+                      f"{row['evaluations']} | `{row['flytune_config']}` | `{row['shipped_config'] or '-'}` |")
         line = (f"{model}: geomean shipped / flytune {geo:.3f}x over {len(ratios)} batch sizes" if geo else
                 f"{model}: no shipped file for {dev.name} (nothing to compare against)")
         line += (f"; slower than shipped beyond {TIE:.0%} at M={beyond}" if beyond else "; none slower beyond the "
-                 "tie band") + (f"; at most {max(evals)} evaluations per batch size ({max(evals) / SGLANG_EVALS:.1%} "
-                                f"of SGLang's {SGLANG_EVALS}); sweep {sweep_s:.0f} s")
+                 "tie band")
+        if ex_geo:
+            line += (f"; export: geomean shipped / export {ex_geo:.3f}x, " +
+                     (f"slower beyond {TIE:.0%} at M={ex_beyond}" if ex_beyond else "none slower beyond the band"))
+        line += (f"; at most {max(evals)} evaluations per batch size ({max(evals) / SGLANG_EVALS:.1%} of SGLang's "
+                 f"{SGLANG_EVALS}); sweep {sweep_s:.0f} s")
         summary.append(line)
         md += ["", line, ""]
         print(line, flush=True)

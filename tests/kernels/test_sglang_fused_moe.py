@@ -337,6 +337,22 @@ def test_benchmark_smoke_compares_searched_shipped_and_default(tmp_path, monkeyp
     assert all(r["shipped_us"] and r["flytune_us"] and r["default_us"] for r in a["rows"]) and not any(
         r["wrong"] for r in a["rows"])
     assert a["geomean_shipped_over_flytune"] > 0 and b["geomean_shipped_over_flytune"] is None  # no file for b
+    # the export is one of the configs re-timed side by side, and is compared with the shipped entry too
+    assert res["timing"] == "graph" and a["geomean_shipped_over_export"] > 0
+    for r in a["rows"]:
+        assert r["export_is"] in ("default", "shipped", "flytune", "export") and r["export_us"] > 0
+        assert r["shipped_over_export"] == pytest.approx(r["shipped_us"] / r["export_us"])
+    # the same comparison rebuilt from the store alone (what a CPU machine does with a GPU run's store)
+    assert bench(["sglang_moe", "--smoke", "--from-store", str(tmp_path / "res" / "sglang_moe.db"), "--name",
+                  "from_store", "--out", str(tmp_path / "res")]) == 0
+    rep = json.loads((tmp_path / "res" / "from_store.json").read_text())["models"]["tiny-a"]
+    assert [r["M"] for r in rep["rows"]] == [1, 5]
+    for r, swept in zip(rep["rows"], a["rows"]):
+        assert r["shipped_config"] == swept["shipped_config"]  # the same shipped entry, found from files alone
+        inter, sweep = r["shipped_over_flytune_interleaved"], r["shipped_over_flytune_sweep"]
+        assert sweep > 0 and r["verdict"] == (inter if inter is not None else sweep)
+        # flytune is the fastest of the search's own trials, the default among them unless it is the shipped entry
+        assert r["flytune_us"] <= r["default_us"] or swept["default_config"] == swept["shipped_config"]
     assert {Path(p).name for p in res["exports"]} == {"E=4,N=64,device_name=CPU_interpreter.json",
                                                        "E=8,N=32,device_name=CPU_interpreter.json"}
     assert "shipped / flytune" in (tmp_path / "res" / "sglang_moe.md").read_text()
