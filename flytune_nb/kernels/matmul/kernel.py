@@ -17,7 +17,8 @@ Two knobs spread K over more programs when the output tiles alone would leave SM
   64 tiles of 16x64 for 132 SMs; split in 2 every SM streams its share of w.
 - STREAM_K=1 (persistent TMA path, TMA=2): the programs share out the (tile, K step) iterations evenly, so the last
   wave is never partly idle: M=256, N=14336 makes 112 tiles of 128x256 for 132 SMs (85% busy); stream-K gives each
-  program 54.3 of the 7168 iterations.
+  program 54.3 of the 7168 iterations. On the H200 it lost wherever the sweeps timed it but one shape (83.4 us there
+  against 58.7 for 128x128 tiles without it), so the heuristic never picks it; the search still may.
 
 Both reduce a tile cut between programs the same deterministic way, in one launch: every program that holds part of
 a tile stores its fp32 partial in a scratch buffer, then increments the tile's arrival counter (acq_rel); the one
