@@ -8,7 +8,7 @@ Rule:
   per thread to cover HBM latency without spilling (N=4096 bf16 -> 8 warps; N=1024 -> 2 warps; at most 16), counted
   on the row itself, not on its power-of-two block, and rounded down: N=7168 bf16 -> 8 warps, not the 16 of a full
   8192 (H200, graph replay, stores/rows_wide.db: M=4096 30.8 against 32.7 us, M=16384 114.1 against 122.2), and
-  N=5120 -> 8 (its committed H200 export: 8-warp 8192 blocks won at M=8-512 and 3072); at
+  N=5120 -> 8 (its committed H200 export: 8-warp 8192 blocks won at M=256, 512 and 3072); at
   M <= 128 there are fewer rows than SMs, each row's program is alone on its SM, and half that (16 bytes, up to 32
   warps) spreads its loads over more threads. The split at M=128 is what analysis/fit.py found on the H200 sweeps
   (benchmarks/results/NVIDIA_H200/stores/h200_sweeps.db, 72 bf16 shapes): regret 1.005 against 1.017 for the 32-byte rule everywhere,
