@@ -19,6 +19,7 @@ sglang package (docs/sglang.md). --smoke: tiny shapes through the interpreter (f
 """
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import time
 from pathlib import Path
@@ -81,6 +82,13 @@ def _spread(trials):
     return (max(ok) - min(ok)) / min(ok) if len(ok) > 1 else None
 
 
+def _which(config, named: dict) -> str:
+    """The name of the first of ``named`` that is ``config``: "another" for a config none of them is, "-" for none."""
+    if config is None:
+        return "-"
+    return next((k for k, c in named.items() if c == config), "another")
+
+
 def _geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
@@ -96,22 +104,32 @@ def _report_from_store(args) -> int:
     from flytune_nb.core.config import Config
     from flytune_nb.artifacts.sglang import shipped_entry
 
+    from flytune_nb.errors import UsageError
+
+    if not Path(args.from_store).is_file():
+        raise UsageError(f"--from-store {args.from_store}: no such file")
     con = sqlite3.connect(args.from_store)
     device, started, info = con.execute("select device, min(started), device_info from runs").fetchone()
-    toolchain = json.loads(con.execute("select toolchain from trials where status='ok' limit 1").fetchone()[0])
+    first = con.execute("select toolchain from trials where kernel='sglang_fused_moe' and status='ok' limit 1").fetchone()
+    if device is None or first is None:
+        raise UsageError(f"--from-store {args.from_store}: no sglang_fused_moe trial that ran")
+    toolchain = json.loads(first[0])
+    sglang_version = importlib.metadata.version("sglang")
     dtype = args.dtype or ("fp16" if args.smoke else "bf16")
     models = SMOKE if args.smoke else {k: MODELS[k] for k in args.models.split(",")}
     payload = {"from_store": Path(args.from_store).name, "device": device, "device_info": json.loads(info),
-               "swept": started, "toolchain": toolchain, "timing": args.timing, "dtype": dtype, "models": {}}
+               "swept": started, "toolchain": toolchain, "shipped_from": f"sglang {sglang_version}", "timing": args.timing, "dtype": dtype, "models": {}}
     md = [f"# SGLang's fused-MoE kernel: flytune's search vs SGLang's shipped configs vs its default ({dtype}, "
           f"{args.timing} timing)", "",
           f"{device}, swept {started} UTC (Triton {toolchain.get('triton')}, torch {toolchain.get('torch')}); "
-          f"report built from the store `{Path(args.from_store).name}` (`--from-store`), no timing of its own. "
+          f"report built from the store `{Path(args.from_store).name}` (`--from-store`), no timing of its own; the "
+          f"shipped entries are those of the installed SGLang {sglang_version} for that Triton. "
           f"Timed {TIMED[args.timing]}. Per batch size: the sweep's p50 of SGLang's default, SGLang's shipped entry "
           f"and flytune's best (the search without the shipped entry), us; \"interleaved\": the selection stage's "
           f"5 alternating re-timings (median) of its contenders, the sweep's three fastest and the default, when the "
           f"shipped entry was one of them, else \"-\" (three of flytune's configs timed faster than it). Verdict: "
-          f"interleaved where there, else the sweep's. Tie band {TIE:.0%}.", ""]
+          f"interleaved where there, else the sweep's. Export: the config `flytune export` writes (the selection stage's "
+          f"pick against the default). Tie band {TIE:.0%}.", ""]
     summary = []
     for model, dims in models.items():
         rows, verdicts, beyond = [], [], []
@@ -121,13 +139,13 @@ def _report_from_store(args) -> int:
             trials = con.execute("select config, p50, is_default from trials where kernel='sglang_fused_moe' and "
                                  "shape=? and dtype=? and status='ok' and fidelity='full' and timing=?",
                                  (key, dtype, args.timing)).fetchall()
-            if not trials:
-                continue
-            found = shipped_entry(shape, device)
+            found = shipped_entry(shape, device, triton_version=toolchain.get("triton"))
             shipped = found[0] if found else None
             timed = {Config.from_json(c): p for c, p, _ in trials}
-            default = next(Config.from_json(c) for c, _, d in trials if d)
+            default = next((Config.from_json(c) for c, _, d in trials if d), None)
             own = {c: p for c, p in timed.items() if c != shipped}
+            if default is None or not own:  # nothing to compare at this M (a sweep stopped early, or all failed)
+                continue
             best = min(own, key=own.get)
             rounds: dict = {}
             for c, p in con.execute("select config, p50 from retimes where kernel='sglang_fused_moe' and shape=? "
@@ -152,7 +170,7 @@ def _report_from_store(args) -> int:
                          "default_over_flytune": timed[default] / own[best], "evaluations": len(timed),
                          "flytune_config": str(best), "shipped_config": str(shipped) if shipped else None,
                          "export_config": str(export) if export else None,
-                         "export_is_shipped": export is not None and export == shipped})
+                         "export_is": _which(export, {"shipped": shipped, "flytune": best, "default": default})})
         if not rows:
             line = f"{model}: no {dtype} {args.timing}-timed trials of it in {Path(args.from_store).name}"
             summary.append(line)
@@ -169,7 +187,7 @@ def _report_from_store(args) -> int:
             shipped_cell = "-" if r["shipped_us"] is None else f"{r['shipped_us']:.1f}"
             md.append(f"| {r['M']} | {r['default_us']:.1f} | {shipped_cell} | {r['flytune_us']:.1f} | "
                       f"{ratio(r['shipped_over_flytune_sweep'])} | {ratio(r['shipped_over_flytune_interleaved'])} | "
-                      f"{r['default_over_flytune']:.2f}x | {'shipped' if r['export_is_shipped'] else 'flytune'} | "
+                      f"{r['default_over_flytune']:.2f}x | {r['export_is'] if r['export_is'] != 'another' else '`' + r['export_config'] + '`'} | "
                       f"`{r['flytune_config']}` | `{r['shipped_config'] or '-'}` |")
         line = (f"{model}: geomean shipped / flytune {geo:.3f}x over {len(verdicts)} batch sizes; " if geo else
                 f"{model}: no shipped file for {device} (nothing to compare against); ")

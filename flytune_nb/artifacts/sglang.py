@@ -86,20 +86,22 @@ def package_root() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]).joinpath(*PACKAGE_CONFIGS)
 
 
-def shipped_entry(shape, device_name: str, *, down: bool = False):
+def shipped_entry(shape, device_name: str, *, down: bool = False, triton_version: str | None = None):
     """(Config, path, batch size) of the entry SGLang's own config folder has for this shape (E, N, M) on the device
-    named ``device_name`` (the running Triton's folder, else the newest that has the file, as SGLang looks), or None.
-    Reads files only: SGLang's code is never imported."""
-    import triton
-
+    named ``device_name`` (``triton_version``'s folder, by default the running Triton's, else the newest that has the
+    file, as SGLang looks), or None. Reads files only: SGLang's code is never imported."""
     from flytune_nb.core.config import Config
 
+    if triton_version is None:
+        import triton
+
+        triton_version = triton.__version__
     root = package_root()
     if root is None:
         return None
     name = file_name(shape["E"], shape["N"], device_name, down=down)
     try:
-        path, _ = resolve(root, name, triton.__version__)
+        path, _ = resolve(root, name, triton_version)
         if path is None:
             return None
         table = read_table(path)

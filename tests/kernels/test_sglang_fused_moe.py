@@ -337,22 +337,34 @@ def test_benchmark_smoke_compares_searched_shipped_and_default(tmp_path, monkeyp
     assert all(r["shipped_us"] and r["flytune_us"] and r["default_us"] for r in a["rows"]) and not any(
         r["wrong"] for r in a["rows"])
     assert a["geomean_shipped_over_flytune"] > 0 and b["geomean_shipped_over_flytune"] is None  # no file for b
-    # the export is one of the configs re-timed side by side, and is compared with the shipped entry too
+    # the export is the store's selection winner, re-timed beside the others and compared with the shipped entry
+    import sqlite3
+
+    from benchmarks.sglang_moe import SMOKE
+    from flytune_nb.core.config import Config
+
+    con = sqlite3.connect(tmp_path / "res" / "sglang_moe.db")
+    winners = {json.loads(shape)["M"]: str(Config.from_json(w)) for shape, w in con.execute(
+        "select shape, winner from selections") if json.loads(shape)["N"] == SMOKE["tiny-a"]["N"]}
     assert res["timing"] == "graph" and a["geomean_shipped_over_export"] > 0
     for r in a["rows"]:
-        assert r["export_is"] in ("default", "shipped", "flytune", "export") and r["export_us"] > 0
-        assert r["shipped_over_export"] == pytest.approx(r["shipped_us"] / r["export_us"])
+        assert r["export_config"] == winners[r["M"]]
+        named = {"default": r["default_config"], "shipped": r["shipped_config"], "flytune": r["flytune_config"]}
+        assert r["export_is"] == next((k for k, c in named.items() if c == winners[r["M"]]), "export")
     # the same comparison rebuilt from the store alone (what a CPU machine does with a GPU run's store)
     assert bench(["sglang_moe", "--smoke", "--from-store", str(tmp_path / "res" / "sglang_moe.db"), "--name",
                   "from_store", "--out", str(tmp_path / "res")]) == 0
     rep = json.loads((tmp_path / "res" / "from_store.json").read_text())["models"]["tiny-a"]
     assert [r["M"] for r in rep["rows"]] == [1, 5]
     for r, swept in zip(rep["rows"], a["rows"]):
+        timed = {str(Config.from_json(c)): p * 1e3 for c, p in con.execute(
+            "select config, p50 from trials where status='ok' and fidelity='full' and shape=?",
+            (json.dumps({"M": r["M"], **SMOKE["tiny-a"]}, separators=(",", ":")),))}
         assert r["shipped_config"] == swept["shipped_config"]  # the same shipped entry, found from files alone
-        inter, sweep = r["shipped_over_flytune_interleaved"], r["shipped_over_flytune_sweep"]
-        assert sweep > 0 and r["verdict"] == (inter if inter is not None else sweep)
-        # flytune is the fastest of the search's own trials, the default among them unless it is the shipped entry
-        assert r["flytune_us"] <= r["default_us"] or swept["default_config"] == swept["shipped_config"]
+        assert r["shipped_us"] == pytest.approx(timed[swept["shipped_config"]])
+        assert r["flytune_us"] == pytest.approx(min(v for c, v in timed.items() if c != swept["shipped_config"]))
+        assert r["export_config"] == winners[r["M"]]
+    con.close()
     assert {Path(p).name for p in res["exports"]} == {"E=4,N=64,device_name=CPU_interpreter.json",
                                                        "E=8,N=32,device_name=CPU_interpreter.json"}
     assert "shipped / flytune" in (tmp_path / "res" / "sglang_moe.md").read_text()

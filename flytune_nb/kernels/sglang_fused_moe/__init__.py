@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 from flytune_nb.artifacts import sglang as files  # noqa: E402
 from flytune_nb.core.key import code_tokens, source_fingerprint  # noqa: E402
-from flytune_nb.kit import Config, KernelSpec, itemsize, to_torch  # noqa: E402
+from flytune_nb.kit import KernelSpec, itemsize, to_torch  # noqa: E402
 
 from .configs import configs  # noqa: E402
 from .heuristic import default  # noqa: E402
