@@ -24,9 +24,11 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   tile on 8 warps with 5 stages (M=512, N=4096: 30.9 us, against 33.3 for the pointer tile); else 128x64x128 tiles
   on 4 warps, 4 stages when those fill >= 90% and 128x128 ones make at most one round (M=256, N=4096: 128 tiles,
   24.5 us, the sweep's best). Otherwise no tile size fills the rounds, and 128x128x64 on 4 warps, 5 stages takes
-  the partial round (M=256, N=14336: 58.7 us; M=512, N=14336: 102.1; M=256, N=12288: 56.3, 1.08x that sweep's best).
+  the partial round (M=512, N=14336: 102.1 us, the sweep's best; M=256, N=12288: 56.3, 1.08x that sweep's best;
+  M=256, N=14336: 58.7 us on 8 warps in the sweep, and on 4 warps 52.2 us under graph replay against 57.1 for the
+  committed 4-stage export, benchmarks/results/NVIDIA_H200/serving_vs_torch.md).
   Stream-K (STREAM_K=1, in the space for the search) is never the default: wherever the H200 sweeps timed it
-  (stores/trust_resweep.db, gemm_mid_m.db) its best was 1.00-2.26x the best without it, except M=128, N=4096,
+  (stores/trust_resweep.db, gemm_mid_m.db) its best was 1.005-2.82x the best without it, except M=128, N=4096,
   K=14336 (0.95x); at M=256, N=14336 83.4 us on 128x256 tiles against 58.7. Each program writes and reads back an fp32
   partial of up to two tiles (128 KiB for 128x256), and its K loop restarts at every tile it enters.
 - M > 128 elsewhere (no TMA): 128x128x64 tiles on 4 warps, 3 stages, grouped by 8 row tiles so neighbouring programs
