@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import triton
 
+from flytune_nb.kit import Config
+
 from .kernel import base
 
 
@@ -19,7 +21,7 @@ def up_config(shape, dtype, device):
             if path is not None:
                 table = files.read_table(path)
                 knobs = {k: v for k, v in table[files.nearest(table, shape["M"])].items() if k != "USE_TMA"}
-                return base().package.Config.from_dict(knobs)
+                return Config.from_dict(knobs)
         except files.ArtifactError:
             pass
     return base().heuristic.default(shape, dtype, device)
