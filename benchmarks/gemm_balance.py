@@ -1,0 +1,175 @@
+"""At decode and mid M (1-128), which tile width and K split reach cuBLAS, and does balancing programs over the SMs decide it?
+
+For M <= 128 a GEMM is bound by reading the weight once (and, under graph replay, partly by L2 traffic): what
+matters is that every SM streams an equal share. A grid of ``programs`` equal programs (tiles x SPLIT_K) keeps
+``wave_use(programs, SMs)`` of the SMs' rounds busy; 172 programs of 16x64 tiles (M=1, N=11008) give 40 of 132 SMs
+two tiles and the rest one. This times, per shape, a family of pointer-path configs: one row-tile height (the
+heuristic's), every column-tile width, K tiles and SPLIT_K in 1-16 (odd splits only where they balance the
+programs), plus at M = 128 the persistent TMA tiles, against cuBLAS (torch.matmul) and the heuristic default, in one
+run, under graph replay (as engines serve decode) through the sweep engine into a store. The report puts each
+shape's best, the best per (BLOCK_SIZE_N, SPLIT_K) and the default side by side with the programs' wave use.
+
+The JSON keeps every timing; the store (``--db``) resumes an interrupted run. bf16.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+from benchmarks.common import environment, need_gpu, parser, shape_list, write
+
+SHAPES = [(1, 11008, 4096), (1, 6144, 4096), (1, 5120, 4096), (32, 5120, 4096), (32, 11008, 4096),
+          (64, 4096, 4096), (64, 6144, 4096), (64, 11008, 4096), (128, 4096, 4096), (128, 6144, 4096),
+          (128, 11008, 4096), (128, 4096, 11008), (128, 28672, 4096)]
+SPLITS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+BALANCED = 0.85  # odd splits are timed only where their programs keep this share of the SMs' rounds busy
+
+
+def family(shape: dict, device) -> list:
+    """The configs timed for ``shape`` (see the module docstring)."""
+    from flytune_nb.kit import Config
+    from flytune_nb.kit.spaces import has_tma, next_pow2, tile_fits, wave_use
+
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    sms = max(device.sm_count, 1)
+    bm = min(128, max(16, next_pow2(M)))
+    out = []
+    for bn in (32, 64, 128, 256):
+        if bn > max(32, next_pow2(N)):
+            continue
+        tiles = -(-M // bm) * -(-N // bn)
+        for bk in ((128, 256) if bm <= 32 else (64, 128)):
+            steps = -(-K // bk)
+            if K % bk:
+                continue
+            for split in SPLITS:
+                programs = tiles * split
+                if split > 1 and (steps // split < 2 or programs > 6 * sms):
+                    continue
+                if split not in (1, 2, 4) and wave_use(programs, sms) < BALANCED:
+                    continue
+                for warps in ((4,) if bm <= 64 else (4, 8)):
+                    for stages in ((3, 4) if split > 1 else (4, 5)):
+                        if stages > max(2, steps // split) or not tile_fits(bm, bn, bk, warps, stages, "bf16", device):
+                            continue
+                        knobs = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1}
+                        if split > 1:
+                            knobs["SPLIT_K"] = split
+                        out.append(Config(knobs, num_warps=warps, num_stages=stages))
+    if M >= 128 and has_tma(device):
+        for bn in (64, 128, 256):
+            for bk, warps, stages in ((64, 4, 4), (64, 4, 5), (64, 8, 4), (64, 8, 5), (128, 4, 4), (128, 8, 3)):
+                if tile_fits(128, bn, bk, warps, stages, "bf16", device, store_tile=True):
+                    out.append(Config({"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1,
+                                       "TMA": 2}, num_warps=warps, num_stages=stages))
+    return out
+
+
+def _programs(shape: dict, cfg: dict, sms: int) -> int:
+    M, N = shape["M"], shape["N"]
+    tiles = -(-M // cfg["BLOCK_SIZE_M"]) * -(-N // cfg["BLOCK_SIZE_N"])
+    return min(tiles, sms) if cfg.get("TMA") == 2 else tiles * cfg.get("SPLIT_K", 1)
+
+
+def _short(cfg: dict) -> str:
+    tma = " TMA" if cfg.get("TMA") == 2 else ""
+    split = f" split {cfg['SPLIT_K']}" if cfg.get("SPLIT_K", 1) > 1 else ""
+    return (f"{cfg['BLOCK_SIZE_M']}x{cfg['BLOCK_SIZE_N']}x{cfg['BLOCK_SIZE_K']}{split}{tma} "
+            f"w{cfg['num_warps']} s{cfg['num_stages']}")
+
+
+def report(rows: list, env: dict, sms: int, seconds: float | None) -> str:
+    """Markdown from ``rows``: one dict per shape with cublas_us, default (config, us), trials [(config, us)]."""
+    from flytune_nb.kit.spaces import wave_use
+
+    lines = ["# Decode and mid-M GEMM: tile width and K split against cuBLAS (graph replay)",
+             f"{env['device']} ({env['arch']}, {sms} SMs), {env['date']}, torch {env['torch']}, triton {env['triton']}"
+             + (f", commit {env['commit']}" if env.get("commit") else "") + ". bf16, p50 of 10 calls in a CUDA graph "
+             "(the sweep engine's graph timing), us; ratio = cuBLAS time / ours. wave use: the share of the SMs' "
+             "rounds the programs keep busy." + (f" {seconds:.0f} s." if seconds else ""), "",
+             "| M | N | K | cuBLAS | default | (ratio) | default's wave use | best | (ratio) | best config | "
+             "programs | wave use | configs timed |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    per_family = []
+    for r in rows:
+        s, cub = r["shape"], r["cublas_us"]
+        ok = sorted((t for t in r["trials"] if t[1] is not None), key=lambda t: t[1])
+        d_cfg, d_us = r["default"]
+        best = ok[0] if ok else (None, None)
+        dw = wave_use(_programs(s, d_cfg, sms), sms)
+        cells = [str(s["M"]), str(s["N"]), str(s["K"]), f"{cub:.1f}" if cub else "-",
+                 f"{d_us:.1f}" if d_us else "-", f"{cub / d_us:.2f}x" if cub and d_us else "-", f"{dw:.2f}"]
+        if best[0] is not None:
+            p = _programs(s, best[0], sms)
+            cells += [f"{best[1]:.1f}", f"{cub / best[1]:.2f}x" if cub else "-", f"`{_short(best[0])}`", str(p),
+                      f"{wave_use(p, sms):.2f}"]
+        else:
+            cells += ["-"] * 5
+        lines.append("| " + " | ".join(cells + [str(len(r["trials"]))]) + " |")
+        fam = {}
+        for cfg, us in ok:
+            k = (cfg["BLOCK_SIZE_N"], cfg.get("SPLIT_K", 1), cfg.get("TMA", 0))
+            fam.setdefault(k, (cfg, us))
+        per_family.append((s, cub, fam))
+    lines += ["", "## Best per (BLOCK_SIZE_N, SPLIT_K) and path", "",
+              "| M | N | K | BN | split | path | us | cuBLAS / it | programs | wave use | config |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s, cub, fam in per_family:
+        for (bn, split, tma), (cfg, us) in sorted(fam.items(), key=lambda kv: kv[1][1])[:8]:
+            p = _programs(s, cfg, sms)
+            lines.append(f"| {s['M']} | {s['N']} | {s['K']} | {bn} | {split} | {'TMA' if tma else 'pointer'} | "
+                         f"{us:.1f} | {cub / us:.2f}x | {p} | {wave_use(p, sms):.2f} | `{_short(cfg)}` |"
+                         if cub else "")
+    ratios = [r["cublas_us"] / min(t[1] for t in r["trials"] if t[1]) for r in rows
+              if r["cublas_us"] and any(t[1] for t in r["trials"])]
+    dratios = [r["cublas_us"] / r["default"][1] for r in rows if r["cublas_us"] and r["default"][1]]
+    if ratios:
+        lines += ["", f"Geomean cuBLAS / best: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x; "
+                      f"cuBLAS / default: {math.exp(sum(map(math.log, dratios)) / max(len(dratios), 1)):.3f}x "
+                      f"over {len(ratios)} shapes."]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = parser(__doc__, __file__)
+    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
+                    help="the shapes (default: " + ";".join(",".join(map(str, s)) for s in SHAPES) + ")")
+    ap.add_argument("--db", default=None, help="the store (default: <out>/stores/gemm_balance.db); re-running resumes")
+    ap.add_argument("--rep-ms", type=float, default=10.0, help="timing budget per config in ms (default 10)")
+    ap.add_argument("--name", default="gemm_balance", help="result file name (default: %(default)s)")
+    args = ap.parse_args(argv)
+    need_gpu("gemm_balance")
+    from flytune_nb.core.device import current_device
+    from flytune_nb.engine.sweep import Sweep
+
+    from benchmarks.common import results_dir
+
+    dev = current_device()
+    out = results_dir(args.out)
+    db = args.db or str((out / "stores").mkdir(exist_ok=True) or out / "stores" / f"{args.name}.db")
+    rows, t0 = [], time.perf_counter()
+    by_m: dict = {}
+    for M, N, K in args.shapes:
+        by_m.setdefault(M, []).append({"M": M, "N": N, "K": K})
+    for M, shapes in by_m.items():
+        # one sweep per M (its workers start once): the union of its shapes' families, timed on each of them
+        configs = list(dict.fromkeys(c for s in shapes for c in family(s, dev)))
+        results = Sweep("matmul", shapes, ["bf16"], db=db, configs=configs, timing="graph", selection=None,
+                        baselines=("torch_eager",), timer={"rep_ms": args.rep_ms}).run()
+        for res in results:
+            cub = res.baselines.get("torch_eager", {})
+            d = next((t for t in res.trials if t.config == res.default and t.ok), None)
+            rows.append({"shape": res.shape, "cublas_us": cub["p50"] * 1e3 if cub.get("status") == "ok" else None,
+                         "default": (res.default.to_dict(), d.p50 * 1e3 if d else None),
+                         "trials": [(t.config.to_dict(), t.p50 * 1e3 if t.ok else None) for t in res.trials]})
+            best = res.best
+            print(f"{res.shape}: cuBLAS {rows[-1]['cublas_us']}, default {rows[-1]['default'][1]}, best "
+                  f"{best.p50 * 1e3 if best else None} {best.config if best else ''} ({len(configs)} configs)",
+                  flush=True)
+    env = environment()
+    md = report(rows, env, dev.sm_count, time.perf_counter() - t0)
+    write(args.name, {"env": env, "rows": rows, "store": db}, md, out=args.out)
+
+
+if __name__ == "__main__":
+    main()
