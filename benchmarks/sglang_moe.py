@@ -239,7 +239,8 @@ def main(argv=None) -> int:
           f"{strategy}, at most {args.budget} evaluations per batch size (SGLang's script: {SGLANG_EVALS}), "
           f"default and shipped entry first. Side by side: each config re-timed {args.rounds}x alternating, "
           f"fastest median kept (us), timed {TIMED[args.timing]}. flytune = the search's best without the shipped "
-          f"entry; export = what `flytune export` writes (the best of everything timed, shipped entry included); "
+          f"entry; export = what `flytune export` writes (the selection stage's pick: the default unless a contender, "
+          f"the shipped entry included, beat it beyond the tie band); "
           f"tie band {TIE:.0%}.",
           ""]
     summary = []
@@ -255,7 +256,7 @@ def main(argv=None) -> int:
             shape, shipped = r.shape, r.named.get(SHIPPED)
             own = [t for t in r.trials if t.ok and t.fidelity == "full" and t.config != shipped]
             best = min(own, key=lambda t: t.p50).config if own else r.default
-            exported = r.best.config if r.best else None
+            exported = r.pick.config if r.pick else None  # what `flytune export` writes: the selection's winner
             picks = {"default": r.default, "shipped": shipped, "flytune": best}
             if exported is not None and exported not in picks.values():
                 picks["export"] = exported
