@@ -172,6 +172,11 @@ def wave_use(tiles: int, sms: int) -> float:
 
 
 SPLITS = (2, 4, 8, 16)
+# other splits, offered only where they balance the programs over the SMs: 40 tiles (N=5120 on 128-wide tiles)
+# split 3 make 120 programs for 132 SMs, where 2 and 4 leave 40% of a round idle (H200, M=1, graph replay: 14.2 us
+# against 16.2 and up; benchmarks/results/NVIDIA_H200/gemm_balance.md)
+BALANCING_SPLITS = (3, 5, 6, 12)
+BALANCED = 0.9  # the share of the SMs' rounds a balancing split must keep busy
 
 
 def split_k_options(tiles: int, k_steps: int, sms: int, *, partial_bytes: int, weight_bytes: int,
@@ -179,10 +184,13 @@ def split_k_options(tiles: int, k_steps: int, sms: int, *, partial_bytes: int, w
     """SPLIT_K values worth timing for a tile grid that leaves SMs idle (``tiles`` < ``sms``): each split keeps at
     least two K steps (a pipeline needs something to overlap), the splits fill at most four waves (beyond that the
     tiles already did), and the fp32 partials (``partial_bytes`` per split) stay under a quarter of the weight's
-    bytes, which the split exists to stream faster. None where the tiles fill the SMs already."""
+    bytes, which the split exists to stream faster; besides ``splits``, the BALANCING_SPLITS whose programs keep
+    BALANCED of the SMs' rounds busy. None where the tiles fill the SMs already. Ascending."""
     if tiles >= sms:
         return []
-    return [s for s in splits if k_steps // s >= 2 and tiles * s <= 4 * sms and s * partial_bytes <= weight_bytes / 4]
+    extra = [s for s in BALANCING_SPLITS if wave_use(tiles * s, sms) >= BALANCED]
+    return sorted(s for s in {*splits, *extra} if k_steps // s >= 2 and tiles * s <= 4 * sms
+                  and s * partial_bytes <= weight_bytes / 4)
 
 
 def group_options(tiles_m: int, groups=(1, 8, 16, 32)) -> list[int]:

@@ -29,10 +29,12 @@ def _locks_are_zero():
 @pytest.mark.parametrize("shape,dtype", [({"M": 1, "N": 4096, "K": 4096}, "bf16"),
                                          ({"M": 64, "N": 4096, "K": 4096}, "fp16"),
                                          ({"M": 37, "N": 200, "K": 328}, "bf16"),
-                                         ({"M": 16, "N": 4096, "K": 11008}, "bf16")])
+                                         ({"M": 16, "N": 4096, "K": 11008}, "bf16"),
+                                         ({"M": 1, "N": 5120, "K": 4096}, "bf16")])
 def test_a_sample_of_the_split_k_space_passes(shape, dtype, dev):
     """Six split configs per shape (compiling a space's ~100 would take minutes): decode rows, a 64-row tile, ragged
-    M, N and K (masked K loop in every split, wrapped rows), a long K."""
+    M, N and K (masked K loop in every split, wrapped rows), a long K, and 40 tiles (N=5120), whose space offers the
+    balancing splits 3 and 5 beside the powers of two."""
     spec = get_kernel("matmul")
     space = [c for c in spec.configs(shape, dtype, dev) if c.get("SPLIT_K")]
     if shape["M"] > 1 and shape["N"] == 200:  # a ragged shape has tiles enough for no split at 132 SMs: force some
@@ -174,7 +176,7 @@ def test_row_configs_pass_at_wide_model_rows(kernel, N, dev):
 
 @pytest.mark.parametrize("NK", [(4096, 4096), (14336, 4096), (11008, 4096), (4096, 11008), (6144, 4096),
                                 (28672, 4096)])
-@pytest.mark.parametrize("M", [1, 64, 256, 1024])
+@pytest.mark.parametrize("M", [1, 64, 96, 128, 256, 1024])
 def test_matmul_defaults_of_the_benchmark_shapes_are_correct(NK, M, dev):
     spec = get_kernel("matmul")
     shape = {"M": M, "N": NK[0], "K": NK[1]}

@@ -2,17 +2,29 @@
 peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bound by reading w.
 
 - M <= 64 (decode, bound by reading w): one row tile covers all of M (BM = next_pow2(M), 16..64), so w is read
-  once. When w fits in L2 (N=K=4096 bf16: 32 MiB of 60) it stays there under graph replay and the time is the L2
-  traffic: 128-wide column tiles (each re-reads a's rows once: 16 MB at M=64, against 64 MB with 32-wide ones) and
-  SPLIT_K to give every SM a share of w (N=4096: 32 tiles, split 4 -> 128 programs for 132 SMs). When it does not
-  (N=14336: 117 MB from HBM), BN is the widest that gives ~one program per SM (tiles >= 0.9 x SMs), as swept:
-  thin rows (BM <= 32) BK=256 with at most one program per SM, else 128 (N=14336, M <= 16: 41 vs 44-46 us with
-  256), 4 warps, 4 stages; 64-row tiles BK=64, 4 warps, 5 stages (N=14336, M=48: 42.3 us, the best; 47.4 with
-  BK=128 and 4 stages). Wherever the tiles alone fill under 80% of the SMs, SPLIT_K is the smallest split that
-  fills 90% (kit.spaces.split_k_options bounds it).
-- 64 < M <= 128: one 128-row tile (8 warps): BK=64 with 4 stages, or BK=128 with 5 stages when BN=32 (N=4096,
-  M=96/128: 22.3-22.5 us against 37.3 with BK=64). A rule capping BM at 64 (BN 64) was 1.86x the best at M=96/128,
-  N=14336 on the H200: two 64-row tiles read w's 117 MB twice. SPLIT_K as above where the tiles under-fill.
+  once. H200 family sweeps under graph replay (benchmarks/results/NVIDIA_H200/gemm_balance.md: every column tile
+  and K split of that row tile at 13 shapes, against cuBLAS) decide the rest:
+  - When w stays in L2 (up to 0.7 of it: N=5120, K=4096, 40 MiB, took cuBLAS 11.8 us, N=6144's 48 MiB 17.1), the
+    time is the L2 traffic: 128-wide column tiles (each re-reads a's rows once: 16 MB at M=64, against 64 MB with
+    32-wide ones) and SPLIT_K to give every SM a share of w, the smallest split whose programs fill 90% of the
+    SMs' rounds (kit.spaces.wave_use): N=4096 32 tiles split 4 (128 programs), N=5120 40 tiles split 3 (120:
+    14.2 us at M=1 against 19.4 for 80 tiles split 2, whose 160 programs leave 40% of a second round idle).
+  - When it does not (HBM-bound), one round of the narrowest of 64/128-wide tiles, unsplit where it fills 60% of
+    the SMs: N=11008 86 tiles of 128 (28.6 us at M=1, the best of 63; 172 tiles of 64: 30.9; split 3 over all the
+    SMs: 29.1), N=6144 96 tiles of 64 with BK=256 (19.5 against the best 19.1). BK=256 on 64-wide tiles, else
+    128; 4 warps, 4 stages.
+  - 64-row tiles take one round of the narrowest 32/64-wide tiles, BK=128 and 5 stages, unsplit (M=64: N=4096 128
+    tiles of 32, 11.9 us against 14.6 for split 4 of 128-wide ones; N=6144 96 tiles of 64, 18.2 against 25.7
+    split 2); beyond 64 x SMs columns 64-wide tiles with BK=64, 4 warps, 5 stages (N=14336, M=48: 42.3 us, the best
+    of that sweep; N=11008, M=64: 28.5, 1.004x the family's best).
+  Where a tile grid fills under 80% of the SMs in the branches that split, SPLIT_K is the smallest split that
+  fills 90% (kit.spaces.split_k_options bounds it, and offers the non-power-of-two splits that balance).
+- 64 < M <= 128: one 128-row tile. On Hopper, once 128x64 tiles fill more than half the SMs, the persistent TMA
+  path: 128x64x128 on 4 warps, 4 stages while those tiles make one round (M=128, N=6144: 20.1 us against 31.0 for
+  the pointer 128x32x128), else 128x128x64 on 4 warps, 5 stages (N=11008: 29.7 against 36.8; N=28672: 66.5 against
+  74.4, and cuBLAS 68.4). Fewer tiles (N=4096) keep the pointer path, which can split K: 8 warps, BK=64 with 4
+  stages, or BK=128 with 5 stages when BN=32 (N=4096, M=96/128: 22.3-22.5 us against 37.3 with BK=64). A rule
+  capping BM at 64 (BN 64) was 1.86x the best at M=96/128, N=14336: two 64-row tiles read w's 117 MB twice.
 - M > 128 on Hopper (the persistent TMA path, TMA=2; benchmarks/results/NVIDIA_H200/gemm_paths.md: 0.94-0.98x cuBLAS
   from M=1024 against 0.77-0.82x for pointer tiles), by how well each tile size fills the SMs' rounds
   (kit.spaces.wave_use). H200 sweeps, L2 flushed (benchmarks/results/NVIDIA_H200/stores/gemm_mid_m.db, M=128-512 on
@@ -48,27 +60,50 @@ from flytune_nb.kit.spaces import TILE_WEIGHTS, has_tma, nearest, next_pow2, spl
 from .configs import configs
 
 FILLED = 0.9  # a tile grid that keeps this share of the SMs' rounds busy needs no K splitting
+SPLIT_BELOW = 0.6  # one round of tiles filling this share of the SMs is not split (w from HBM, or 64-row tiles)
+# Graph replay of one GEMM keeps up to ~2/3 of the H200's 60 MiB L2 resident: w of N=5120, K=4096 (40 MiB) took
+# cuBLAS 11.8 us, N=6144 (48 MiB) 17.1 (benchmarks/results/NVIDIA_H200/gemm_balance.md)
+L2_RESIDENT = 0.7
 
 
 def _split(tiles: int, K: int, bk: int, bm: int, bn: int, dtype_bytes: int, N: int, sms: int) -> int:
-    """The smallest split that brings ``tiles`` programs to 90% of the SMs, when they fill under 80%; 1 otherwise
-    (or when no split is allowed)."""
+    """The smallest split whose programs fill 90% of the SMs' rounds (tiles x split >= 0.9 x SMs, and balanced:
+    kit.spaces.wave_use), when the tiles fill under 80%; else the allowed split with the best balance; 1 when the
+    tiles fill the SMs or no split is allowed."""
     if tiles >= 0.8 * sms:
         return 1
     options = split_k_options(tiles, -(-K // bk), sms, partial_bytes=4 * bm * bn * tiles,
                               weight_bytes=N * K * dtype_bytes)
     for s in options:
-        if tiles * s >= FILLED * sms:
+        if tiles * s >= FILLED * sms and wave_use(tiles * s, sms) >= FILLED:
             return s
-    return options[-1] if options else 1
+    return max(options, key=lambda s: (wave_use(tiles * s, sms), -s)) if options else 1
+
+
+def _one_round(M: int, N: int, bm: int, widths, sms: int) -> int | None:
+    """The narrowest of ``widths`` whose tiles all run in one round (at most one per SM), or None."""
+    return next((bn for bn in widths if -(-M // bm) * -(-N // bn) <= sms), None)
 
 
 def _weight_bound(M: int, N: int, K: int, dtype_bytes: int, device) -> tuple:
-    """(BM, BN, BK, warps, stages, SPLIT_K) for M <= 128."""
+    """(BM, BN, BK, warps, stages, SPLIT_K) for M <= 128 on the pointer path; see the module docstring."""
     sms = max(device.sm_count, 1)
     bm = min(128, max(16, next_pow2(M)))
     rows = -(-M // bm)
-    if bm <= 64 and N * K * dtype_bytes <= device.l2_bytes * 0.6:
+    in_l2 = N * K * dtype_bytes <= device.l2_bytes * L2_RESIDENT
+    if bm == 64:
+        bn = _one_round(M, N, bm, (32, 64), sms)
+        if bn is not None and rows * -(-N // bn) >= SPLIT_BELOW * sms:  # one round, no split, the deepest pipeline
+            return bm, bn, 128, 4, 5, 1
+    if bm <= 32 and not in_l2:
+        bn = min(_one_round(M, N, bm, (64, 128), sms) or 128, max(32, next_pow2(N)))
+        tiles = rows * -(-N // bn)
+        bk = 256 if bn <= 64 else 128
+        split = _split(tiles, K, bk, bm, bn, dtype_bytes, N, sms) if tiles < SPLIT_BELOW * sms else 1
+        if tiles * split > sms:  # more than one program per SM: shorter K tiles
+            bk = 128
+        return bm, bn, bk, 4, 4, split
+    if bm <= 64 and in_l2:
         bn = min(128, max(32, next_pow2(N)))  # w stays in L2: the wide tile, and splits to fill the SMs
     else:
         bn = 256
@@ -87,6 +122,17 @@ def _weight_bound(M: int, N: int, K: int, dtype_bytes: int, device) -> tuple:
         return (bm, bn, 128, 4, 4, split) if split > 1 else (bm, bn, 64, 4, 5, 1)
     bk, stages = (128, 5) if bn <= 32 else (64, 4)
     return bm, bn, bk, 8, stages, _split(tiles, K, bk, bm, bn, dtype_bytes, N, sms)
+
+
+def _persistent_rows(M: int, N: int, sms: int) -> tuple | None:
+    """64 < M <= 128 on Hopper: (BM, BN, BK, warps, stages, knobs) on the persistent TMA path when 128x64 tiles
+    fill more than half the SMs, else None (the pointer path, which can split K); see the module docstring."""
+    t64 = _tiles(M, N, 128, 64)
+    if 2 * t64 <= sms:
+        return None
+    if t64 <= sms:
+        return 128, 64, 128, 4, 4, {"TMA": 2}
+    return 128, 128, 64, 4, 5, {"TMA": 2}
 
 
 def _tiles(M: int, N: int, bm: int, bn: int) -> int:
@@ -111,13 +157,17 @@ def default(shape, dtype, device) -> Config:
     M, N, K = shape["M"], shape["N"], shape["K"]
     # GROUP_SIZE_M 8 everywhere: column-major over up to 8 row tiles, so the row tiles of one w panel run together
     extra = {}  # the load path and K splitting: pointers, whole K, unless a rule below says otherwise
-    if M <= 128:
+    tma_ok = has_tma(device) and (K * itemsize(dtype)) % 16 == 0 and (N * itemsize(dtype)) % 16 == 0
+    rows_tma = _persistent_rows(M, N, max(device.sm_count, 1)) if 64 < M <= 128 and tma_ok else None
+    if rows_tma is not None:
+        bm, bn, bk, warps, stages, extra = rows_tma
+    elif M <= 128:
         bm, bn, bk, warps, stages, split = _weight_bound(M, N, K, itemsize(dtype), device)
         if split > 1 and device.backend != "hip":  # split-K's reduction is not yet checked on an AMD GPU
             extra = {"SPLIT_K": split}
     elif device.backend == "hip":
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 2
-    elif has_tma(device) and (K * itemsize(dtype)) % 16 == 0 and (N * itemsize(dtype)) % 16 == 0:
+    elif tma_ok:
         bm, bn, bk, warps, stages, extra = _persistent(M, N, max(device.sm_count, 1))
     else:
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 3
