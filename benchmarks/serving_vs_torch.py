@@ -2,8 +2,8 @@
 
 Against cuBLAS for GEMM, the better of eager and static torch.compile for the row kernels. The numbers the kernel targets are stated in, measured side by side in one run on one GPU. Each of our kernels is called through ``flytune_nb.tuned(...)`` (the committed export when lookup finds one, else the
 heuristic default; the ``source`` column says which) and timed with Triton's own timers, independent of flytune's:
-``do_bench_cudagraph`` (graph replay, as a serving engine runs decode: no L2 flush between calls) and ``do_bench``
-(events, L2 flushed between calls). Every output is checked against the fp64 reference once.
+``do_bench_cudagraph`` (graph replay, as a serving engine runs decode: no L2 flush between calls) and ``do_bench``'s
+method (events, L2 flushed between calls; with a GPU spin that keeps the host's launch time out: Timers.flushed). Every output is checked against the fp64 reference once.
 
 - gemm: matmul vs cuBLAS (``a @ w.T``) at M in 1..4096 on the committed (N, K) = (4096, 4096), (14336, 4096) and
   unswept model shapes (Llama-2-7B MLP (11008, 4096) and (4096, 11008), Llama-3-8B fused QKV (6144, 4096),
@@ -62,6 +62,7 @@ class Timers:
 
     def __init__(self, dev, rep_ms: float) -> None:
         self.gpu, self.rep = dev.is_gpu, rep_ms
+        self._cycles_us = None
         if not self.gpu:
             from flytune_nb.measure.timer import CpuTimer
 
@@ -75,11 +76,53 @@ class Timers:
         return float(triton.testing.do_bench_cudagraph(fn, rep=rep or self.rep, return_mode="median"))
 
     def flushed(self, fn) -> float:
+        """triton.testing.do_bench's method (a 256 MB buffer zeroed before each rep, events around the call alone,
+        the median) with one change: each rep's start event waits behind a GPU spin as long as twice the host's
+        slowest enqueue of ``fn`` seen in the warm-up. do_bench relies on its 73 us flush to outlast the host's
+        launch; a Python launcher that sometimes takes longer leaves the GPU idle inside the measured interval, and
+        the same config then read 25 and 54 us in one run (TMA descriptors are built on the host each call). The
+        spin keeps host time out of the kernel's time, for ours and torch's alike."""
         if not self.gpu:
             return self._cpu.measure(fn).p50
-        import triton.testing
+        import statistics
+        import time
 
-        return float(triton.testing.do_bench(fn, warmup=5, rep=self.rep, return_mode="median"))
+        import torch
+
+        from flytune_nb._compat.torch import gpu_sleep
+
+        cache = torch.empty(int(256e6 // 4), dtype=torch.int32, device="cuda")
+        host = 0.0
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for i in range(8):
+            cache.zero_()
+            start.record()
+            t0 = time.perf_counter()
+            fn()
+            host = max(host, time.perf_counter() - t0) if i else 0.0  # the first call may compile
+            end.record()
+            end.synchronize()
+        est_ms = max(start.elapsed_time(end), 1e-3)
+        spin_us = min(2000.0, 2e6 * host + 20.0)
+        if self._cycles_us is None:  # torch.cuda._sleep's cycles per microsecond on this GPU, measured once
+            gpu_sleep(1000)
+            start.record()
+            gpu_sleep(200_000)
+            end.record()
+            end.synchronize()
+            self._cycles_us = 200_000 / max(start.elapsed_time(end) * 1e3, 1e-3)
+        cycles = int(spin_us * self._cycles_us)
+        reps = max(10, min(1000, int(self.rep / (est_ms + 0.075 + spin_us * 1e-3))))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            cache.zero_()
+            gpu_sleep(cycles)
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)))
 
 
 def _correct(spec, inputs, fn) -> bool:
