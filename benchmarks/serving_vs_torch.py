@@ -383,7 +383,8 @@ def run_regret(dev, timers, compiles, smoke: bool, limit: int) -> dict:
 def markdown(env, res, wall_s: float, smoke: bool) -> str:
     lines = [f"# Serving calls vs torch{' (smoke: tiny shapes, interpreter timings)' if smoke else ''}",
              f"{env_line(env)}. bf16. Ours through flytune_nb.tuned. Medians of Triton's "
-             "do_bench_cudagraph (graph) and do_bench (L2 flushed), us; ratios are torch's time over ours; source: "
+             "do_bench_cudagraph (graph) and do_bench's method behind a GPU spin (L2 flushed), us; ratios are "
+             "torch's time over ours; source: "
              f"where tuned() found the config (artifact: a committed export; default: the heuristic). "
              f"{wall_s:.0f} s.", ""]
     if "gemm" in res:
