@@ -261,23 +261,28 @@ def test_no_tile_size_fills_the_sms_128x128_tiles_take_the_partial_round_not_str
     assert c in space and any(x.get("STREAM_K") for x in space)
 
 
-def test_the_recorded_sweeps_agree_with_the_persistent_rule():
-    """On the committed H200 sweeps at M=256-512 (stores/gemm_mid_m.db, L2 flushed, 50 surrogate picks a shape), the
-    default is never a stream-K config and, at the six of eight shapes where the sweep timed it, within 10% of the
-    sweep's best: 1.00 at four, 1.08 at M=256, N=12288 and 1.10 at M=256, N=4096, K=14336 (128x64x128 tiles against
-    64x128x128 ones). The bound is what this rule achieves there, so a rule change that does worse on these
-    measurements fails here. Stream-K on 128x256 tiles was 1.42-1.48x the best at N=14336."""
+def _recorded(store: str) -> dict:
+    """{shape JSON: {Config: p50}} of the passing full-fidelity matmul trials in a committed H200 store."""
     import sqlite3
 
-    db = Path(__file__).resolve().parents[2] / "benchmarks/results/NVIDIA_H200/stores/gemm_mid_m.db"
-    spec, dev = get_kernel("matmul"), SIM["H200"]
-    con = sqlite3.connect(db)
+    con = sqlite3.connect(Path(__file__).resolve().parents[2] / "benchmarks/results/NVIDIA_H200/stores" / store)
     rows = con.execute("select shape, config, p50 from trials where kernel='matmul' and status='ok' and "
                        "fidelity='full'").fetchall()
     con.close()
     timed: dict = {}
     for shape, config, p50 in rows:
         timed.setdefault(shape, {})[Config.from_json(config)] = p50
+    return timed
+
+
+def test_the_recorded_sweeps_agree_with_the_persistent_rule():
+    """On the committed H200 sweeps at M=256-512 (stores/gemm_mid_m.db, L2 flushed, 50 surrogate picks a shape), the
+    default is never a stream-K config and, at the six of eight shapes where the sweep timed it, within 10% of the
+    sweep's best: 1.00 at four, 1.08 at M=256, N=12288 and 1.10 at M=256, N=4096, K=14336 (128x64x128 tiles against
+    64x128x128 ones). The bound is what this rule achieves there, so a rule change that does worse on these
+    measurements fails here. Stream-K on 128x256 tiles was 1.42-1.48x the best at N=14336."""
+    spec, dev = get_kernel("matmul"), SIM["H200"]
+    timed = _recorded("gemm_mid_m.db")
     checked = 0
     for shape_json, by_config in timed.items():
         shape = json.loads(shape_json)
@@ -325,17 +330,8 @@ def test_the_recorded_decode_sweeps_agree_with_the_weight_bound_rule():
     this rule at every one of its 13 shapes: within 3% of the shape's best at 12 and 1.11x at M=128, N=4096, K=11008
     (128x32x128 against a split-2 128x64x128). The rule was fitted to these sweeps, so this bounds what a rule
     change may lose on them; the held-out shapes are benchmarks/serving_vs_torch.py's."""
-    import sqlite3
-
-    db = Path(__file__).resolve().parents[2] / "benchmarks/results/NVIDIA_H200/stores/gemm_balance.db"
     spec, dev = get_kernel("matmul"), SIM["H200"]
-    con = sqlite3.connect(db)
-    rows = con.execute("select shape, config, p50 from trials where kernel='matmul' and status='ok' and "
-                       "fidelity='full'").fetchall()
-    con.close()
-    timed: dict = {}
-    for shape, config, p50 in rows:
-        timed.setdefault(shape, {})[Config.from_json(config)] = p50
+    timed = _recorded("gemm_balance.db")
     assert len(timed) == 13
     ratios = []
     for shape_json, by_config in timed.items():
