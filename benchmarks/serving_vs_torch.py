@@ -3,7 +3,8 @@
 Against cuBLAS for GEMM, the better of eager and static torch.compile for the row kernels. The numbers the kernel targets are stated in, measured side by side in one run on one GPU. Each of our kernels is called through ``flytune_nb.tuned(...)`` (the committed export when lookup finds one, else the
 heuristic default; the ``source`` column says which) and timed with Triton's own timers, independent of flytune's:
 ``do_bench_cudagraph`` (graph replay, as a serving engine runs decode: no L2 flush between calls) and ``do_bench``'s
-method (events, L2 flushed between calls; with a GPU spin that keeps the host's launch time out: Timers.flushed). Every output is checked against the fp64 reference once.
+method (events, L2 flushed between calls; with a GPU spin that keeps the host's launch time out: Timers.flushed).
+Every output is checked against the fp64 reference once.
 
 - gemm: matmul vs cuBLAS (``a @ w.T``) at M in 1..4096 on the committed (N, K) = (4096, 4096), (14336, 4096) and
   unswept model shapes (Llama-2-7B MLP (11008, 4096) and (4096, 11008), Llama-3-8B fused QKV (6144, 4096),
@@ -78,10 +79,10 @@ class Timers:
     def flushed(self, fn) -> float:
         """triton.testing.do_bench's method (a 256 MB buffer zeroed before each rep, events around the call alone,
         the median) with one change: each rep's start event waits behind a GPU spin as long as twice the host's
-        slowest enqueue of ``fn`` seen in the warm-up. do_bench relies on its 73 us flush to outlast the host's
-        launch; a Python launcher that sometimes takes longer leaves the GPU idle inside the measured interval, and
-        the same config then read 25 and 54 us in one run (TMA descriptors are built on the host each call). The
-        spin keeps host time out of the kernel's time, for ours and torch's alike."""
+        slowest enqueue of ``fn`` seen in the warm-up. do_bench relies on its flush (~70 us of writes on an H200) to
+        outlast the host's launch; a Python launcher that sometimes takes longer leaves the GPU idle inside the
+        measured interval, and the same config then read 25 and 54 us in one run (TMA descriptors are built on the
+        host each call). The spin keeps host time out of the kernel's time, for ours and torch's alike."""
         if not self.gpu:
             return self._cpu.measure(fn).p50
         import statistics

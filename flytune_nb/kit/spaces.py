@@ -174,7 +174,7 @@ def wave_use(tiles: int, sms: int) -> float:
 SPLITS = (2, 4, 8, 16)
 # other splits, offered only where they balance the programs over the SMs: 40 tiles (N=5120 on 128-wide tiles)
 # split 3 make 120 programs for 132 SMs, where 2 and 4 leave 40% of a round idle (H200, M=1, graph replay: 14.2 us
-# against 16.2 and up; benchmarks/results/NVIDIA_H200/gemm_balance.md)
+# against 16.7 and 16.6; benchmarks/results/NVIDIA_H200/gemm_balance.md)
 BALANCING_SPLITS = (3, 5, 6, 12)
 BALANCED = 0.9  # the share of the SMs' rounds a balancing split must keep busy
 

@@ -16,12 +16,13 @@ By the shape:
 - GROUP_SIZE_M only reorders tiles when there is more than one row of tiles; every value >= the number of row tiles
   gives the same (column-major) order, so only the smallest such value is kept;
 - more stages than K iterations pipeline nothing.
-By the path: on sm_90+ and M > 64 (128-row tiles), every tile is also offered on the persistent TMA path (TMA=2, absent = pointer
-loads), whose epilogue stages the output tile in shared memory too, so its smem bound is tighter.
+By the path: on sm_90+ and M > 64 (128-row tiles), every tile is also offered on the persistent TMA path (TMA=2,
+absent = pointer loads), whose epilogue stages the output tile in shared memory too, so its smem bound is tighter.
 K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles leave SMs idle:
 - SPLIT_K 2, 4, 8, 16 for M <= 128 (bound by reading w) on configs whose tiles fill less than one wave, until the
-  splits fill four, and 3, 5, 6, 12 where those balance the programs over the SMs (90% of their rounds); each split keeps at least two K steps, and the fp32 partials stay under a quarter of w's bytes; one tile
-  order (every tile runs in the first wave, so GROUP_SIZE_M orders nothing);
+  splits fill four, and 3, 5, 6, 12 where those balance the programs over the SMs (90% of their rounds); each split
+  keeps at least two K steps, and the fp32 partials stay under a quarter of w's bytes; one tile order (every tile
+  runs in the first wave, so GROUP_SIZE_M orders nothing);
 - STREAM_K=1 for TMA=2 configs whose last round of tiles would leave more than 10% of the SMs' rounds idle.
 bf16 on the H200: M=N=K=4096: 2210 configs (1126 pointer + 1084 TMA, no split: 512 tiles of 128x256 fill 97%
 of 4 rounds); M=256, N=14336: 1366 (148 of them stream-K); M=128, N=4096: 1200 (562 TMA, 164 split); M=64, N=4096: 604
