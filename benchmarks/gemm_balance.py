@@ -13,8 +13,6 @@ The JSON keeps every timing; the store (``--db``) resumes an interrupted run. bf
 """
 from __future__ import annotations
 
-import json
-import math
 import time
 
 from benchmarks.common import environment, need_gpu, parser, shape_list, write
@@ -81,6 +79,7 @@ def _short(cfg: dict) -> str:
 
 def report(rows: list, env: dict, sms: int, seconds: float | None) -> str:
     """Markdown from ``rows``: one dict per shape with cublas_us, default (config, us), trials [(config, us)]."""
+    from flytune_nb.analysis.scores import geomean
     from flytune_nb.kit.spaces import wave_use
 
     lines = ["# Decode and mid-M GEMM: tile width and K split against cuBLAS (graph replay)",
@@ -90,7 +89,7 @@ def report(rows: list, env: dict, sms: int, seconds: float | None) -> str:
              "rounds the programs keep busy." + (f" {seconds:.0f} s." if seconds else ""), "",
              "| M | N | K | cuBLAS | default | (ratio) | default's wave use | best | (ratio) | best config | "
              "programs | wave use | configs timed |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    per_family = []
+    per_family, best_ratios, default_ratios = [], [], []
     for r in rows:
         s, cub = r["shape"], r["cublas_us"]
         ok = sorted((t for t in r["trials"] if t[1] is not None), key=lambda t: t[1])
@@ -103,9 +102,13 @@ def report(rows: list, env: dict, sms: int, seconds: float | None) -> str:
             p = _programs(s, best[0], sms)
             cells += [f"{best[1]:.1f}", f"{cub / best[1]:.2f}x" if cub else "-", f"`{_short(best[0])}`", str(p),
                       f"{wave_use(p, sms):.2f}"]
+            if cub:
+                best_ratios.append(cub / best[1])
         else:
             cells += ["-"] * 5
         lines.append("| " + " | ".join(cells + [str(len(r["trials"]))]) + " |")
+        if cub and d_us:
+            default_ratios.append(cub / d_us)
         fam = {}
         for cfg, us in ok:
             k = (cfg["BLOCK_SIZE_N"], cfg.get("SPLIT_K", 1), cfg.get("TMA", 0))
@@ -115,18 +118,15 @@ def report(rows: list, env: dict, sms: int, seconds: float | None) -> str:
               "| M | N | K | BN | split | path | us | cuBLAS / it | programs | wave use | config |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s, cub, fam in per_family:
+        if not cub:
+            continue
         for (bn, split, tma), (cfg, us) in sorted(fam.items(), key=lambda kv: kv[1][1])[:8]:
             p = _programs(s, cfg, sms)
             lines.append(f"| {s['M']} | {s['N']} | {s['K']} | {bn} | {split} | {'TMA' if tma else 'pointer'} | "
-                         f"{us:.1f} | {cub / us:.2f}x | {p} | {wave_use(p, sms):.2f} | `{_short(cfg)}` |"
-                         if cub else "")
-    ratios = [r["cublas_us"] / min(t[1] for t in r["trials"] if t[1]) for r in rows
-              if r["cublas_us"] and any(t[1] for t in r["trials"])]
-    dratios = [r["cublas_us"] / r["default"][1] for r in rows if r["cublas_us"] and r["default"][1]]
-    if ratios:
-        lines += ["", f"Geomean cuBLAS / best: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x; "
-                      f"cuBLAS / default: {math.exp(sum(map(math.log, dratios)) / max(len(dratios), 1)):.3f}x "
-                      f"over {len(ratios)} shapes."]
+                         f"{us:.1f} | {cub / us:.2f}x | {p} | {wave_use(p, sms):.2f} | `{_short(cfg)}` |")
+    if best_ratios:
+        lines += ["", f"Geomean cuBLAS / best: {geomean(best_ratios):.3f}x; cuBLAS / default: "
+                      f"{geomean(default_ratios):.3f}x over {len(best_ratios)} shapes."]
     return "\n".join(lines)
 
 
@@ -146,7 +146,8 @@ def main(argv=None):
 
     dev = current_device()
     out = results_dir(args.out)
-    db = args.db or str((out / "stores").mkdir(exist_ok=True) or out / "stores" / f"{args.name}.db")
+    (out / "stores").mkdir(exist_ok=True)
+    db = args.db or str(out / "stores" / f"{args.name}.db")
     rows, t0 = [], time.perf_counter()
     by_m: dict = {}
     for M, N, K in args.shapes:
