@@ -102,7 +102,7 @@ def _report_from_store(args) -> int:
     import statistics
 
     from flytune_nb.core.config import Config
-    from flytune_nb.artifacts.sglang import shipped_entry
+    from flytune_nb.artifacts.sglang import config_dtype, shipped_entry
 
     from flytune_nb.errors import UsageError
 
@@ -139,7 +139,7 @@ def _report_from_store(args) -> int:
             trials = con.execute("select config, p50, is_default from trials where kernel='sglang_fused_moe' and "
                                  "shape=? and dtype=? and status='ok' and fidelity='full' and timing=?",
                                  (key, dtype, args.timing)).fetchall()
-            found = shipped_entry(shape, device, triton_version=toolchain.get("triton"))
+            found = shipped_entry(shape, device, triton_version=toolchain.get("triton"), dtype=config_dtype(dtype))
             shipped = found[0] if found else None
             timed = {Config.from_json(c): p for c, p, _ in trials}
             default = next((Config.from_json(c) for c, _, d in trials if d), None)

@@ -33,6 +33,12 @@ BATCH_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 20
 PACKAGE_CONFIGS = ("srt", "layers", "moe", "moe_runner", "triton_utils")
 
 
+def config_dtype(dtype: str) -> str | None:
+    """The ``dtype=`` part SGLang names for one of flytune's dtype names (its ``get_config_dtype_str``): none for the
+    unquantised bf16/fp16, ``fp8_w8a8`` for fp8."""
+    return "fp8_w8a8" if dtype == "fp8" else None
+
+
 def file_name(E: int, N: int, device_name: str, dtype: str | None = None, block_shape=None,
               per_channel_quant: bool = False, down: bool = False) -> str:
     name = f"E={int(E)},N={int(N)},device_name={device_name.replace(' ', '_')}"
@@ -86,10 +92,12 @@ def package_root() -> Path | None:
     return Path(list(spec.submodule_search_locations)[0]).joinpath(*PACKAGE_CONFIGS)
 
 
-def shipped_entry(shape, device_name: str, *, down: bool = False, triton_version: str | None = None):
+def shipped_entry(shape, device_name: str, *, down: bool = False, triton_version: str | None = None,
+                  dtype: str | None = None):
     """(Config, path, batch size) of the entry SGLang's own config folder has for this shape (E, N, M) on the device
     named ``device_name`` (``triton_version``'s folder, by default the running Triton's, else the newest that has the
-    file, as SGLang looks), or None. Reads files only: SGLang's code is never imported."""
+    file, as SGLang looks), or None; ``dtype``: the file name's dtype part (``fp8_w8a8``; None: unquantised). Reads
+    files only: SGLang's code is never imported."""
     from flytune_nb.core.config import Config
 
     if triton_version is None:
@@ -99,7 +107,7 @@ def shipped_entry(shape, device_name: str, *, down: bool = False, triton_version
     root = package_root()
     if root is None:
         return None
-    name = file_name(shape["E"], shape["N"], device_name, down=down)
+    name = file_name(shape["E"], shape["N"], device_name, dtype, down=down)
     try:
         path, _ = resolve(root, name, triton_version)
         if path is None:

@@ -11,8 +11,9 @@ that have no file for this device at all (SGLang then runs its default), files t
 version, and SGLang's default batch sizes a file lacks.
 
 A file's name gives only E and N; the hidden size K and the top-k come from ``shapes`` or, for files of the models
-listed in MODELS (at tensor-parallel degrees 1-8), from that table. Quantised files (``dtype=…``) are listed, not
-timed: the kernel here tunes the unquantised path.
+listed in MODELS (at tensor-parallel degrees 1-8), from that table. ``dtype`` picks the files: bf16/fp16 the
+unquantised ones, fp8 the ``dtype=fp8_w8a8`` ones (per-tensor fp8); other quantised files (block-wise, per-channel,
+int8, int4) are listed, not timed.
 """
 from __future__ import annotations
 
@@ -138,6 +139,7 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
         raise UsageError("sglang is not installed (pip install 'flytune_nb[sglang]'), and no --dir was given")
     up, down = get_kernel("sglang_fused_moe"), get_kernel("sglang_fused_moe_down")
     dtype = up.check_dtype(dtype)
+    tag = files.config_dtype(dtype)  # the files of this dtype: no dtype part for bf16/fp16, dtype=fp8_w8a8 for fp8
     measure = measure or default_measure(device)
     known = known_shapes()
     asked = {tuple(k): (dict(v), "--shape") for k, v in (shapes or {}).items()}
@@ -149,8 +151,15 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
         meta = files.parse_name(name)
         if folder != running:
             result.fallback.append((name, folder))
-        if meta["dtype"] or meta["block_shape"] or meta["per_channel_quant"]:
-            result.skipped.append((name, "quantised weights: not timed (this kernel tunes the bf16/fp16 path)"))
+        if meta["block_shape"] or meta["per_channel_quant"]:
+            result.skipped.append((name, "block-wise or per-channel quantisation: not timed (this kernel tunes the "
+                                         "unquantised path and fp8_w8a8 per tensor)"))
+            continue
+        if meta["dtype"] != tag:
+            other = {None: "bf16", "fp8_w8a8": "fp8"}.get(meta["dtype"])
+            result.skipped.append((name, f"{meta['dtype'] or 'unquantised'} weights: audited with --dtype {other}"
+                                   if other else f"{meta['dtype']} weights: not timed (this kernel tunes the "
+                                                 "unquantised path and fp8_w8a8 per tensor)"))
             continue
         if (meta["E"], meta["N"]) not in table_of:
             result.skipped.append((name, f"hidden size and top-k unknown: pass --shape \"E={meta['E']} "
@@ -181,10 +190,10 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
             result.entries.append(entry)
             if listener:
                 listener(entry)
-    have = {(files.parse_name(n)["E"], files.parse_name(n)["N"]) for n in found}
+    have = {(m["E"], m["N"]) for n in found if (m := files.parse_name(n))["dtype"] == tag and not m["down"]}
     for (E, N), (_, label) in sorted(asked.items()):
         if (E, N) not in have:
-            result.missing_files.append((label, files.file_name(E, N, device.name)))
+            result.missing_files.append((label, files.file_name(E, N, device.name, tag)))
     return result
 
 

@@ -571,7 +571,7 @@ def _audit_sglang_parser(sub) -> None:
                                                "installed SGLang's own folder)")
     a.add_argument("--shape", action="append", default=[], metavar='"E=.. N=.. K=.. topk=.."',
                    help="hidden size and top-k for files of these E, N (repeatable); also reported when missing")
-    a.add_argument("--dtype", default="bf16", help="bf16 | fp16 (default bf16)")
+    a.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp8 (fp8: the dtype=fp8_w8a8 files; default bf16)")
     a.add_argument("--search", type=_positive, default=None, metavar="N",
                    help="also time N configs of SGLang's space per entry (a quick search)")
     a.add_argument("--md", default="sglang_audit.md", help="markdown report (default sglang_audit.md)")

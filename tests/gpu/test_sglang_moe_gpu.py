@@ -1,6 +1,6 @@
 """SGLang's fused-MoE kernel on the GPU (skipped without one or without sglang): bf16 against the float64 loop on
-both paths, the shipped H200 entry found and measured, the down GEMM, and the precompile pool's compile-only path
-(SGLang's launcher compiles on meta inputs and launches nothing)."""
+both paths, fp8_w8a8 against the quantised float64 loop, the shipped H200 entries found and measured, the down GEMM,
+and the precompile pool's compile-only path (SGLang's launcher compiles on meta inputs and launches nothing)."""
 import dataclasses
 import importlib
 
@@ -62,3 +62,32 @@ def test_precompile_compiles_on_meta_inputs(kernel, dev):
                                   target=current_target())
     assert status == "ok"
     assert not any(case[0] == kernel for case in _NO_META)  # compiled on meta inputs, not on real ones
+
+
+MIXTRAL = {"E": 8, "N": 14336, "K": 4096, "topk": 2}
+
+
+@pytest.mark.parametrize("M", [1, 256])
+def test_fp8_w8a8_is_correct_and_its_shipped_h200_entry_is_found(M, dev):
+    """fp8_w8a8 per tensor on the GPU: bf16 activations quantised per tensor inside SGLang's launcher (ours where
+    sgl_kernel is missing), float8 weights with a scale per expert, against the float64 loop that applies the same
+    quantisation; SGLang ships a Mixtral fp8_w8a8 file for the H200."""
+    spec = get_kernel("sglang_fused_moe")
+    km = importlib.import_module(spec.run.__module__)
+    shape = {"M": M, **MIXTRAL}
+    picks = [spec.default(shape, "fp8", dev), spec.configs(shape, "fp8", dev)[-1]]
+    if dev.name == "NVIDIA_H200":
+        found = spec.extra["shipped_entry"](shape, dev, dtype="fp8")
+        assert found and found[1].name == "E=8,N=14336,device_name=NVIDIA_H200,dtype=fp8_w8a8.json"
+        picks.append(found[0])
+    inputs = spec.make_inputs(shape, "fp8", dev)
+    assert inputs["x"].dtype.is_floating_point and inputs["x"].element_size() == 2
+    ref = spec.reference(inputs)
+    for cfg in picks:
+        for y in (spec.run(inputs, cfg), km.two_launches(inputs, km.launch_dict(cfg))):
+            v = compare(y, ref, spec.tol("fp8"), spec.element_tol("fp8"))
+            assert v.ok, (M, str(cfg), v.reason)
+    down = get_kernel("sglang_fused_moe_down")
+    t = evaluate(down, shape, "fp8", down.default(shape, "fp8", dev), dev, GpuTimer(dev, warmup_ms=1, rep_ms=2,
+                                                                                    min_reps=3))
+    assert t.ok, t.reason

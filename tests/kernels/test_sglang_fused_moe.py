@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("sglang")
 
 from flytune_nb.artifacts import sglang as files  # noqa: E402
-from flytune_nb.core.device import from_properties  # noqa: E402
+from flytune_nb.core.device import current_device, from_properties  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
 from flytune_nb.measure.correctness import compare  # noqa: E402
 from flytune_nb.measure.trial import evaluate  # noqa: E402
@@ -84,6 +84,29 @@ def test_sglangs_kernel_matches_the_float64_loop_on_both_paths(spec, km, sg, sha
     assert not compare(shifted, spec.reference(inputs), spec.tol("fp16")).ok
 
 
+def test_fp8_w8a8_matches_the_quantised_float64_loop_on_both_paths(spec, km, down, dev, cpu_timer):
+    """fp8_w8a8 per tensor: float8 weights with a scale per expert, activations quantised per tensor by SGLang's
+    launcher (ours standing in for sgl_kernel's quantiser). The reference applies the same quantisation; against the
+    unquantised computation the kernel is ~5e-2 off, so a reference that ignored it could not pass."""
+    shape = {"M": 33, "E": 4, "N": 128, "K": 64, "topk": 2}
+    space = spec.configs(shape, "fp8", dev)
+    # 1-byte operands: more stages fit in shared memory than at fp16 (234 configs against 174 here)
+    assert len(space) > len(spec.configs(shape, "fp16", dev))
+    for cfg in (spec.default(shape, "fp8", dev), space[0], space[-1]):
+        inputs = spec.make_inputs(shape, "fp8", dev)
+        assert inputs["w1"].dtype == torch.float8_e4m3fn and inputs["w1_scale"].shape == (4,)
+        assert spec.shape_of(inputs) == shape
+        ref = spec.reference(inputs)
+        scaled = {k: inputs[k].float() * inputs[f"{k}_scale"][:, None, None] for k in ("w1", "w2")}
+        unquantised = spec.reference({**inputs, **scaled, "w1_scale": None, "w2_scale": None})
+        for y in (km.fused_experts(inputs, km.launch_dict(cfg)), km.two_launches(inputs, km.launch_dict(cfg))):
+            v = compare(y, ref, spec.tol("fp8"), spec.element_tol("fp8"))
+            assert v.ok and v.rel_error < 1e-2, (str(cfg), v.reason)
+            assert (y.double() - unquantised).norm() / unquantised.norm() > 5 * v.rel_error
+    t = evaluate(down, shape, "fp8", down.default(shape, "fp8", dev), dev, cpu_timer)
+    assert t.ok and t.rel_error < 1e-2, t.reason
+
+
 def test_down_gemm_alone_matches_its_reference_and_keeps_the_up_block_m(down, dev, cpu_timer):
     d = down.default(TINY, "fp16", dev)
     space = down.configs(TINY, "fp16", dev)
@@ -112,6 +135,10 @@ def test_space_is_sglangs_and_the_default_is_get_default_config(spec, sg, dev):
         assert tuple(cfg[k] for k in files.KNOB_ORDER[:4]) == want == tuple(sgl[k] for k in files.KNOB_ORDER[:4])
         assert (cfg.num_warps, cfg.num_stages) == (4, 3)  # Triton's CUDA launch defaults, which SGLang leaves to it
     assert spec.default({"M": 9, **mixtral}, "bf16", mi300).num_stages == 2
+    for m in (1, 64, 512):  # fp8_w8a8: SGLang's default for that dtype string, with its own warps and stages
+        sgl = sg.config.get_default_config(m, 8, 14336, 4096, 2, "fp8_w8a8", False, None)
+        cfg = spec.default({"M": m, **mixtral}, "fp8", h200)
+        assert {k: cfg.to_dict()[k] for k in sgl} == sgl
 
 
 def test_a_config_failing_inside_the_override_leaves_none_behind(spec, km, sg, dev, cpu_timer):
@@ -158,13 +185,13 @@ def test_file_rules_are_sglangs(sg, monkeypatch):
     assert same > 0.8 * len(shipped)  # the rest: indent=2 or other knob orders, not written by the current tuner
 
 
-def _sweep_and_export(kernel, tmp_path, budget=2):
+def _sweep_and_export(kernel, tmp_path, budget=2, dtype="fp16"):
     from flytune_nb.artifacts.export import export
     from flytune_nb.engine.store import Store
     from flytune_nb.engine.sweep import Sweep
 
     store = Store(tmp_path / f"{kernel}.db")
-    Sweep(kernel, "M=1,5 E=4 N=64 K=32 topk=2", ["fp16"], db=store, isolate=False, budget=budget,
+    Sweep(kernel, "M=1,5 E=4 N=64 K=32 topk=2", [dtype], db=store, isolate=False, budget=budget,
           baselines=()).run()
     return export(store, tmp_path / "out", kernel=kernel)
 
@@ -209,6 +236,32 @@ def test_export_is_read_back_by_sglangs_own_lookup(sg, tmp_path, monkeypatch):
     cfg, source = lookup(get_kernel("sglang_fused_moe"), {"M": 4, "E": 4, "N": 64, "K": 32, "topk": 2}, "fp16",
                          directory=tmp_path / "out")
     assert source == "artifact" and cfg.to_dict() == table["5"]
+
+
+def test_fp8_export_is_read_back_by_sglang_and_served_by_dtype(spec, sg, tmp_path, monkeypatch):
+    from flytune_nb.serve.lookup import LOOKUP
+    from flytune_nb.serve.tuned import tuned
+
+    (path,) = _sweep_and_export("sglang_fused_moe", tmp_path, dtype="fp8")
+    assert path.name == "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json"
+    table = json.loads(path.read_text())
+    _device_named(monkeypatch, sg)
+    sg.config.get_moe_configs.cache_clear()
+    try:
+        assert sg.config.get_moe_configs(4, 64, "fp8_w8a8") is None  # SGLang's own folder: nothing for this GPU
+        monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(path.parents[2]))
+        sg.config.get_moe_configs.cache_clear()
+        assert sg.config.get_moe_configs(4, 64, "fp8_w8a8") == {int(m): c for m, c in table.items()}
+        assert sg.config.get_moe_configs(4, 64, None) is None  # the bf16/fp16 file is another file
+    finally:
+        sg.config.get_moe_configs.cache_clear()
+    LOOKUP.clear()
+    monkeypatch.setenv("FLYTUNE_CONFIG_DIR", str(tmp_path / "out"))
+    kernel = tuned("sglang_fused_moe", autotune=False)
+    inputs = spec.make_inputs({"M": 4, "E": 4, "N": 64, "K": 32, "topk": 2}, "fp8", current_device())
+    assert kernel.config_for(inputs).to_dict() == table["5"]  # dtype read from w1 (float8), nearest batch size 5
+    v = compare(kernel(**inputs), spec.reference(inputs), spec.tol("fp8"), spec.element_tol("fp8"))
+    assert v.ok, v.reason
 
 
 def _fake_shipped(root: Path, folder: str, name: str, table: dict) -> Path:
@@ -280,6 +333,33 @@ def test_audit_reports_slower_missing_fallback_and_broken_entries(tmp_path):
     assert "| `E=4,N=64,device_name=CPU_interpreter.json` (triton_3_6_0) | 4 |" in md
     assert "E=16,N=128,device_name=CPU_interpreter.json" in md and "only in `triton_3_1_0`" in md
     assert "pass --shape \"E=9 N=96 K=... topk=...\"" in md
+
+
+def test_audit_of_fp8_times_the_fp8_w8a8_files_only(tmp_path):
+    from flytune_nb.artifacts.sglang_audit import audit
+    from flytune_nb.measure.trial import Trial
+
+    root = tmp_path / "sglang"
+    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1)})
+    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json",
+                  {1: _entry(1), 4: _entry(4, bn=32)})
+    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8,block_shape=[128, 128]"
+                  ".json", {1: _entry(1)})
+    seen = []
+
+    def measure(spec, shape, dtype, config):
+        seen.append(dtype)
+        return Trial(spec.name, shape, dtype, config, "ok", p50=0.1)
+
+    shapes = {(4, 64): {"K": 32, "topk": 2}, (4, 32): {"K": 32, "topk": 2}}
+    a = audit(root, shapes=shapes, dtype="fp8", measure=measure)
+    assert {(e.file, e.M) for e in a.entries} == {("E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json", 1),
+                                                  ("E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json", 4)}
+    assert set(seen) == {"fp8"}
+    why = dict(a.skipped)
+    assert why["E=4,N=64,device_name=CPU_interpreter.json"] == "unquantised weights: audited with --dtype bf16"
+    assert "block-wise" in why["E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8,block_shape=[128, 128].json"]
+    assert a.missing_files == [("--shape", "E=4,N=32,device_name=CPU_interpreter,dtype=fp8_w8a8.json")]
 
 
 def test_audit_cli_times_real_entries_and_writes_the_report(tmp_path, capsys):

@@ -7,7 +7,8 @@ from tests.conftest import PLUGINS
 @pytest.mark.parametrize("argv, msg", [
     (["sweep", "rmsnrom", "--grid", "M=1 N=8"], "Did you mean 'rmsnorm'"),
     (["sweep", "rmsnorm", "--grid", "M=1,a N=8"], "not a positive integer"),
-    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp4"], "unknown dtype 'fp4'"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp8"], "rmsnorm supports bf16, fp16, fp32; got fp8"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--strategy", "magic"], "unknown strategy"),
     (["sweep", "rmsnorm", "--grid", "M=100000000 N=100000000"], "needs ~.* GiB"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--tie-band", "150"], "--tie-band is a percentage"),

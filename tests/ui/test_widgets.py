@@ -516,7 +516,9 @@ def test_workbench_reports_bad_parameters_inline(tmp_path):
     wb.picker.dropdown.value = "rmsnorm"
     wb.grid.rebuild("M=1,64 N=4096", ["fp8", "bf16"])
     assert wb.grid.axis_boxes["M"].value == "1,64" and wb.grid.dtypes.value == ("bf16",)
-    assert "unknown dtype &#x27;fp8&#x27;" in wb.grid.preview.value
+    assert "rmsnorm does not support fp8; it supports bf16, fp16, fp32" in wb.grid.preview.value
+    wb.grid.rebuild("M=1,64 N=4096", ["fp4", "bf16"])
+    assert "unknown dtype &#x27;fp4&#x27;" in wb.grid.preview.value
 
 
 def test_workbench_bad_grid_is_one_inline_message(tmp_path):

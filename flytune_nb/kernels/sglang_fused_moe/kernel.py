@@ -16,6 +16,11 @@ Two paths, chosen once per process (``sglang().path``):
   ``invoke_fused_moe_kernel`` directly (SGLang's kernel and launcher, the same grid and specialisation) with our
   alignment, a torch SiLU*up (fp32 math, one rounding, as sgl_kernel's silu_and_mul) and a torch sum over top-k.
 A separately tuned down GEMM always takes the second form: an override forces one config onto both GEMMs.
+
+fp8_w8a8 (per-tensor): the weights are float8 with one scale per expert, and SGLang's launcher quantises each GEMM's
+activation per tensor on the fly (dynamic scale: its absmax / the fp8 maximum) through ``scaled_fp8_quant``. On CUDA
+that is an sgl_kernel op (on the CPU SGLang has none at all), so there ours (``fp8_quant``: the same arithmetic in fp32,
+as sgl_kernel's per-tensor kernel) is swapped in for the call only; on ROCm SGLang's own torch fallback runs.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ MODULES = {
     "triton_utils": "sglang.srt.layers.moe.moe_runner.triton_utils",
     "fused_moe": "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe",
     "runtime": "sglang.srt.runtime_context",
+    "fp8": "sglang.kernels.ops.quantization.fp8_kernel",  # its fp8 dtype and maximum (fnuz on ROCm gfx942)
 }
 
 
@@ -114,16 +120,18 @@ def sglang() -> types.SimpleNamespace:
     stubbed = _stub_sgl_kernel_if_missing()
     try:
         mods = {k: importlib.import_module(v) for k, v in MODULES.items()}
+        _publish_server_args(mods["runtime"])  # imports more of SGLang (its model configs)
     except Exception as e:  # noqa: BLE001 - any import failure means the kernel is not available here
         lines = [line for line in str(e).splitlines() if line.strip()]
         raise KernelUnavailable(f"sglang {getattr(pkg, '__version__', '?')} is installed but its fused-MoE modules "
                                 f"do not import here: {type(e).__name__}: {lines[0] if lines else ''}") from None
-    _publish_server_args(mods["runtime"])
     ns = types.SimpleNamespace(**mods)
     ns.version = getattr(pkg, "__version__", "unknown")
     ns.sgl_kernel_stubbed = stubbed
     ns.native_align = _gpu() and not stubbed
     ns.path = "kernel" if (_gpu() and stubbed) else "fused_experts"
+    # SGLang's scaled_fp8_quant runs its own code on ROCm and sgl_kernel's on CUDA; elsewhere (the CPU) it has none
+    ns.native_quant = bool(getattr(torch.version, "hip", None)) or ns.native_align
     return ns
 
 
@@ -158,6 +166,56 @@ def launch_dict(config) -> dict:
     for k in LAUNCH_DROPS:
         d.pop(k, None)
     return d
+
+
+# -- fp8_w8a8 --------------------------------------------------------------------------------------------------------
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+
+
+def is_fp8(w: torch.Tensor) -> bool:
+    return w.dtype in FP8_DTYPES
+
+
+def fp8_quant(a: torch.Tensor, scale: torch.Tensor | None = None, num_token_padding=None,
+              use_per_token_if_dynamic: bool = False):
+    """SGLang's ``scaled_fp8_quant`` contract, per tensor: (a quantised to SGLang's fp8 dtype, float32 scale of shape
+    (1,)). Dynamic (no ``scale``): absmax / fp8 max, floored at 1e-12 as SGLang's. Computed in fp32 with no host sync."""
+    if use_per_token_if_dynamic or num_token_padding:
+        raise NotImplementedError("fp8_quant: per-token scales and token padding are not part of the per-tensor path")
+    fp8 = sglang().fp8
+    x = a.float()
+    if scale is None:
+        scale = (x.abs().amax().clamp(min=1e-12) / fp8.fp8_max).reshape(1)
+    q = (x / scale).clamp(-fp8.fp8_max, fp8.fp8_max).to(fp8.fp8_dtype)
+    return q, scale.float().reshape(1)
+
+
+def fp8_weights(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(E, R, C) weights -> (float8 weights, float32 scale per expert), as an fp8 checkpoint stores them."""
+    fp8 = sglang().fp8
+    scale = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+    q = torch.empty(w.shape, dtype=fp8.fp8_dtype, device=w.device)
+    for e in range(w.shape[0]):  # one expert at a time: Mixtral's w1 in fp32 at once is 3.8 GB
+        we = w[e].float()
+        scale[e] = we.abs().amax().clamp(min=1e-12) / fp8.fp8_max
+        q[e] = (we / scale[e]).clamp(-fp8.fp8_max, fp8.fp8_max).to(fp8.fp8_dtype)
+    return q, scale
+
+
+@contextlib.contextmanager
+def sglang_quant():
+    """SGLang's launcher with ``fp8_quant`` as its activation quantiser where its own needs sgl_kernel."""
+    sg = sglang()
+    if sg.native_quant:
+        yield
+        return
+    mod = sg.kernels
+    saved = mod.scaled_fp8_quant
+    mod.scaled_fp8_quant = fp8_quant
+    try:
+        yield
+    finally:
+        mod.scaled_fp8_quant = saved
 
 
 # -- alignment: sgl_kernel's moe_align_block_size contract in torch ---------------------------------------------------
@@ -210,13 +268,17 @@ def _compute_type(dtype: torch.dtype):
     return tl.bfloat16 if dtype == torch.bfloat16 else tl.float16
 
 
-def gemm(a, b, c, topk_weights, topk_ids, aligned, *, mul_routed_weight: bool, top_k: int, config: dict) -> None:
-    """One grouped GEMM through SGLang's ``invoke_fused_moe_kernel`` (unquantised)."""
+def gemm(a, b, c, topk_weights, topk_ids, aligned, *, mul_routed_weight: bool, top_k: int, config: dict,
+         b_scale: torch.Tensor | None = None) -> None:
+    """One grouped GEMM through SGLang's ``invoke_fused_moe_kernel``: unquantised, or fp8_w8a8 per tensor when
+    ``b_scale`` (one per expert) is given — ``a`` stays in bf16/fp16 and SGLang's launcher quantises it."""
     sorted_ids, expert_ids, n_post = aligned
-    sglang().kernels.invoke_fused_moe_kernel(
-        a, b, None, c, None, None, None, topk_weights, topk_ids, sorted_ids, expert_ids, n_post, mul_routed_weight,
-        top_k, config, compute_type=_compute_type(a.dtype), use_fp8_w8a8=False, use_int8_w8a8=False,
-        use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False, block_shape=None)
+    with sglang_quant():
+        sglang().kernels.invoke_fused_moe_kernel(
+            a, b, None, c, None, b_scale, None, topk_weights, topk_ids, sorted_ids, expert_ids, n_post,
+            mul_routed_weight, top_k, config, compute_type=_compute_type(a.dtype), use_fp8_w8a8=b_scale is not None,
+            use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
+            block_shape=None)
 
 
 def silu_and_mul(h: torch.Tensor) -> torch.Tensor:
@@ -224,11 +286,12 @@ def silu_and_mul(h: torch.Tensor) -> torch.Tensor:
     return (F.silu(gate) * up).to(h.dtype)
 
 
-def down_gemm(act, w2, topk_weights, topk_ids, aligned, config: dict) -> torch.Tensor:
+def down_gemm(act, w2, topk_weights, topk_ids, aligned, config: dict, w2_scale=None) -> torch.Tensor:
     """The down GEMM (scaled by the routing weight) and the sum over the top-k slots: (M, K)."""
     M, topk = topk_ids.shape
     out = torch.empty(M, topk, w2.shape[1], dtype=act.dtype, device=act.device)
-    gemm(act, w2, out, topk_weights, topk_ids, aligned, mul_routed_weight=True, top_k=1, config=config)
+    gemm(act, w2, out, topk_weights, topk_ids, aligned, mul_routed_weight=True, top_k=1, config=config,
+         b_scale=w2_scale)
     return out.sum(dim=1)
 
 
@@ -244,8 +307,8 @@ def two_launches(inputs: dict, up: dict, down: dict | None = None) -> torch.Tens
     M, topk = ids.shape
     aligned = align(ids, up["BLOCK_SIZE_M"], w1.shape[0])
     h = torch.empty(M * topk, w1.shape[1], dtype=x.dtype, device=x.device)
-    gemm(x, w1, h, wts, ids, aligned, mul_routed_weight=False, top_k=topk, config=up)
-    return down_gemm(silu_and_mul(h), w2, wts, ids, aligned, down)
+    gemm(x, w1, h, wts, ids, aligned, mul_routed_weight=False, top_k=topk, config=up, b_scale=inputs.get("w1_scale"))
+    return down_gemm(silu_and_mul(h), w2, wts, ids, aligned, down, inputs.get("w2_scale"))
 
 
 def fused_experts(inputs: dict, config: dict) -> torch.Tensor:
@@ -257,9 +320,11 @@ def fused_experts(inputs: dict, config: dict) -> torch.Tensor:
         if not sg.native_align:  # no backend for SGLang's alignment here: ours, for this call only
             fm.moe_align_block_size = lambda ids, bm, e, *a, **k: moe_align(ids, bm, e)
         # fused_experts_impl reads the TP group to size its output; a single process has none.
-        with sg.runtime.get_parallel().override(tp_group=None), forced_config(config):
+        fp8 = {"use_fp8_w8a8": True, "w1_scale": inputs["w1_scale"], "w2_scale": inputs["w2_scale"]} \
+            if is_fp8(inputs["w1"]) else {}
+        with sg.runtime.get_parallel().override(tp_group=None), forced_config(config), sglang_quant():
             return fm.fused_experts_impl(inputs["x"], inputs["w1"], inputs["w2"], inputs["topk_weights"],
-                                         inputs["topk_ids"], inplace=False, activation="silu")
+                                         inputs["topk_ids"], inplace=False, activation="silu", **fp8)
     finally:
         fm.moe_align_block_size = saved
 

@@ -30,6 +30,7 @@ def make_inputs(shape, dtype, device):
     in fp32 rounded once to the dtype (as SGLang's silu_and_mul), row m*topk + s. w1 is dropped after."""
     inputs = BASE.package.make_inputs(shape, dtype, device)
     x, w1, ids = inputs.pop("x"), inputs.pop("w1"), inputs["topk_ids"]
+    w1_scale = inputs.pop("w1_scale", None)  # fp8: the up GEMM on the dequantised weights
     M, topk = ids.shape
     act = torch.empty(M * topk, shape["N"], dtype=x.dtype, device=x.device)
     if x.device.type == "meta":  # shapes only (memory checks, the precompile pool): nothing to compute
@@ -38,7 +39,8 @@ def make_inputs(shape, dtype, device):
     for e in range(w1.shape[0]):
         tok, slot = torch.where(ids == e)
         if tok.numel():
-            act[tok * topk + slot] = BASE.kernel.silu_and_mul(x[tok] @ w1[e].T)
+            w = w1[e].to(x.dtype) if w1_scale is None else (w1[e].float() * w1_scale[e]).to(x.dtype)
+            act[tok * topk + slot] = BASE.kernel.silu_and_mul(x[tok] @ w.T)
     inputs["act"] = act
     return inputs
 
@@ -50,7 +52,7 @@ def shape_of(inputs):
 
 def named_configs(shape, dtype, device):
     """SGLang's shipped ``_down`` entry for this shape, with BLOCK_SIZE_M set to the up config's, as SGLang runs it."""
-    found = BASE.package.shipped_entry(shape, device, down=True)
+    found = BASE.package.shipped_entry(shape, device, down=True, dtype=dtype)
     if not found:
         return {}
     return {SHIPPED: found[0].replace(BLOCK_SIZE_M=up_config(shape, dtype, device)["BLOCK_SIZE_M"])}
@@ -66,23 +68,23 @@ SPEC = KernelSpec(
     name="sglang_fused_moe_down",
     axes=("M", "E", "N", "K", "topk"),
     batch_axis="M",
-    dtypes=("bf16", "fp16"),
+    dtypes=("bf16", "fp16", "fp8"),
     make_inputs=make_inputs,
     run=run,
     reference=reference,
     configs=configs,
     default=default,
     shape_of=shape_of,
-    dtype_from="act",
-    bytes=lambda s, d: (min(s["E"], s["M"] * s["topk"]) * s["N"] * s["K"] + s["M"] * s["topk"] * s["N"]
-                        + s["M"] * s["K"]) * itemsize(d),
+    dtype_from="w2",  # bf16 / fp16, or float8 for fp8_w8a8 (whose act is bf16)
+    bytes=lambda s, d: (min(s["E"], s["M"] * s["topk"]) * s["N"] * s["K"] * (1 if d == "fp8" else itemsize(d))
+                        + (s["M"] * s["topk"] * s["N"] + s["M"] * s["K"]) * (2 if d == "fp8" else itemsize(d))),
     flops=lambda s, d: 2 * s["M"] * s["topk"] * s["N"] * s["K"],
     description=f"The down GEMM of SGLang {BASE.package.SG.version}'s fused MoE, tuned on its own (_down files).",
     tolerance_scale=2.0,  # one GEMM's storage rounding plus the top-k sum
     fingerprint=fingerprint(),
     artifact_axes=("E", "N"),
     example_shape=BASE.spec.example_shape,
-    artifact_dtype=lambda d: None,
+    artifact_dtype=BASE.spec.artifact_dtype,
     named_configs=named_configs,
     artifact_path=BASE.spec.artifact_path,
     artifact_suffix="_down",

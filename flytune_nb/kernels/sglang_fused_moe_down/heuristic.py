@@ -17,7 +17,8 @@ def up_config(shape, dtype, device):
     root = files.serving_root()
     if root is not None:
         try:
-            path, _ = files.resolve(root, files.file_name(shape["E"], shape["N"], device.name), triton.__version__)
+            name = files.file_name(shape["E"], shape["N"], device.name, files.config_dtype(dtype))
+            path, _ = files.resolve(root, name, triton.__version__)
             if path is not None:
                 table = files.read_table(path)
                 knobs = {k: v for k, v in table[files.nearest(table, shape["M"])].items() if k != "USE_TMA"}

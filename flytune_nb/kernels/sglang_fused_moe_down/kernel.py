@@ -43,5 +43,6 @@ def run(inputs: dict, config):
     compiling = compiling_for() not in (None, "interpreter")  # the precompile pool: compile, launch nothing
     with k._compile_only() if compiling else contextlib.nullcontext():
         aligned = k.align(ids, cfg["BLOCK_SIZE_M"], inputs["w2"].shape[0])
-        out = k.down_gemm(inputs["act"], inputs["w2"], inputs["topk_weights"], ids, aligned, cfg)
+        out = k.down_gemm(inputs["act"], inputs["w2"], inputs["topk_weights"], ids, aligned, cfg,
+                          inputs.get("w2_scale"))
     return None if compiling else out

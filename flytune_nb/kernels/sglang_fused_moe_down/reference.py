@@ -4,4 +4,5 @@ from .kernel import base
 
 
 def reference(inputs):
-    return base().reference.down_reference(inputs["act"], inputs["w2"], inputs["topk_weights"], inputs["topk_ids"])
+    return base().reference.down_reference(inputs["act"], inputs["w2"], inputs["topk_weights"], inputs["topk_ids"],
+                                           inputs.get("w2_scale"), base().kernel.fp8_quant)
