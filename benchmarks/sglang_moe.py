@@ -254,6 +254,9 @@ def main(argv=None) -> int:
         rows, ratios, beyond, evals, ex_ratios, ex_beyond = [], [], [], [], [], []
         for r in results:
             shape, shipped = r.shape, r.named.get(SHIPPED)
+            if shipped is None:  # a shipped entry equal to SGLang's default is not a named config of its own
+                found = spec.extra["shipped_entry"](shape, dev, dtype=dtype)
+                shipped = r.default if found and spec.canonical(found[0]) == r.default else None
             own = [t for t in r.trials if t.ok and t.fidelity == "full" and t.config != shipped]
             best = min(own, key=lambda t: t.p50).config if own else r.default
             exported = r.pick.config if r.pick else None  # what `flytune export` writes: the selection's winner
