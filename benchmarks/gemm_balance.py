@@ -9,11 +9,15 @@ programs), plus at M = 128 the persistent TMA tiles, against cuBLAS (torch.matmu
 run, under graph replay (as engines serve decode) through the sweep engine into a store. The report puts each
 shape's best, the best per (BLOCK_SIZE_N, SPLIT_K) and the default side by side with the programs' wave use.
 
+Above M = 128 (``mid_family``) the question is which tile shape and path fill the SMs: row and column tiles of
+64-256 on both the pointer and the persistent TMA path, and SPLIT_K 2 where the tiles leave SMs idle.
+
 The JSON keeps every timing; the store (``--db``) resumes an interrupted run. bf16.
 """
 from __future__ import annotations
 
 import time
+from itertools import product
 
 from benchmarks.common import environment, need_gpu, parser, shape_list, write
 
@@ -24,12 +28,43 @@ SPLITS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 BALANCED = 0.85  # odd splits are timed only where their programs keep this share of the SMs' rounds busy
 
 
+def mid_family(shape: dict, device) -> list:
+    """M > 128: every row tile of 64-256 and column tile of 64-256 on both paths (pointer, persistent TMA), BK 64 and
+    128, 4 or 8 warps, 3-5 stages, and on the pointer path SPLIT_K 2 where the tiles leave SMs idle."""
+    from flytune_nb.kit import Config
+    from flytune_nb.kit.spaces import has_tma, tile_fits, wave_use
+
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    sms = max(device.sm_count, 1)
+    out = []
+    for bm in (64, 128, 256):
+        if bm > 2 * M:
+            continue
+        for bn in (64, 128, 256):
+            tiles = -(-M // bm) * -(-N // bn)
+            for tma in ((0, 2) if has_tma(device) else (0,)):
+                splits = (1, 2) if not tma and wave_use(tiles, sms) < BALANCED else (1,)
+                for split, bk, warps, stages in product(splits, (64, 128), (4, 8), (3, 4, 5)):
+                    if K % (bk * split) or not tile_fits(bm, bn, bk, warps, stages, "bf16", device,
+                                                         store_tile=bool(tma)):
+                        continue
+                    knobs = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8}
+                    if tma:
+                        knobs["TMA"] = 2
+                    if split > 1:
+                        knobs["SPLIT_K"] = split
+                    out.append(Config(knobs, num_warps=warps, num_stages=stages))
+    return out
+
+
 def family(shape: dict, device) -> list:
-    """The configs timed for ``shape`` (see the module docstring)."""
+    """The configs timed for ``shape`` (see the module docstring; M > 128: ``mid_family``)."""
     from flytune_nb.kit import Config
     from flytune_nb.kit.spaces import has_tma, next_pow2, tile_fits, wave_use
 
     M, N, K = shape["M"], shape["N"], shape["K"]
+    if M > 128:
+        return mid_family(shape, device)
     sms = max(device.sm_count, 1)
     bm = min(128, max(16, next_pow2(M)))
     out = []

@@ -181,3 +181,31 @@ def test_the_rescore_of_the_committed_ab_run(tmp_path):
     shapes = len(json.loads(run.read_text())["rows"])
     assert sum(r["shapes"] for r in result["rows"]) + len(result["unmeasured"]) == shapes
     assert all(r["geomean"] >= 1.0 and r["worst"] >= 1.0 for r in result["rows"])
+
+
+def test_gemm_balance_times_every_mid_m_tile_on_both_paths_and_each_launches():
+    """Above M = 128 gemm_balance times row and column tiles of 64-256 on the pointer and the TMA path; every one fits
+    the H200's shared memory, splits only where the tiles leave SMs idle, and the pointer ones compute correctly."""
+    from benchmarks.gemm_balance import family
+    from flytune_nb.core.device import from_properties
+    from flytune_nb.measure.correctness import compare
+    from tests.conftest import H200_PROPS
+
+    h200 = from_properties(H200_PROPS, hip=False)
+    configs = family({"M": 256, "N": 6144, "K": 4096}, h200)
+    tiles = {(c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c.to_dict().get("TMA", 0)) for c in configs}
+    # 256x256 is the one tile that fits no BK/warps/stages choice (its fp32 accumulator alone is 256 KiB)
+    assert tiles == {(bm, bn, tma) for bm in (64, 128, 256) for bn in (64, 128, 256) for tma in (0, 2)
+                     if (bm, bn) != (256, 256)}
+    # 96 tiles of 128x128 on 132 SMs: split 2 offered for them on the pointer path only; 384 of 64x64 fill them
+    split = {(c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"]) for c in configs if c.to_dict().get("SPLIT_K", 1) == 2}
+    assert (128, 128) in split and (64, 64) not in split
+    assert not any(c.to_dict().get("SPLIT_K", 1) > 1 and c.to_dict().get("TMA") for c in configs)
+    assert {c["BLOCK_SIZE_M"] for c in family({"M": 96, "N": 6144, "K": 4096}, h200)} == {128}  # decode family
+    spec, dev, shape = get_kernel("matmul"), current_device(), {"M": 24, "N": 64, "K": 256}
+    small = family({"M": 256, "N": 64, "K": 256}, h200)
+    pointer = [c for c in small if not c.to_dict().get("TMA")][:: max(1, len(small) // 6)]
+    for cfg in pointer:
+        inputs = spec.make_inputs(shape, "fp16", dev)
+        v = compare(spec.run(inputs, cfg), spec.reference(inputs), spec.tol("fp16"), spec.element_tol("fp16"))
+        assert v.ok, (str(cfg), v.reason)
