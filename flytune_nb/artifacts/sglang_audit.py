@@ -29,6 +29,9 @@ from flytune_nb.errors import UsageError
 TIE = 0.03  # within 3% of the default is a tie: run-to-run spread of one config on the H200 was up to ~2%
 MIN_DELTA_US = 1.0  # and a slowdown must exceed the timer's noise floor (artifacts.gate says why 1 us)
 CONFIRM_ROUNDS = 2
+TIMED = {"graph": "as SGLang's tuner times (10 calls captured in one CUDA graph, per call)",
+         "events": "one launch per sample with the L2 flushed (host gaps between SGLang's launches included)",
+         "given": "by the caller's measure"}
 
 # Models whose MoE shapes SGLang ships files for: (experts, moe intermediate size, hidden size, top-k), from each
 # model's config.json (num_local_experts / num_experts, intermediate_size / moe_intermediate_size, hidden_size,
@@ -86,6 +89,7 @@ class Audit:
     sglang: str
     root: str
     dtype: str
+    timing: str = "graph"  # graph | events | given (a caller's measure)
     entries: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (file, why)
     fallback: list = field(default_factory=list)  # (file, folder it is read from)
@@ -116,17 +120,22 @@ def device_files(root: Path, device_name: str, triton_version: str) -> dict[str,
     return out
 
 
-def default_measure(device) -> Callable:
+def default_measure(device, timing: str = "graph") -> Callable:
+    """``timing``: "graph" (10 calls in one CUDA graph, per call: how SGLang's tuner times) or "events" (one launch
+    per sample, L2 flushed). Per launch, a small MoE call also times the host's gaps between SGLang's few launches
+    (and, without sgl_kernel, our torch alignment and quantisation): one fp8 entry of the H200 read 1623 us that way
+    in one audit and 577 us in the next, 5 minutes apart."""
     from flytune_nb.measure.timer import make_timer
     from flytune_nb.measure.trial import evaluate
 
-    timer = make_timer(device)
+    timer = make_timer(device, graph=timing == "graph")
     return lambda spec, shape, dtype, config: evaluate(spec, shape, dtype, config, device, timer)
 
 
 def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "bf16", search: int = 0,
-          measure: Callable | None = None, listener: Callable | None = None) -> Audit:
-    """``shapes``: {(E, N): {"K": k, "topk": t}} for files MODELS does not cover (or to override it)."""
+          measure: Callable | None = None, listener: Callable | None = None, timing: str = "graph") -> Audit:
+    """``shapes``: {(E, N): {"K": k, "topk": t}} for files MODELS does not cover (or to override it); ``timing``: see
+    default_measure (ignored with ``measure``)."""
     import triton
 
     from flytune_nb.core.config import Config
@@ -140,11 +149,15 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
     up, down = get_kernel("sglang_fused_moe"), get_kernel("sglang_fused_moe_down")
     dtype = up.check_dtype(dtype)
     tag = files.config_dtype(dtype)  # the files of this dtype: no dtype part for bf16/fp16, dtype=fp8_w8a8 for fp8
-    measure = measure or default_measure(device)
+    if timing not in ("graph", "events"):
+        raise UsageError(f"timing must be 'graph' or 'events', got {timing!r}")
+    given = measure is not None
+    measure = measure or default_measure(device, timing)
     known = known_shapes()
     asked = {tuple(k): (dict(v), "--shape") for k, v in (shapes or {}).items()}
     table_of = {**known, **asked}
-    result = Audit(device.name, triton.__version__, up.extra.get("sglang_version", "?"), str(root), dtype)
+    result = Audit(device.name, triton.__version__, up.extra.get("sglang_version", "?"), str(root), dtype,
+                   "given" if given else timing)
     found = device_files(root, device.name, triton.__version__)
     running = files.version_dir(triton.__version__)
     for name, (path, folder) in found.items():
@@ -260,7 +273,8 @@ def to_markdown(a: Audit) -> str:
              "",
              f"SGLang {a.sglang}, Triton {a.triton}, {a.dtype}; folder `{a.root}`. Every entry re-timed on SGLang's "
              f"own kernel against `get_default_config` (ties within {TIE:.0%} or {MIN_DELTA_US:g} us), every output "
-             f"checked against a float64 reference. Measured with flytune_nb (`flytune audit-sglang`).",
+             f"checked against a float64 reference. Timed {TIMED.get(a.timing, a.timing)}. Measured with "
+             f"flytune_nb (`flytune audit-sglang`).",
              "",
              f"- {len(a.entries)} entries of {n_files} files timed: **{len(a.slower)} slower than the default**, "
              f"{sum(e.status == 'FASTER' for e in a.entries)} faster, {sum(e.status == 'OK' for e in a.entries)} "

@@ -572,6 +572,9 @@ def _audit_sglang_parser(sub) -> None:
     a.add_argument("--shape", action="append", default=[], metavar='"E=.. N=.. K=.. topk=.."',
                    help="hidden size and top-k for files of these E, N (repeatable); also reported when missing")
     a.add_argument("--dtype", default="bf16", help="bf16 | fp16 | fp8 (fp8: the dtype=fp8_w8a8 files; default bf16)")
+    a.add_argument("--timing", choices=("graph", "events"), default="graph",
+                   help="graph: 10 calls in one CUDA graph, as SGLang's tuner times (default); events: one launch per "
+                        "sample, L2 flushed")
     a.add_argument("--search", type=_positive, default=None, metavar="N",
                    help="also time N configs of SGLang's space per entry (a quick search)")
     a.add_argument("--md", default="sglang_audit.md", help="markdown report (default sglang_audit.md)")
@@ -602,7 +605,7 @@ def cmd_audit_sglang(args) -> int:
               f"{e.default_us or float('nan'):.1f} us", flush=True)
 
     result = audit(args.dir, shapes=_audit_shapes(args.shape), dtype=args.dtype, search=args.search or 0,
-                   listener=progress)
+                   listener=progress, timing=args.timing)
     md = to_markdown(result)
     Path(args.md).write_text(md)
     if args.json:
