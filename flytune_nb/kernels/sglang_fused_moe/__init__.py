@@ -10,7 +10,8 @@ SGLang's kernel source, so a new SGLang re-tunes.
 
 Axes: M tokens, E experts of one rank, N intermediate size of one rank (w1 is (E, 2N, K), w2 (E, K, N)), K hidden
 size, topk. Dtypes: bf16 and fp16 (unquantised), fp8 (SGLang's fp8_w8a8 per tensor: float8 weights with a scale per
-expert, bf16 activations that SGLang's launcher quantises per tensor; files named ``…,dtype=fp8_w8a8.json``). Files: ``<dir>/sglang_fused_moe/configs/triton_X_Y_Z/E=…,N=…,device_name=….json`` —
+expert, bf16 activations that SGLang's launcher quantises per tensor; files named ``…,dtype=fp8_w8a8.json``).
+Files: ``<dir>/sglang_fused_moe/configs/triton_X_Y_Z/E=…,N=…,device_name=….json`` —
 ``SGLANG_MOE_CONFIG_DIR=<dir>/sglang_fused_moe`` makes SGLang read them (docs/sglang.md).
 """
 from __future__ import annotations
@@ -29,11 +30,11 @@ import torch  # noqa: E402
 
 from flytune_nb.artifacts import sglang as files  # noqa: E402
 from flytune_nb.core.key import code_tokens, source_fingerprint  # noqa: E402
-from flytune_nb.kit import KernelSpec, itemsize, to_torch  # noqa: E402
+from flytune_nb.kit import KernelSpec, to_torch  # noqa: E402
 
 from .configs import configs  # noqa: E402
 from .heuristic import default  # noqa: E402
-from .kernel import fp8_quant, fp8_weights, is_fp8, run, sglang  # noqa: E402
+from .kernel import fp8_quant, fp8_weights, operand_bytes, run, sglang  # noqa: E402
 from .reference import moe_reference  # noqa: E402
 
 SG = sglang()  # KernelUnavailable (one line) when SGLang is installed but its MoE modules do not import here
@@ -93,7 +94,7 @@ def named_configs(shape, dtype, device):
 
 def _bytes(s, d):
     active = min(s["E"], s["M"] * s["topk"])
-    weights, acts = (1, 2) if d == "fp8" else (itemsize(d), itemsize(d))
+    weights, acts = operand_bytes(d)
     return active * 3 * s["N"] * s["K"] * weights + 2 * s["M"] * s["K"] * acts
 
 

@@ -35,7 +35,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from flytune_nb.kit import Config, KernelUnavailable
+from flytune_nb.kit import Config, KernelUnavailable, itemsize
 from flytune_nb.kit.launcher import compiling_for
 
 # The knobs SGLang's launcher splats into the kernel (**config); USE_TMA is popped by fused_experts_impl and is never
@@ -179,7 +179,7 @@ def is_fp8(w: torch.Tensor) -> bool:
 def fp8_quant(a: torch.Tensor, scale: torch.Tensor | None = None, num_token_padding=None,
               use_per_token_if_dynamic: bool = False):
     """SGLang's ``scaled_fp8_quant`` contract, per tensor: (a quantised to SGLang's fp8 dtype, float32 scale of shape
-    (1,)). Dynamic (no ``scale``): absmax / fp8 max, floored at 1e-12 as SGLang's. Computed in fp32 with no host sync."""
+    (1,)). Dynamic (no ``scale``): absmax / fp8 max, floored at 1e-12 as SGLang's. Computed in fp32, no host sync."""
     if use_per_token_if_dynamic or num_token_padding:
         raise NotImplementedError("fp8_quant: per-token scales and token padding are not part of the per-tensor path")
     fp8 = sglang().fp8
@@ -191,15 +191,19 @@ def fp8_quant(a: torch.Tensor, scale: torch.Tensor | None = None, num_token_padd
 
 
 def fp8_weights(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(E, R, C) weights -> (float8 weights, float32 scale per expert), as an fp8 checkpoint stores them."""
-    fp8 = sglang().fp8
+    """(E, R, C) weights -> (float8 weights, float32 scale per expert), as an fp8 checkpoint stores them: each
+    expert quantised per tensor as ``fp8_quant`` quantises an activation."""
     scale = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
-    q = torch.empty(w.shape, dtype=fp8.fp8_dtype, device=w.device)
+    q = torch.empty(w.shape, dtype=sglang().fp8.fp8_dtype, device=w.device)
     for e in range(w.shape[0]):  # one expert at a time: Mixtral's w1 in fp32 at once is 3.8 GB
-        we = w[e].float()
-        scale[e] = we.abs().amax().clamp(min=1e-12) / fp8.fp8_max
-        q[e] = (we / scale[e]).clamp(-fp8.fp8_max, fp8.fp8_max).to(fp8.fp8_dtype)
+        q[e], scale[e:e + 1] = fp8_quant(w[e])
     return q, scale
+
+
+def operand_bytes(dtype: str) -> tuple[int, int]:
+    """(bytes per weight, bytes per activation element) of a launch in ``dtype``: fp8_w8a8 reads 1-byte weights and
+    2-byte (bf16) activations."""
+    return (1, 2) if dtype == "fp8" else (itemsize(dtype), itemsize(dtype))
 
 
 @contextlib.contextmanager

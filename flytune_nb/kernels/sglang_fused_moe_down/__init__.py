@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from flytune_nb.core.key import source_fingerprint
-from flytune_nb.kit import KernelSpec, itemsize
+from flytune_nb.kit import KernelSpec
 
 from .configs import configs
 from .heuristic import default, up_config
@@ -58,6 +58,12 @@ def named_configs(shape, dtype, device):
     return {SHIPPED: found[0].replace(BLOCK_SIZE_M=up_config(shape, dtype, device)["BLOCK_SIZE_M"])}
 
 
+def _bytes(s, d):
+    weights, acts = BASE.kernel.operand_bytes(d)
+    return (min(s["E"], s["M"] * s["topk"]) * s["N"] * s["K"] * weights
+            + (s["M"] * s["topk"] * s["N"] + s["M"] * s["K"]) * acts)
+
+
 def fingerprint() -> str:
     h = hashlib.sha256(source_fingerprint(Path(__file__).parent).encode())
     h.update(BASE.spec.fingerprint.encode())
@@ -76,8 +82,7 @@ SPEC = KernelSpec(
     default=default,
     shape_of=shape_of,
     dtype_from="w2",  # bf16 / fp16, or float8 for fp8_w8a8 (whose act is bf16)
-    bytes=lambda s, d: (min(s["E"], s["M"] * s["topk"]) * s["N"] * s["K"] * (1 if d == "fp8" else itemsize(d))
-                        + (s["M"] * s["topk"] * s["N"] + s["M"] * s["K"]) * (2 if d == "fp8" else itemsize(d))),
+    bytes=_bytes,
     flops=lambda s, d: 2 * s["M"] * s["topk"] * s["N"] * s["K"],
     description=f"The down GEMM of SGLang {BASE.package.SG.version}'s fused MoE, tuned on its own (_down files).",
     tolerance_scale=2.0,  # one GEMM's storage rounding plus the top-k sum
