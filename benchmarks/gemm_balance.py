@@ -5,9 +5,10 @@ matters is that every SM streams an equal share. A grid of ``programs`` equal pr
 ``wave_use(programs, SMs)`` of the SMs' rounds busy; 172 programs of 16x64 tiles (M=1, N=11008) give 40 of 132 SMs
 two tiles and the rest one. This times, per shape, a family of pointer-path configs: one row-tile height (the
 heuristic's), every column-tile width, K tiles and SPLIT_K in 1-16 (odd splits only where they balance the
-programs), plus at M = 128 the persistent TMA tiles, against cuBLAS (torch.matmul) and the heuristic default, in one
-run, under graph replay (as engines serve decode) through the sweep engine into a store. The report puts each
-shape's best, the best per (BLOCK_SIZE_N, SPLIT_K) and the default side by side with the programs' wave use.
+programs), plus above M = 64 the persistent TMA tiles (128 rows, and 64 rows twice), against cuBLAS (torch.matmul)
+and the heuristic default, in one run, under graph replay (as engines serve decode) through the sweep engine into a
+store. The report puts each shape's best, the best per (BLOCK_SIZE_N, SPLIT_K) and the default side by side with the
+programs' wave use.
 
 Above M = 128 (``mid_family``) the question is which tile shape and path fill the SMs: row and column tiles of
 64-256 on both the pointer and the persistent TMA path, and SPLIT_K 2 where the tiles leave SMs idle.
@@ -90,12 +91,13 @@ def family(shape: dict, device) -> list:
                         if split > 1:
                             knobs["SPLIT_K"] = split
                         out.append(Config(knobs, num_warps=warps, num_stages=stages))
-    if M >= 128 and has_tma(device):
-        for bn in (64, 128, 256):
+    if M > 64 and has_tma(device):  # the persistent TMA tiles, 128 rows over all of M or 64 rows twice
+        for bm, bn in product((64, 128), (64, 128, 256)):
             for bk, warps, stages in ((64, 4, 4), (64, 4, 5), (64, 8, 4), (64, 8, 5), (128, 4, 4), (128, 8, 3)):
-                if tile_fits(128, bn, bk, warps, stages, "bf16", device, store_tile=True):
-                    out.append(Config({"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1,
-                                       "TMA": 2}, num_warps=warps, num_stages=stages))
+                if tile_fits(bm, bn, bk, warps, stages, "bf16", device, store_tile=True):
+                    out.append(Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk,
+                                       "GROUP_SIZE_M": 1 if bm == 128 else 8, "TMA": 2},
+                                      num_warps=warps, num_stages=stages))
     return out
 
 

@@ -116,9 +116,9 @@ def test_two_threads_interpreting_at_once_each_get_their_own_result(dev):
 @pytest.mark.parametrize("programs,dtype", [(3, "bf16"), (7, "fp16")])
 def test_stream_k_is_correct_for_any_program_count(dtype, programs, dev, cpu_timer, monkeypatch):
     """The stream-K persistent kernel with 3 and 7 programs (a described device: the interpreter has 2 cores) on
-    ragged shapes: tiles cut between two programs, tiles spread over three or more (fewer iterations per program
-    than K steps), ranges that start and end mid-tile, zero-filled TMA edges; against the fp64 reference, counters
-    zero afterwards."""
+    ragged shapes: whole rounds walked before a cut tail, tiles cut between two programs, tiles spread over three or
+    more (fewer iterations per program than K steps), ranges that start and end mid-tile, zero-filled TMA edges;
+    against the fp64 reference, counters zero afterwards."""
     import dataclasses
 
     from flytune_nb.kernels.matmul import kernel as mk
@@ -127,13 +127,27 @@ def test_stream_k_is_correct_for_any_program_count(dtype, programs, dev, cpu_tim
     spec = get_kernel("matmul")
     monkeypatch.setattr(mk, "current_device", lambda: dataclasses.replace(dev, sm_count=programs))
     for shape, (bm, bn, bk) in (({"M": 40, "N": 72, "K": 96}, (16, 32, 32)),  # 9 tiles x 3 steps
-                                ({"M": 20, "N": 40, "K": 256}, (32, 32, 32))):  # 2 tiles x 8 steps
+                                ({"M": 70, "N": 40, "K": 96}, (16, 32, 32)),  # 10 tiles: whole rounds, then a cut tail
+                                ({"M": 20, "N": 40, "K": 256}, (32, 32, 32))):  # 2 tiles x 8 steps: all cut
         cfg = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 2, "TMA": 2,
                       "STREAM_K": 1}, num_warps=4, num_stages=3)
         t = evaluate(spec, shape, dtype, cfg, dev, cpu_timer)
         assert t.ok, (shape, t.status, t.reason)
     locks = scratch(torch.empty(0), "matmul.locks", 1, torch.int32, zeroed=True)
     assert int(locks.abs().sum()) == 0
+
+
+def test_stream_k_walks_whole_rounds_and_cuts_only_the_last():
+    """Which tiles stream-K walks whole: every full round of programs, so that only the last round's tiles are cut
+    into K ranges; all tiles cut when there is less than a round; none when the tail has fewer K steps than
+    programs (a range would be empty) or there is no tail."""
+    from flytune_nb.kernels.matmul.kernel import stream_k_after
+
+    assert stream_k_after(344, 32, 132) == 264  # M=256 N=11008 in 64x128 tiles on an H200: 80 tiles cut
+    assert stream_k_after(112, 64, 132) == 0  # fewer tiles than SMs: all cut
+    assert stream_k_after(264, 64, 132) == 264  # two whole rounds, nothing to balance
+    assert stream_k_after(10, 3, 3) == 9 and stream_k_after(10, 3, 7) == 7
+    assert stream_k_after(9, 3, 7) == 9  # 2 tiles x 3 steps left for 7 programs: walked whole instead
 
 
 def test_stream_k_with_more_programs_than_iterations_still_covers_every_tile(dev, monkeypatch):
@@ -240,15 +254,17 @@ def test_heuristic_regimes_on_the_h200():
     assert big in spec.configs({"M": 4096, "N": 4096, "K": 4096}, "bf16", dev)
     mi300 = spec.default({"M": 4096, "N": 4096, "K": 4096}, "bf16", SIM["MI300X"])
     assert mi300.get("TMA") is None  # no TMA off Hopper
-    few = spec.default({"M": 256, "N": 4096, "K": 4096}, "bf16", dev)  # 128x64 tiles: 128 for 132 SMs
-    assert (few["BLOCK_SIZE_M"], few["BLOCK_SIZE_N"], few["BLOCK_SIZE_K"], few.get("TMA")) == (128, 64, 128, 2)
+    # 128x128 tiles number 64 for 132 SMs (48%), 64x128 ones 128 (97%): the narrow-row rule takes them
+    few = spec.default({"M": 256, "N": 4096, "K": 4096}, "bf16", dev)
+    assert (few["BLOCK_SIZE_M"], few["BLOCK_SIZE_N"], few["BLOCK_SIZE_K"], few.get("TMA")) == (64, 128, 128, 2)
 
 
-@pytest.mark.parametrize("M,N", [(256, 14336), (256, 11008), (512, 14336), (256, 28672), (1024, 11008)])
+@pytest.mark.parametrize("M,N", [(256, 14336), (512, 14336), (256, 28672), (1024, 11008)])
 def test_no_tile_size_fills_the_sms_128x128_tiles_take_the_partial_round_not_stream_k(M, N):
-    """128x256 tiles number 112 (M=256, N=14336), 86 (11008), 224 (512, 14336 and 256, 28672) and 344 (1024, 11008)
-    on 132 SMs, 65-87% of their rounds; 128x128 ones fill no more than 87%, and 128x64 ones, where they fill more,
-    make more than one round of 128x128 tiles (the small-problem rule does not apply). Stream-K on 128x256 tiles
+    """128x256 tiles number 112 (M=256, N=14336), 224 (512, 14336 and 256, 28672) and 344 (1024, 11008) on 132
+    SMs, 65-87% of their rounds; 128x128 ones fill no more than 87%, and 128x64 ones, where they fill more, make
+    more than one round of 128x128 tiles (the small-problem rule does not apply); 64x128 ones fill no more than 10
+    points above 128x128 ones (M=256, N=11008, where they do, is the narrow-row rule's). Stream-K on 128x256 tiles
     measured 83.4 us at M=256, N=14336 against 58.7 for 128x128x64 tiles (8 warps, 5 stages) and 150.9 at M=512
     against 102.1 (4 warps, 5 stages; stores/gemm_mid_m.db): the default takes the partial round on 128x128x64,
     stream-K stays in the space for the search."""
@@ -277,10 +293,10 @@ def _recorded(store: str) -> dict:
 
 def test_the_recorded_sweeps_agree_with_the_persistent_rule():
     """On the committed H200 sweeps at M=256-512 (stores/gemm_mid_m.db, L2 flushed, 50 surrogate picks a shape), the
-    default is never a stream-K config and, at the six of eight shapes where the sweep timed it, within 10% of the
-    sweep's best: 1.00 at four, 1.08 at M=256, N=12288 and 1.10 at M=256, N=4096, K=14336 (128x64x128 tiles against
-    64x128x128 ones). The bound is what this rule achieves there, so a rule change that does worse on these
-    measurements fails here. Stream-K on 128x256 tiles was 1.42-1.48x the best at N=14336."""
+    default is never a stream-K config and, at the five of eight shapes where the sweep timed it, the sweep's best
+    (the 64x128x128 rule takes M=256, N=12288 and M=256, N=4096, K=14336, which the 128x64x128 tiles it replaces
+    ran 1.08 and 1.10x slower). The bound is what this rule achieves there, so a rule change that does worse on
+    these measurements fails here. Stream-K on 128x256 tiles was 1.42-1.48x the best at N=14336."""
     spec, dev = get_kernel("matmul"), SIM["H200"]
     timed = _recorded("gemm_mid_m.db")
     checked = 0
@@ -291,9 +307,9 @@ def test_the_recorded_sweeps_agree_with_the_persistent_rule():
         c = spec.default(shape, "bf16", dev)
         assert not c.get("STREAM_K")
         if c in by_config:  # the sweep timed every config of its own choosing, this default among them or not
-            assert by_config[c] <= 1.10 * min(by_config.values()), shape
+            assert by_config[c] <= 1.01 * min(by_config.values()), shape
             checked += 1
-    assert checked >= 6
+    assert checked >= 5
 
 
 def test_weight_bound_heuristic_reads_w_once_and_fills_the_sms():
@@ -301,7 +317,8 @@ def test_weight_bound_heuristic_reads_w_once_and_fills_the_sms():
     1.89x the best at M=96, N=14336); where w stays in L2 under graph replay, 128-wide column tiles split over K
     until the programs fill the SMs, with a split that balances them (N=5120: 40 tiles split 3); where it does not,
     one round of the narrowest tile that fits it, unsplit (HBM is the limit there); 64-row tiles one round deep; and
-    128-row tiles on the persistent TMA path once 128x64 tiles fill more than half the SMs."""
+    on the persistent TMA path, 64x128x128 tiles where 128x128 ones fill few of the SMs' rounds and those clearly
+    more, else 128-row tiles once 128x64 tiles fill more than half the SMs."""
     spec, dev = get_kernel("matmul"), SIM["H200"]
 
     def pick(M, N, K=4096):
@@ -317,8 +334,9 @@ def test_weight_bound_heuristic_reads_w_once_and_fills_the_sms():
     assert pick(64, 4096) == (64, 32, 128, None, None, 5)  # 128 tiles, one round
     assert pick(64, 6144) == (64, 64, 128, None, None, 5)
     assert pick(16, 4096, K=11008)[1:4] == (64, 256, 2)  # 90 MB of w from HBM, 64 tiles of 64: split 2
-    assert pick(128, 6144)[:5] == (128, 64, 128, None, 2)  # 96 tiles of 128x64 on TMA
-    assert pick(128, 4096)[4] is None  # 64 tiles of 128x64: the pointer path, one round of 128x32
+    assert pick(128, 6144)[:5] == (64, 128, 128, None, 2)  # 96 tiles of 64x128 (73%) against 48 of 128x128 (36%)
+    assert pick(128, 4096)[:5] == (64, 128, 128, None, 2)  # 64 tiles of 64x128 (48%) against 32 (24%)
+    assert pick(128, 11008)[:5] == (128, 128, 64, None, 2)  # 86 tiles of 128x128 fill 65%, 172 of 64x128 65% too
     one_wave = spec.default({"M": 512, "N": 4096, "K": 4096}, "bf16", dev)  # 128 tiles of 128x128
     assert (one_wave["BLOCK_SIZE_M"], one_wave.num_warps, one_wave.num_stages, one_wave.get("TMA")) == \
         (128, 8, 5, 2)
@@ -326,19 +344,40 @@ def test_weight_bound_heuristic_reads_w_once_and_fills_the_sms():
 
 def test_the_recorded_decode_sweeps_agree_with_the_weight_bound_rule():
     """The committed H200 family sweep at M = 1-128 (stores/gemm_balance.db, graph replay, 40-190 configs a shape:
-    every column tile and K split of the heuristic's row tile, and the TMA tiles at M = 128) timed the default of
-    this rule at every one of its 13 shapes: within 3% of the shape's best at 12 and 1.11x at M=128, N=4096, K=11008
-    (128x32x128 against a split-2 128x64x128). The rule was fitted to these sweeps, so this bounds what a rule
-    change may lose on them; the held-out shapes are benchmarks/serving_vs_torch.py's."""
+    every column tile and K split of the heuristic's row tile, and 128-row TMA tiles at M = 128) timed the default
+    of this rule at the 10 of its 13 shapes the 64x128x128 rule leaves alone: within 3% of the shape's best at
+    every one. The three it takes (M=128 at N=4096, 6144 and K=11008) are checked on stores/gemm_mid_rule.db, which
+    timed 64-row TMA tiles. The rule was fitted to these sweeps, so this bounds what a rule change may lose on them;
+    the held-out shapes are benchmarks/serving_vs_torch.py's."""
     spec, dev = get_kernel("matmul"), SIM["H200"]
     timed = _recorded("gemm_balance.db")
     assert len(timed) == 13
     ratios = []
     for shape_json, by_config in timed.items():
         c = spec.default(json.loads(shape_json), "bf16", dev)
+        if c["BLOCK_SIZE_M"] == 64 and c.get("TMA"):
+            continue
         assert c in by_config, shape_json
         ratios.append(by_config[c] / min(by_config.values()))
-    assert max(ratios) <= 1.11 and sorted(ratios)[-2] <= 1.03, ratios
+    assert len(ratios) == 10 and max(ratios) <= 1.03, ratios
+
+
+def test_the_recorded_mid_m_sweeps_agree_with_the_narrow_row_rule():
+    """The committed H200 family sweep at M = 96-512 (stores/gemm_mid_rule.db, graph replay, 150-204 configs a
+    shape: every row and column tile of 64-256 on both load paths, the pointer path's K splits) timed this rule's
+    default at all 23 of its shapes: within 6% of the shape's best at 21 and at most 1.13x at the other two (M=96
+    and 128 at N=4096, K=11008, where a pointer 128x64x128 split 2 wins). The bound is what the rule achieves on
+    the sweep it was fitted to."""
+    spec, dev = get_kernel("matmul"), SIM["H200"]
+    timed = _recorded("gemm_mid_rule.db")
+    assert len(timed) == 23
+    ratios = {}
+    for shape_json, by_config in timed.items():
+        c = spec.default(json.loads(shape_json), "bf16", dev)
+        assert c in by_config and not c.get("STREAM_K"), shape_json
+        ratios[shape_json] = by_config[c] / min(by_config.values())
+    worst = sorted(ratios.values())
+    assert worst[-1] <= 1.13 and worst[-3] <= 1.06, ratios
 
 
 def test_split_k_is_never_the_hip_default():

@@ -19,12 +19,23 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
     of that sweep; N=11008, M=64: 28.5, 1.004x the family's best).
   Where a tile grid fills under 80% of the SMs in the branches that split, SPLIT_K is the smallest split that
   fills 90% (kit.spaces.split_k_options bounds it, and offers the non-power-of-two splits that balance).
-- 64 < M <= 128: one 128-row tile. On Hopper, once 128x64 tiles fill more than half the SMs, the persistent TMA
-  path: 128x64x128 on 4 warps, 4 stages while those tiles make one round (M=128, N=6144: 20.1 us against 31.0 for
-  the pointer 128x32x128), else 128x128x64 on 4 warps, 5 stages (N=11008: 29.7 against 36.8; N=28672: 66.5 against
-  74.4, and cuBLAS 68.4). Fewer tiles (N=4096) keep the pointer path, which can split K: 8 warps, BK=64 with 4
+- 64 < M <= 512 on Hopper, first: 64x128x128 tiles on the persistent TMA path (4 warps, 4 stages) where 128x128
+  tiles keep under 80% of the SMs' rounds busy and 64x128 ones at least 10 points more. H200, graph replay
+  (benchmarks/results/NVIDIA_H200/gemm_mid_rule.md, 23 shapes at M = 96-512, 150-204 configs each: every row and
+  column tile of 64-256 on both paths, the pointer path's K splits): it takes M=128, N=4096 (64 tiles for 132 SMs,
+  13.9 us against 15.2 for the pointer 128x32x128 it replaces), M=256, N=11008 (344 tiles in 2.6 rounds against
+  172 of 128x128 in 1.3: 43.5 us against 47.3) and M=256, K=11008 (39.0 against 43.5 for 128x64x128 tiles); the
+  default is the family's best, or within 6% of it, at 21 of those 23 shapes. The two others are M=96 and 128 at
+  N=4096, K=11008 (1.13x and 1.11x the best, a pointer 128x64x128 split 2, as the pointer default was before).
+  Where both tile sizes fill the rounds alike (M=256, N=6144: 96 against 192 tiles, 73% each) the wider tile wins
+  (25.7 against 28.5 us) and the rules below decide.
+- 64 < M <= 128 otherwise: one 128-row tile. On Hopper, once 128x64 tiles fill more than half the SMs, the
+  persistent TMA path: 128x64x128 on 4 warps, 4 stages while those tiles make one round, else 128x128x64 on 4
+  warps, 5 stages (N=11008: 29.7 against 36.8 for the pointer 128x32x128; N=28672: 66.5 against 74.4, and cuBLAS
+  68.4). Fewer tiles, off Hopper or without TMA, keep the pointer path, which can split K: 8 warps, BK=64 with 4
   stages, or BK=128 with 5 stages when BN=32 (N=4096, M=96/128: 22.3-22.5 us against 37.3 with BK=64). A rule
-  capping BM at 64 (BN 64) was 1.86x the best at M=96/128, N=14336: two 64-row tiles read w's 117 MB twice.
+  capping BM at 64 (BN 64) was 1.86x the best at M=96/128, N=14336: two 64-row tiles read w's 117 MB twice (the
+  64x128x128 rule leaves that shape alone: 128x128 tiles fill 85% of a round there).
 - M > 128 on Hopper (the persistent TMA path, TMA=2; benchmarks/results/NVIDIA_H200/gemm_paths.md: 0.94-0.98x cuBLAS
   from M=1024 against 0.77-0.82x for pointer tiles), by how well each tile size fills the SMs' rounds
   (kit.spaces.wave_use). H200 sweeps, L2 flushed (benchmarks/results/NVIDIA_H200/stores/gemm_mid_m.db, M=128-512 on
@@ -35,14 +46,19 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   4) and 4 beyond (M=1024, N=14336: 896 tiles, 175.2 us); else, one round of 128x128 tiles filling >= 90%, that
   tile on 8 warps with 5 stages (M=512, N=4096: 30.9 us, against 33.3 for the pointer tile); else 128x64x128 tiles
   on 4 warps, 4 stages when those fill >= 90% and 128x128 ones make at most one round (M=256, N=4096: 128 tiles,
-  24.5 us, the sweep's best). Otherwise no tile size fills the rounds, and 128x128x64 on 4 warps, 5 stages takes
-  the partial round (M=512, N=14336: 102.1 us, the sweep's best; M=256, N=12288: 56.3, 1.08x that sweep's best;
+  24.5 us, the sweep's best; up to M = 512 the 64x128x128 rule above now takes such shapes). Otherwise no tile
+  size fills the rounds, and 128x128x64 on 4 warps, 5 stages takes the partial round (M=512, N=14336: 102.1 us,
+  the sweep's best; M=256, N=12288: 56.3, 1.08x that sweep's best;
   M=256, N=14336: 58.7 us on 8 warps in the sweep, and on 4 warps 52.2 us under graph replay against 57.1 for the
   committed 4-stage export, benchmarks/results/NVIDIA_H200/serving_vs_torch.md).
-  Stream-K (STREAM_K=1, in the space for the search) is never the default: wherever the H200 sweeps timed it
-  (stores/trust_resweep.db, gemm_mid_m.db) its best was 1.005-2.82x the best without it, except M=128, N=4096,
-  K=14336 (0.95x); at M=256, N=14336 83.4 us on 128x256 tiles against 58.7. Each program writes and reads back an fp32
-  partial of up to two tiles (128 KiB for 128x256), and its K loop restarts at every tile it enters.
+  Stream-K (STREAM_K=1, in the space for the search) is never the default. Its kernel walks whole rounds of tiles
+  first and cuts only the last round into K ranges; under graph replay at 15 shapes of M = 128-1024
+  (benchmarks/results/NVIDIA_H200/gemm_persistent_variants.md) that is up to 1.46x faster than cutting every tile
+  (0.99x at worst), yet behind the persistent kernel's best at 14 of the 15 (M=256, N=11008: 0.749x cuBLAS against
+  0.829x; the one win is M=1024, N=14336, 0.924x against 0.921x): cut programs re-enter their K loop at every tile
+  and write and read back fp32 partials of up to two tiles (128 KiB for 128x256). Triton 3.6's automatic warp
+  specialization (tl.range(warp_specialize=True)) on the persistent loop measured 0.96-1.07x the plain kernel on
+  the same tile there (median 1.00), so it is not a knob either.
 - M > 128 elsewhere (no TMA): 128x128x64 tiles on 4 warps, 3 stages, grouped by 8 row tiles so neighbouring programs
   reuse w's panel in L2 (the classic 128x256 on 8 warps was 1.14-1.17x behind on the exhaustive H200 sweeps at
   M=1024 and 4096, tests/fixtures/h200_gemm_sweeps.json). When 128x128 tiles would fill at most half the SMs, the
@@ -60,6 +76,9 @@ from flytune_nb.kit.spaces import TILE_WEIGHTS, has_tma, nearest, next_pow2, spl
 from .configs import configs
 
 FILLED = 0.9  # a tile grid that keeps this share of the SMs' rounds busy needs no K splitting
+# 64-row tiles for 64 < M <= 512 on Hopper: where 128x128 tiles keep under 80% of the SMs' rounds busy and 64x128
+# ones at least 10 points more (benchmarks/results/NVIDIA_H200/gemm_mid_rule.md)
+NARROW_UP_TO_M, NARROW_BELOW, NARROW_GAIN = 512, 0.8, 0.1
 SPLIT_BELOW = 0.6  # one round of tiles filling this share of the SMs is not split (w from HBM, or 64-row tiles)
 # Graph replay of one GEMM keeps up to ~2/3 of the H200's 60 MiB L2 resident: w of N=5120, K=4096 (40 MiB) took
 # cuBLAS 11.8 us, N=6144 (48 MiB) 17.1 (benchmarks/results/NVIDIA_H200/gemm_balance.md)
@@ -135,6 +154,15 @@ def _persistent_rows(M: int, N: int, sms: int) -> tuple | None:
     return 128, 128, 64, 4, 5, {"TMA": 2}
 
 
+def _narrow_rows(M: int, N: int, sms: int) -> tuple | None:
+    """64 < M <= 512 on Hopper: 64x128x128 tiles on the persistent TMA path (4 warps, 4 stages) where they fill the
+    SMs' rounds clearly better than 128x128 tiles, which fill few; else None. See the module docstring."""
+    narrow, wide = wave_use(_tiles(M, N, 64, 128), sms), wave_use(_tiles(M, N, 128, 128), sms)
+    if wide < NARROW_BELOW and narrow >= wide + NARROW_GAIN:
+        return 64, 128, 128, 4, 4, {"TMA": 2}
+    return None
+
+
 def _tiles(M: int, N: int, bm: int, bn: int) -> int:
     return -(-M // bm) * -(-N // bn)
 
@@ -158,7 +186,10 @@ def default(shape, dtype, device) -> Config:
     # GROUP_SIZE_M 8 everywhere: column-major over up to 8 row tiles, so the row tiles of one w panel run together
     extra = {}  # the load path and K splitting: pointers, whole K, unless a rule below says otherwise
     tma_ok = has_tma(device) and (K * itemsize(dtype)) % 16 == 0 and (N * itemsize(dtype)) % 16 == 0
-    rows_tma = _persistent_rows(M, N, max(device.sm_count, 1)) if 64 < M <= 128 and tma_ok else None
+    sms = max(device.sm_count, 1)
+    rows_tma = _narrow_rows(M, N, sms) if 64 < M <= NARROW_UP_TO_M and tma_ok else None
+    if rows_tma is None and 64 < M <= 128 and tma_ok:
+        rows_tma = _persistent_rows(M, N, sms)
     if rows_tma is not None:
         bm, bn, bk, warps, stages, extra = rows_tma
     elif M <= 128:
@@ -168,7 +199,7 @@ def default(shape, dtype, device) -> Config:
     elif device.backend == "hip":
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 2
     elif tma_ok:
-        bm, bn, bk, warps, stages, extra = _persistent(M, N, max(device.sm_count, 1))
+        bm, bn, bk, warps, stages, extra = _persistent(M, N, sms)
     else:
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 3
         tiles = _tiles(M, N, bm, bn)

@@ -155,11 +155,13 @@ def matmul_tma_kernel(a_desc, w_desc, c_desc, M, N, K, programs,
 
 
 @triton.jit
-def matmul_stream_k_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
+def matmul_stream_k_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs, dp_tiles,
                            BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
                            GROUP_SIZE_M: tl.constexpr, UPCAST: tl.constexpr):
-    """Persistent TMA GEMM, stream-K: the tiles x K-steps iterations are cut into ``programs`` contiguous ranges of
-    equal length (to one step), one per program, which walks its range tile by tile. A tile wholly inside one range
+    """Persistent TMA GEMM, stream-K after whole waves: the first ``dp_tiles`` tiles (a multiple of ``programs``) are
+    walked whole, as in the persistent kernel; only the remaining tiles' tiles x K-steps iterations are cut into
+    ``programs`` contiguous ranges of equal length (to one step), one per program, which walks its range tile by
+    tile. dp_tiles = 0 is plain stream-K. A tile wholly inside one range
     is stored directly; a tile cut between ranges (at most two per program: its first and its last) is reduced by
     whichever of its programs arrives last, in program order. Program p's range starts at floor(p * total /
     programs), so the program holding iteration i is ((i + 1) * programs - 1) // total: every program can find the
@@ -169,7 +171,19 @@ def matmul_stream_k_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
-    total = (num_pid_m * num_pid_n).to(tl.int64) * k_tiles  # int64: tiles * steps * programs passes 2^31 at M=16k
+    for tile in tl.range(pid, dp_tiles, programs, flatten=True):
+        pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        for k in range(k_tiles):
+            a = a_desc.load([pid_m * BLOCK_SIZE_M, k * BLOCK_SIZE_K])
+            w = w_desc.load([pid_n * BLOCK_SIZE_N, k * BLOCK_SIZE_K])
+            if UPCAST:
+                a = a.to(tl.float32)
+                w = w.to(tl.float32)
+            acc = tl.dot(a, w.T, acc)
+        c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], acc.to(c_desc.dtype))
+    # int64: tiles * steps * programs passes 2^31 at M=16k
+    total = (num_pid_m * num_pid_n - dp_tiles).to(tl.int64) * k_tiles
     start = pid * total // programs
     end = (pid + 1) * total // programs
     it = start
@@ -177,7 +191,7 @@ def matmul_stream_k_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
         tile = (it // k_tiles).to(tl.int32)
         k0 = (it - tile.to(tl.int64) * k_tiles).to(tl.int32)
         k1 = tl.minimum(k_tiles, k0 + (end - it)).to(tl.int32)
-        pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        pid_m, pid_n = _tile_of(dp_tiles + tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
         off_m = pid_m * BLOCK_SIZE_M
         off_n = pid_n * BLOCK_SIZE_N
         acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
@@ -206,6 +220,17 @@ def matmul_stream_k_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
                 c_desc.store([off_m, off_n], out.to(c_desc.dtype))
                 tl.atomic_xchg(LOCKS + tile, 0)
         it += k1 - k0
+
+
+def stream_k_after(tiles: int, k_steps: int, programs: int) -> int:
+    """How many tiles the stream-K kernel walks whole before sharing out the rest: every full round of
+    ``programs`` tiles, so only the last, partial round is cut into K ranges (fewer partial tiles to reduce than
+    cutting all of them; the round's tiles then stream their weights once each). 0 (all tiles shared out) when
+    there is less than one round; all of them when the rest has fewer K steps than programs, or none is left."""
+    rest = tiles % programs
+    if tiles < programs:
+        return 0
+    return tiles - rest if rest * k_steps >= programs else tiles
 
 
 def _tma_ok(*ts: torch.Tensor) -> bool:
@@ -246,10 +271,12 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
         descs = (TensorDescriptor.from_tensor(a2, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
                  TensorDescriptor.from_tensor(c2, [bm, bn]))
         if tma == 2 and config.get("STREAM_K", 0):
-            programs = max(1, min(dev.sm_count, tiles * triton.cdiv(K, bk)))
+            k_steps = triton.cdiv(K, bk)
+            programs = max(1, min(dev.sm_count, tiles * k_steps))
             ws = scratch(a2, "matmul.parts", 2 * programs * bm * bn, torch.float32)
             locks = scratch(a2, "matmul.locks", tiles, torch.int32, zeroed=True)
-            launch(matmul_stream_k_kernel, (programs,), (*descs, ws, locks, M, N, K, programs), config,
+            launch(matmul_stream_k_kernel, (programs,), (*descs, ws, locks, M, N, K, programs,
+                                                         stream_k_after(tiles, k_steps, programs)), config,
                    BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
                    UPCAST=upcast)
             return out
