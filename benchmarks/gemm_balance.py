@@ -5,7 +5,8 @@ matters is that every SM streams an equal share. A grid of ``programs`` equal pr
 ``wave_use(programs, SMs)`` of the SMs' rounds busy; 172 programs of 16x64 tiles (M=1, N=11008) give 40 of 132 SMs
 two tiles and the rest one. This times, per shape, a family of pointer-path configs: one row-tile height (the
 heuristic's), every column-tile width, K tiles and SPLIT_K in 1-16 (odd splits only where they balance the
-programs), plus above M = 64 the persistent TMA tiles (128 rows, and 64 rows twice), against cuBLAS (torch.matmul)
+programs), plus the persistent TMA tiles (above M = 64 128 rows, and 64 rows twice; below, one 64-row tile, every
+column width 32-256, unsplit), against cuBLAS (torch.matmul)
 and the heuristic default, in one run, under graph replay (as engines serve decode) through the sweep engine into a
 store. The report puts each shape's best, the best per (BLOCK_SIZE_N, SPLIT_K) and the default side by side with the
 programs' wave use.
@@ -98,6 +99,11 @@ def family(shape: dict, device) -> list:
                     out.append(Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk,
                                        "GROUP_SIZE_M": 1 if bm == 128 else 8, "TMA": 2},
                                       num_warps=warps, num_stages=stages))
+    elif has_tma(device):  # one 64-row TMA tile over all of M (Hopper's smallest warpgroup MMA), unsplit
+        for bn, (bk, stages) in product((32, 64, 128, 256), ((64, 5), (64, 6), (128, 4), (128, 5), (256, 3), (256, 4))):
+            if K % bk == 0 and tile_fits(64, bn, bk, 4, stages, "bf16", device, store_tile=True):
+                out.append(Config({"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1,
+                                   "TMA": 2}, num_warps=4, num_stages=stages))
     return out
 
 

@@ -76,13 +76,15 @@ class Timers:
 
         return float(triton.testing.do_bench_cudagraph(fn, rep=rep or self.rep, return_mode="median"))
 
-    def flushed(self, fn) -> float:
+    def flushed(self, fn, between=None) -> float:
         """triton.testing.do_bench's method (a 256 MB buffer zeroed before each rep, events around the call alone,
         the median) with one change: each rep's start event waits behind a GPU spin as long as twice the host's
         slowest enqueue of ``fn`` seen in the warm-up. do_bench relies on its flush (~70 us of writes on an H200) to
         outlast the host's launch; a Python launcher that sometimes takes longer leaves the GPU idle inside the
         measured interval, and the same config then read 25 and 54 us in one run (TMA descriptors are built on the
-        host each call). The spin keeps host time out of the kernel's time, for ours and torch's alike."""
+        host each call). The spin keeps host time out of the kernel's time, for ours and torch's alike.
+        ``between(cache)``, if given, replaces the zeroing (benchmarks/gemm_flush_gap.py varies what a rep starts
+        from)."""
         if not self.gpu:
             return self._cpu.measure(fn).p50
         import statistics
@@ -95,8 +97,9 @@ class Timers:
         cache = torch.empty(int(256e6 // 4), dtype=torch.int32, device="cuda")
         host = 0.0
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        between = between or (lambda buf: buf.zero_())
         for i in range(8):
-            cache.zero_()
+            between(cache)
             start.record()
             t0 = time.perf_counter()
             fn()
@@ -117,7 +120,7 @@ class Timers:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for i in range(reps):
-            cache.zero_()
+            between(cache)
             gpu_sleep(cycles)
             starts[i].record()
             fn()

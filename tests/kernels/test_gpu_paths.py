@@ -66,6 +66,24 @@ def test_a_sample_of_the_stream_k_space_passes(shape, dtype, dev):
     assert failures == [] and _locks_are_zero()
 
 
+@pytest.mark.parametrize("shape", [{"M": 64, "N": 4096, "K": 4096}, {"M": 48, "N": 6144, "K": 4096},
+                                   {"M": 33, "N": 11008, "K": 4096}, {"M": 64, "N": 4096, "K": 11008},
+                                   {"M": 40, "N": 200, "K": 328}])
+def test_the_64_row_tma_decode_tiles_pass(shape, dev):
+    """The heuristic's 64-row persistent TMA tiles at 32 < M <= 64 (rows zero-filled past M, the store clipped),
+    every width they take (32, 64, 128), K not a multiple of BK (328), against the fp64 reference; each a TMA
+    config on this GPU, where the rule applies."""
+    spec = get_kernel("matmul")
+    c = spec.default(shape, "bf16", dev)
+    if shape["N"] >= 4096:
+        assert c.get("TMA") == 2 and c["BLOCK_SIZE_M"] == 64, str(c)
+    sample = [c] + [x for x in spec.configs(shape, "bf16", dev) if x.get("TMA") == 2 and x["BLOCK_SIZE_M"] == 64
+                    and x["BLOCK_SIZE_N"] != c["BLOCK_SIZE_N"]][:2]
+    failures = [(str(x), t.status, t.reason) for x in sample
+                for t in [evaluate(spec, shape, "bf16", x, dev, _timer(dev))] if not t.ok]
+    assert failures == []
+
+
 @pytest.mark.parametrize("config", [
     Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "SPLIT_K": 8},
            num_warps=4, num_stages=4),

@@ -16,17 +16,19 @@ By the shape:
 - GROUP_SIZE_M only reorders tiles when there is more than one row of tiles; every value >= the number of row tiles
   gives the same (column-major) order, so only the smallest such value is kept;
 - more stages than K iterations pipeline nothing.
-By the path: on sm_90+ and M > 64 (128-row tiles), every tile is also offered on the persistent TMA path (TMA=2,
-absent = pointer loads), whose epilogue stages the output tile in shared memory too, so its smem bound is tighter.
+By the path: on sm_90+ and M > 32 (64-row tiles and taller), every tile is also offered on the persistent TMA path
+(TMA=2, absent = pointer loads), whose epilogue stages the output tile in shared memory too, so its smem bound is
+tighter.
 K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles leave SMs idle:
 - SPLIT_K 2, 4, 8, 16 for M <= 128 (bound by reading w) on configs whose tiles fill less than one wave, until the
   splits fill four, and 3, 5, 6, 12 where those balance the programs over the SMs (90% of their rounds); each split
   keeps at least two K steps, and the fp32 partials stay under a quarter of w's bytes; one tile order (every tile
   runs in the first wave, so GROUP_SIZE_M orders nothing);
-- STREAM_K=1 for TMA=2 configs whose last round of tiles would leave more than 10% of the SMs' rounds idle.
+- STREAM_K=1 for TMA=2 configs above M = 64 whose last round of tiles would leave more than 10% of the SMs' rounds
+  idle.
 bf16 on the H200: M=N=K=4096: 2210 configs (1126 pointer + 1084 TMA, no split: 512 tiles of 128x256 fill 97%
-of 4 rounds); M=256, N=14336: 1366 (148 of them stream-K); M=128, N=4096: 1200 (562 TMA, 164 split); M=64, N=4096: 604
-(248 split); M=1: 184 (116 split).
+of 4 rounds); M=256, N=14336: 1366 (148 of them stream-K); M=128, N=4096: 1200 (562 TMA, 164 split); M=64, N=4096: 954
+(350 TMA, 248 split); M=1: 184 (116 split).
 MI300X also crosses matrix_instr_nonkdim 16/32 and waves_per_eu unset/2.
 """
 from __future__ import annotations
@@ -39,8 +41,8 @@ from flytune_nb.kit.spaces import (
     with_hip_knobs)
 
 BM, BN = (16, 32, 64, 128, 256), (32, 64, 128, 256)
-TMA_FROM_M = 65  # TMA=2 from the first M that takes 128-row tiles: at M=16 and 64 it was level with pointers
-# (NVIDIA_H200/gemm_paths.md); at M=128 it won from N=6144 (gemm_balance.md)
+TMA_FROM_M = 33  # TMA=2 from the first M whose row tile is 64 (Hopper's smallest warpgroup MMA): at M=64 it beat
+# the pointer family at every shape under graph replay, at M <= 32 at none (NVIDIA_H200/gemm_decode_tma.md)
 SPLIT_K_UP_TO_M = 128  # above it, Hopper balances K on the persistent path (STREAM_K); elsewhere the tiles fill
 SPLIT_STAGES = (3, 4)  # a split's K loop is 2-16 steps: two depths keep the split configs to ~1/3 of a decode space
 STREAM_K_BELOW = 0.9  # wave use under which a persistent config is also offered as stream-K
@@ -82,7 +84,8 @@ def _tiles(M, N, K, dtype, device, bms, bns, paths, sms, *, idle_warps: bool) ->
             c = Config({**params, "GROUP_SIZE_M": g, **({"TMA": tma} if tma else {})}, num_warps=warps,
                        num_stages=stages)
             out.append(c)
-            if tma == 2 and wave_use(tiles, sms) < STREAM_K_BELOW and tiles * k_steps >= sms:
+            # at M <= 64 the pointer path's SPLIT_K balances K (one row tile: stream-K would only add partials)
+            if tma == 2 and M > 64 and wave_use(tiles, sms) < STREAM_K_BELOW and tiles * k_steps >= sms:
                 out.append(c.replace(STREAM_K=1))
         if tma == 0 and M <= SPLIT_K_UP_TO_M:
             for s in split_k_options(tiles, k_steps, sms, partial_bytes=4 * bm * bn * tiles,

@@ -19,6 +19,13 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
     of that sweep; N=11008, M=64: 28.5, 1.004x the family's best).
   Where a tile grid fills under 80% of the SMs in the branches that split, SPLIT_K is the smallest split that
   fills 90% (kit.spaces.split_k_options bounds it, and offers the non-power-of-two splits that balance).
+  On Hopper, 32 < M <= 64 takes that 64-row tile on the persistent TMA path instead, unsplit, where one round of
+  the narrowest of 32/64/128-wide tiles fills 60% of the SMs: 64x32x256 on 4 stages, 64x64x128 on 5, 64x128x128 on
+  4. H200, graph replay (benchmarks/results/NVIDIA_H200/gemm_decode_tma.md, every 64-row TMA tile beside the
+  pointer family): the family's best at all five M=64 shapes, 1.05-1.11x faster than the pointer tiles above
+  (N=4096: 10.5 us against 11.6, cuBLAS 9.8; N=6144 16.4 against 17.8; N=11008 26.1 against 28.5; N=14336 32.6
+  against 34.2; N=4096, K=11008 27.5 against 30.6). At M <= 32 the 64-row TMA tile never beat the pointer family
+  (11 shapes, 1.00-1.50x its best): half or more of its MMA rows are padding, and TMA has no K split.
 - 64 < M <= 512 on Hopper, first: 64x128x128 tiles on the persistent TMA path (4 warps, 4 stages) where 128x128
   tiles keep under 80% of the SMs' rounds busy and 64x128 ones at least 10 points more. H200, graph replay
   (benchmarks/results/NVIDIA_H200/gemm_mid_rule.md, 23 shapes at M = 96-512, 150-204 configs each: every row and
@@ -73,7 +80,7 @@ from __future__ import annotations
 from flytune_nb.kit import Config, itemsize
 from flytune_nb.kit.spaces import TILE_WEIGHTS, has_tma, nearest, next_pow2, split_k_options, wave_use
 
-from .configs import configs
+from .configs import TMA_FROM_M, configs
 
 FILLED = 0.9  # a tile grid that keeps this share of the SMs' rounds busy needs no K splitting
 # 64-row tiles for 64 < M <= 512 on Hopper: where 128x128 tiles keep under 80% of the SMs' rounds busy and 64x128
@@ -154,6 +161,16 @@ def _persistent_rows(M: int, N: int, sms: int) -> tuple | None:
     return 128, 128, 64, 4, 5, {"TMA": 2}
 
 
+def _decode_tma(M: int, N: int, sms: int) -> tuple | None:
+    """32 < M <= 64 on Hopper: one round of the narrowest 64-row tile on the persistent TMA path, or None (the
+    pointer path, which can split K) when no such round fills SPLIT_BELOW of the SMs; see the module docstring."""
+    bn = _one_round(M, N, 64, (32, 64, 128), sms)
+    if bn is None or _tiles(M, N, 64, bn) < SPLIT_BELOW * sms:
+        return None
+    bk, stages = {32: (256, 4), 64: (128, 5), 128: (128, 4)}[bn]
+    return 64, bn, bk, 4, stages, {"TMA": 2}
+
+
 def _narrow_rows(M: int, N: int, sms: int) -> tuple | None:
     """64 < M <= 512 on Hopper: 64x128x128 tiles on the persistent TMA path (4 warps, 4 stages) where they fill the
     SMs' rounds clearly better than 128x128 tiles, which fill few; else None. See the module docstring."""
@@ -187,7 +204,11 @@ def default(shape, dtype, device) -> Config:
     extra = {}  # the load path and K splitting: pointers, whole K, unless a rule below says otherwise
     tma_ok = has_tma(device) and (K * itemsize(dtype)) % 16 == 0 and (N * itemsize(dtype)) % 16 == 0
     sms = max(device.sm_count, 1)
-    rows_tma = _narrow_rows(M, N, sms) if 64 < M <= NARROW_UP_TO_M and tma_ok else None
+    rows_tma = None
+    if tma_ok and TMA_FROM_M <= M <= 64:
+        rows_tma = _decode_tma(M, N, sms)
+    elif tma_ok and 64 < M <= NARROW_UP_TO_M:
+        rows_tma = _narrow_rows(M, N, sms)
     if rows_tma is None and 64 < M <= 128 and tma_ok:
         rows_tma = _persistent_rows(M, N, sms)
     if rows_tma is not None:
