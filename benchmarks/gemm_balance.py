@@ -6,7 +6,8 @@ matters is that every SM streams an equal share. A grid of ``programs`` equal pr
 two tiles and the rest one. This times, per shape, a family of pointer-path configs: one row-tile height (the
 heuristic's), every column-tile width, K tiles and SPLIT_K in 1-16 (odd splits only where they balance the
 programs), plus the persistent TMA tiles (above M = 64 128 rows, and 64 rows twice; below, one 64-row tile, every
-column width 32-256, unsplit), against cuBLAS (torch.matmul)
+column width 32-256, unsplit; and at M <= 64 the swapped-operand TMA tiles, SWAP_AB: w's rows on the MMA's 64-row
+side, 64 or 128 of them, K split 1-4), against cuBLAS (torch.matmul)
 and the heuristic default, in one run, under graph replay (as engines serve decode) through the sweep engine into a
 store. The report puts each shape's best, the best per (BLOCK_SIZE_N, SPLIT_K) and the default side by side with the
 programs' wave use.
@@ -104,7 +105,23 @@ def family(shape: dict, device) -> list:
             if K % bk == 0 and tile_fits(64, bn, bk, 4, stages, "bf16", device, store_tile=True):
                 out.append(Config({"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1,
                                    "TMA": 2}, num_warps=4, num_stages=stages))
+    if M <= 64 and has_tma(device):  # the swapped-operand tiles: one row tile over all of M, K split up to 4
+        bm = max(16, next_pow2(M))
+        for bn, (bk, stages), split in product((64, 128), ((128, 4), (128, 5), (256, 3), (256, 4)), (1, 2, 3, 4)):
+            tiles, steps = -(-N // bn), -(-K // bk)
+            if K % bk or (split > 1 and (steps // split < 2 or tiles * split > 4 * sms or stages == 5)):
+                continue
+            if split == 3 and wave_use(tiles * split, sms) < BALANCED:
+                continue
+            if tile_fits(bm, bn, bk, 4, stages, "bf16", device):
+                out.append(Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1,
+                                   "TMA": 1, "SWAP_AB": 1, **({"SPLIT_K": split} if split > 1 else {})},
+                                  num_warps=4, num_stages=stages))
     return out
+
+
+def _path(cfg: dict) -> str:
+    return "swap" if cfg.get("SWAP_AB") else "TMA" if cfg.get("TMA") == 2 else "pointer"
 
 
 def _programs(shape: dict, cfg: dict, sms: int) -> int:
@@ -114,7 +131,7 @@ def _programs(shape: dict, cfg: dict, sms: int) -> int:
 
 
 def _short(cfg: dict) -> str:
-    tma = " TMA" if cfg.get("TMA") == 2 else ""
+    tma = {"swap": " swap", "TMA": " TMA", "pointer": ""}[_path(cfg)]
     split = f" split {cfg['SPLIT_K']}" if cfg.get("SPLIT_K", 1) > 1 else ""
     return (f"{cfg['BLOCK_SIZE_M']}x{cfg['BLOCK_SIZE_N']}x{cfg['BLOCK_SIZE_K']}{split}{tma} "
             f"w{cfg['num_warps']} s{cfg['num_stages']}")
@@ -154,7 +171,7 @@ def report(rows: list, env: dict, sms: int, seconds: float | None) -> str:
             default_ratios.append(cub / d_us)
         fam = {}
         for cfg, us in ok:
-            k = (cfg["BLOCK_SIZE_N"], cfg.get("SPLIT_K", 1), cfg.get("TMA", 0))
+            k = (cfg["BLOCK_SIZE_N"], cfg.get("SPLIT_K", 1), _path(cfg))
             fam.setdefault(k, (cfg, us))
         per_family.append((s, cub, fam))
     lines += ["", "## Best per (BLOCK_SIZE_N, SPLIT_K) and path", "",
@@ -165,8 +182,22 @@ def report(rows: list, env: dict, sms: int, seconds: float | None) -> str:
             continue
         for (bn, split, tma), (cfg, us) in sorted(fam.items(), key=lambda kv: kv[1][1])[:8]:
             p = _programs(s, cfg, sms)
-            lines.append(f"| {s['M']} | {s['N']} | {s['K']} | {bn} | {split} | {'TMA' if tma else 'pointer'} | "
+            lines.append(f"| {s['M']} | {s['N']} | {s['K']} | {bn} | {split} | {tma} | "
                          f"{us:.1f} | {cub / us:.2f}x | {p} | {wave_use(p, sms):.2f} | `{_short(cfg)}` |")
+    paths = sorted({_path(cfg) for r in rows for cfg, us in r["trials"] if us is not None})
+    if len(paths) > 1:
+        lines += ["", "## Best per path, and the default's", "",
+                  "| M | N | K | cuBLAS | " + " | ".join(f"best {p} (cuBLAS / it)" for p in paths)
+                  + " | default (path) |", "|---|---|---|---|" + "---|" * len(paths) + "---|"]
+        for r in rows:
+            s, cub = r["shape"], r["cublas_us"]
+            cells = [str(s["M"]), str(s["N"]), str(s["K"]), f"{cub:.1f}" if cub else "-"]
+            for p in paths:
+                us = min((u for c, u in r["trials"] if u is not None and _path(c) == p), default=None)
+                cells.append(f"{us:.1f} ({cub / us:.2f}x)" if us and cub else "-")
+            d_cfg, d_us = r["default"]
+            cells.append(f"{d_us:.1f} ({_path(d_cfg)})" if d_us else "-")
+            lines.append("| " + " | ".join(cells) + " |")
     if best_ratios:
         lines += ["", f"Geomean cuBLAS / best: {geomean(best_ratios):.3f}x; cuBLAS / default: "
                       f"{geomean(default_ratios):.3f}x over {len(best_ratios)} shapes."]

@@ -70,23 +70,43 @@ def test_a_sample_of_the_stream_k_space_passes(shape, dtype, dev):
                                    {"M": 33, "N": 11008, "K": 4096}, {"M": 64, "N": 4096, "K": 11008},
                                    {"M": 40, "N": 200, "K": 328}])
 def test_the_64_row_tma_decode_tiles_pass(shape, dev):
-    """The heuristic's 64-row persistent TMA tiles at 32 < M <= 64 (rows zero-filled past M, the store clipped),
-    every width they take (32, 64, 128), K not a multiple of BK (328), against the fp64 reference; each a TMA
-    config on this GPU, where the rule applies."""
+    """The space's 64-row persistent TMA tiles at 32 < M <= 64 (rows zero-filled past M, the store clipped) and
+    the heuristic's 64-row swapped tile there (a split one at K=11008), widths 32, 64 and 128, K not a multiple of
+    BK (328), against the fp64 reference."""
     spec = get_kernel("matmul")
     c = spec.default(shape, "bf16", dev)
-    if shape["N"] >= 4096:
-        assert c.get("TMA") == 2 and c["BLOCK_SIZE_M"] == 64, str(c)
-    sample = [c] + [x for x in spec.configs(shape, "bf16", dev) if x.get("TMA") == 2 and x["BLOCK_SIZE_M"] == 64
-                    and x["BLOCK_SIZE_N"] != c["BLOCK_SIZE_N"]][:2]
+    assert c.get("SWAP_AB") == 1 and c["BLOCK_SIZE_M"] == 64, str(c)
+    tma = [x for x in spec.configs(shape, "bf16", dev) if x.get("TMA") == 2 and x["BLOCK_SIZE_M"] == 64]
+    sample = [c] + [next(x for x in tma if x["BLOCK_SIZE_N"] == bn) for bn in (32, 64, 128)
+                    if any(x["BLOCK_SIZE_N"] == bn for x in tma)]
     failures = [(str(x), t.status, t.reason) for x in sample
                 for t in [evaluate(spec, shape, "bf16", x, dev, _timer(dev))] if not t.ok]
     assert failures == []
 
 
+@pytest.mark.parametrize("shape,dtype", [({"M": 1, "N": 6144, "K": 4096}, "bf16"),
+                                         ({"M": 16, "N": 14336, "K": 4096}, "fp16"),
+                                         ({"M": 32, "N": 4096, "K": 11008}, "bf16"),
+                                         ({"M": 5, "N": 200, "K": 328}, "bf16")])
+def test_the_swapped_operand_decode_tiles_pass(shape, dtype, dev):
+    """The heuristic's swapped-operand TMA tile at M <= 32 (out.T = w @ a.T: rows of a zero-filled past M, the
+    transposed store masked), ragged N and K (200, 328), and a sample of the space's other swapped tiles, split ones
+    included, against the fp64 reference."""
+    spec = get_kernel("matmul")
+    c = spec.default(shape, dtype, dev)
+    assert c.get("SWAP_AB") == 1 and c.get("TMA") == 1, str(c)
+    swapped = [x for x in spec.configs(shape, dtype, dev) if x.get("SWAP_AB") and x != c]
+    sample = [c] + [x for x in swapped if x.get("SPLIT_K")][:2] + [x for x in swapped if x["BLOCK_SIZE_N"] == 128][:2]
+    failures = [(str(x), t.status, t.reason) for x in sample
+                for t in [evaluate(spec, shape, dtype, x, dev, _timer(dev))] if not t.ok]
+    assert failures == [] and _locks_are_zero()
+
+
 @pytest.mark.parametrize("config", [
     Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "SPLIT_K": 8},
            num_warps=4, num_stages=4),
+    Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "TMA": 1, "SWAP_AB": 1,
+            "SPLIT_K": 4}, num_warps=4, num_stages=4),
     Config({"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": 2,
             "STREAM_K": 1}, num_warps=8, num_stages=3),
     Config({"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 8, "TMA": 2,

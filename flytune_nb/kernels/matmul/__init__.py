@@ -53,10 +53,10 @@ SPEC = KernelSpec(
     dtype_from="a",
     bytes=lambda s, d: (s["M"] * s["K"] + s["N"] * s["K"] + s["M"] * s["N"]) * itemsize(d),
     flops=lambda s, d: 2 * s["M"] * s["N"] * s["K"],
-    description="GEMM a @ w.T (bf16/fp16, fp32 accumulate), grouped tile order; SGLang's knobs, TMA, split-K and "
-                "stream-K (deterministic reduction).",
+    description="GEMM a @ w.T (bf16/fp16, fp32 accumulate), grouped tile order; SGLang's knobs, TMA, swapped-operand "
+                "decode tiles, split-K and stream-K (deterministic reduction).",
     baseline=baseline,
     # absent = pointer loads, the whole K loop in one program: what a stored or exported config without them means
-    optional_knobs={"TMA": 0, "SPLIT_K": 1, "STREAM_K": 0},
+    optional_knobs={"TMA": 0, "SPLIT_K": 1, "STREAM_K": 0, "SWAP_AB": 0},
     schedule_knobs=("GROUP_SIZE_M",),  # the grouped tile order: which tile, not how it is computed
 )

@@ -18,7 +18,9 @@ By the shape:
 - more stages than K iterations pipeline nothing.
 By the path: on sm_90+ and M > 32 (64-row tiles and taller), every tile is also offered on the persistent TMA path
 (TMA=2, absent = pointer loads), whose epilogue stages the output tile in shared memory too, so its smem bound is
-tighter.
+tighter. On sm_90+ and M <= 64, the swapped-operand TMA tiles (TMA=1, SWAP_AB=1: w's rows on the MMA's 64-row side)
+too: the one row tile that covers M (BM = next_pow2(M), 16..64, so w is read once), BN 64 or 128 (one or two
+64-row MMAs), every BK, 4 or 8 warps, and the same K splits as the pointer tiles.
 K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles leave SMs idle:
 - SPLIT_K 2, 4, 8, 16 for M <= 128 (bound by reading w) on configs whose tiles fill less than one wave, until the
   splits fill four, and 3, 5, 6, 12 where those balance the programs over the SMs (90% of their rounds); each split
@@ -43,6 +45,8 @@ from flytune_nb.kit.spaces import (
 BM, BN = (16, 32, 64, 128, 256), (32, 64, 128, 256)
 TMA_FROM_M = 33  # TMA=2 from the first M whose row tile is 64 (Hopper's smallest warpgroup MMA): at M=64 it beat
 # the pointer family at every shape under graph replay, at M <= 32 at none (NVIDIA_H200/gemm_decode_tma.md)
+SWAP_AB_UP_TO_M = 64  # the swapped tile's narrow MMA side holds all of M up to 64 (wgmma's N goes to 256)
+SWAP_BN = (64, 128)  # one or two 64-row warpgroup MMAs over w's rows
 SPLIT_K_UP_TO_M = 128  # above it, Hopper balances K on the persistent path (STREAM_K); elsewhere the tiles fill
 SPLIT_STAGES = (3, 4)  # a split's K loop is 2-16 steps: two depths keep the split configs to ~1/3 of a decode space
 STREAM_K_BELOW = 0.9  # wave use under which a persistent config is also offered as stream-K
@@ -63,6 +67,8 @@ def configs(shape, dtype, device) -> list[Config]:
     out = _tiles(M, N, K, dtype, device, bms, bns, paths, sms, idle_warps=False)
     if not out:  # every tile too small to keep its warps busy (N=32 at decode on wave64): those, rather than none
         out = _tiles(M, N, K, dtype, device, bms, bns, paths, sms, idle_warps=True)
+    if M <= SWAP_AB_UP_TO_M and aligned and has_tma(device):
+        out += _swapped(M, N, K, dtype, device, sms)
     if hip:
         out = [c.replace(matrix_instr_nonkdim=nk) for c in prefer_wide_loads(out, dtype, device) for nk in (16, 32)]
     return with_hip_knobs(out, device)
@@ -93,4 +99,26 @@ def _tiles(M, N, K, dtype, device, bms, bns, paths, sms, *, idle_warps: bool) ->
                 if stages not in (HIP_STAGES if hip else SPLIT_STAGES) or stages > max(2, k_steps // s):
                     continue
                 out.append(Config({**params, "GROUP_SIZE_M": 1, "SPLIT_K": s}, num_warps=warps, num_stages=stages))
+    return out
+
+
+def _swapped(M, N, K, dtype, device, sms) -> list[Config]:
+    """The swapped-operand TMA tiles (module docstring): one program per tile, so K splits as on the pointer path."""
+    bm = max(16, next_pow2(M))
+    out = []
+    for bn, bk, warps, stages in product([b for b in SWAP_BN if b <= max(64, next_pow2(N))], block_k_options(K, device),
+                                         WARPS, CUDA_STAGES):
+        k_steps = -(-K // bk)
+        # an operand tile under 64 rows of w per warpgroup leaves MMA rows empty (64-wide on 8 warps)
+        if (stages > 2 and stages > k_steps) or bn < 64 * (warps // 4):
+            continue
+        if not tile_fits(bm, bn, bk, warps, stages, dtype, device):
+            continue
+        params = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1, "TMA": 1, "SWAP_AB": 1}
+        out.append(Config(params, num_warps=warps, num_stages=stages))
+        tiles = -(-M // bm) * -(-N // bn)
+        for s in split_k_options(tiles, k_steps, sms, partial_bytes=4 * bm * bn * tiles,
+                                 weight_bytes=N * K * itemsize(dtype)):
+            if stages in SPLIT_STAGES and stages <= max(2, k_steps // s):
+                out.append(Config({**params, "SPLIT_K": s}, num_warps=warps, num_stages=stages))
     return out

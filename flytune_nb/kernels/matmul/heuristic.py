@@ -1,9 +1,28 @@
 """The heuristic default for matmul (zero search), by regime. H200 numbers: 4.8 TB/s HBM, ~990 dense bf16 TFLOP/s
 peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bound by reading w.
 
-- M <= 64 (decode, bound by reading w): one row tile covers all of M (BM = next_pow2(M), 16..64), so w is read
-  once. H200 family sweeps under graph replay (benchmarks/results/NVIDIA_H200/gemm_balance.md: every column tile
-  and K split of that row tile at 13 shapes, against cuBLAS) decide the rest:
+- M <= 64 on Hopper (decode, bound by reading w once): the swapped-operand TMA tile (TMA=1, SWAP_AB=1; the kernel
+  computes out.T = w @ a.T, so 64 of w's rows fill the warpgroup MMA's 64-row side and M its narrow side), one row
+  tile over all of M (BM = next_pow2(M), 16..64), 4 warps. H200, graph replay (benchmarks/results/NVIDIA_H200/
+  gemm_swap_ab.md: at 30 shapes of M = 1-64 every pointer tile and K split of the family below, every 64-row
+  persistent TMA tile and the swapped tiles of BN 64/128, split 1-4, against cuBLAS):
+  - BM <= 32: 64-wide tiles; BK=256 on 4 stages (4 x 32 KiB of w in flight) while the tiles fit one round on the
+    SMs, else BK=128 on 4 (two programs a SM); unsplit. Within 1.4% of the family's best at all 18 shapes of
+    M = 1-32, and 1.00-1.29x cuBLAS (M=1, N=6144: 14.9 us against 18.7 for the best pointer tile, cuBLAS 16.5;
+    M=32, N=4096: 9.3 against 12.7, cuBLAS 11.9). 128-wide tiles won by up to 1.4% at N >= 11008, where the rule
+    keeps 64 (they are 1.38-1.52x slower at N=4096); K splits tied or lost there (but see the held-out long K).
+  - BM = 64: 128-wide tiles on BK=128 and 4 stages where 64-wide ones would make more than one round; else 64-wide
+    ones, BK=128, 5 stages, split in two (4 stages) where half the SMs or fewer get a tile and K is at least
+    SWAP_SPLIT_STEPS steps of 128 (M=48, N=4096, K=11008: 28.5 us split against 29.5 unsplit). Within 1% of the
+    best at 10 of the 12 shapes of M = 48 and 64, at most 1.054x (M=64, N=4096, K=11008, where the 64-row
+    persistent tile 64x32x256 takes 27.3 us; at N=K=4096 it is 1.028x); the 64-row persistent tiles this replaces
+    were up to 1.19x the best at M=48 (N=4096, K=11008).
+  Held-out model shapes (gemm_swap_heldout.md: Qwen2-7B's 4608x3584, 18944x3584 and 3584x18944, Llama-2-13B's
+  15360x5120 and 5120x13824 at M = 1, 8, 32, 48): regret geomean 1.023 at M <= 32 (worst 1.073 at N=3584,
+  K=18944, where a K split of 2 wins) and 1.015 at M=48 (worst 1.057); the defaults before it were 1.158 at M=48.
+- M <= 64 elsewhere (no TMA, or strides no descriptor takes): one pointer-path row tile over all of M. H200 family
+  sweeps under graph replay (benchmarks/results/NVIDIA_H200/gemm_balance.md: every column tile and K split of
+  that row tile at 13 shapes, against cuBLAS) decide the rest:
   - When w stays in L2 (up to 0.7 of it: N=5120, K=4096, 40 MiB, took cuBLAS 11.8 us, N=6144's 48 MiB 17.1), the
     time is the L2 traffic: 128-wide column tiles (each re-reads a's rows once: 16 MB at M=64, against 64 MB with
     32-wide ones) and SPLIT_K to give every SM a share of w, the smallest split whose programs fill 90% of the
@@ -19,13 +38,6 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
     of that sweep; N=11008, M=64: 28.5, 1.004x the family's best).
   Where a tile grid fills under 80% of the SMs in the branches that split, SPLIT_K is the smallest split that
   fills 90% (kit.spaces.split_k_options bounds it, and offers the non-power-of-two splits that balance).
-  On Hopper, 32 < M <= 64 takes that 64-row tile on the persistent TMA path instead, unsplit, where one round of
-  the narrowest of 32/64/128-wide tiles fills 60% of the SMs: 64x32x256 on 4 stages, 64x64x128 on 5, 64x128x128 on
-  4. H200, graph replay (benchmarks/results/NVIDIA_H200/gemm_decode_tma.md, every 64-row TMA tile beside the
-  pointer family): the family's best at all five M=64 shapes, 1.05-1.11x faster than the pointer tiles above
-  (N=4096: 10.5 us against 11.6, cuBLAS 9.8; N=6144 16.4 against 17.8; N=11008 26.1 against 28.5; N=14336 32.6
-  against 34.2; N=4096, K=11008 27.5 against 30.6). At M <= 32 the 64-row TMA tile never beat the pointer family
-  (11 shapes, 1.00-1.50x its best): half or more of its MMA rows are padding, and TMA has no K split.
 - 64 < M <= 512 on Hopper, first: 64x128x128 tiles on the persistent TMA path (4 warps, 4 stages) where 128x128
   tiles keep under 80% of the SMs' rounds busy and 64x128 ones at least 10 points more. H200, graph replay
   (benchmarks/results/NVIDIA_H200/gemm_mid_rule.md, 23 shapes at M = 96-512, 150-204 configs each: every row and
@@ -80,12 +92,15 @@ from __future__ import annotations
 from flytune_nb.kit import Config, itemsize
 from flytune_nb.kit.spaces import TILE_WEIGHTS, has_tma, nearest, next_pow2, split_k_options, wave_use
 
-from .configs import TMA_FROM_M, configs
+from .configs import configs
 
 FILLED = 0.9  # a tile grid that keeps this share of the SMs' rounds busy needs no K splitting
 # 64-row tiles for 64 < M <= 512 on Hopper: where 128x128 tiles keep under 80% of the SMs' rounds busy and 64x128
 # ones at least 10 points more (benchmarks/results/NVIDIA_H200/gemm_mid_rule.md)
 NARROW_UP_TO_M, NARROW_BELOW, NARROW_GAIN = 512, 0.8, 0.1
+# 64-row swapped tiles split K in two where half the SMs or fewer get a tile and K is 64+ steps of 128 deep
+# (M=48, N=4096, K=11008: 28.5 us against 29.5 unsplit; benchmarks/results/NVIDIA_H200/gemm_swap_ab.md)
+SWAP_SPLIT_STEPS = 64
 SPLIT_BELOW = 0.6  # one round of tiles filling this share of the SMs is not split (w from HBM, or 64-row tiles)
 # Graph replay of one GEMM keeps up to ~2/3 of the H200's 60 MiB L2 resident: w of N=5120, K=4096 (40 MiB) took
 # cuBLAS 11.8 us, N=6144 (48 MiB) 17.1 (benchmarks/results/NVIDIA_H200/gemm_balance.md)
@@ -150,6 +165,21 @@ def _weight_bound(M: int, N: int, K: int, dtype_bytes: int, device) -> tuple:
     return bm, bn, bk, 8, stages, _split(tiles, K, bk, bm, bn, dtype_bytes, N, sms)
 
 
+def _swapped_decode(M: int, N: int, K: int, sms: int) -> tuple:
+    """M <= 64 on Hopper: (BM, BN, BK, warps, stages, knobs) of the swapped-operand TMA tile; see the module
+    docstring."""
+    bm = max(16, next_pow2(M))
+    t64 = _tiles(M, N, bm, 64)
+    knobs = {"TMA": 1, "SWAP_AB": 1}
+    if bm <= 32:  # one program per SM: 4 x 32 KiB of w in flight; two a SM: 4 x 16 KiB each
+        return bm, 64, 256 if t64 <= sms else 128, 4, 4, knobs
+    if t64 > sms:
+        return bm, 128, 128, 4, 4, knobs
+    if 2 * t64 <= sms and K // 128 >= SWAP_SPLIT_STEPS:
+        return bm, 64, 128, 4, 4, {**knobs, "SPLIT_K": 2}
+    return bm, 64, 128, 4, 5, knobs
+
+
 def _persistent_rows(M: int, N: int, sms: int) -> tuple | None:
     """64 < M <= 128 on Hopper: (BM, BN, BK, warps, stages, knobs) on the persistent TMA path when 128x64 tiles
     fill more than half the SMs, else None (the pointer path, which can split K); see the module docstring."""
@@ -159,16 +189,6 @@ def _persistent_rows(M: int, N: int, sms: int) -> tuple | None:
     if t64 <= sms:
         return 128, 64, 128, 4, 4, {"TMA": 2}
     return 128, 128, 64, 4, 5, {"TMA": 2}
-
-
-def _decode_tma(M: int, N: int, sms: int) -> tuple | None:
-    """32 < M <= 64 on Hopper: one round of the narrowest 64-row tile on the persistent TMA path, or None (the
-    pointer path, which can split K) when no such round fills SPLIT_BELOW of the SMs; see the module docstring."""
-    bn = _one_round(M, N, 64, (32, 64, 128), sms)
-    if bn is None or _tiles(M, N, 64, bn) < SPLIT_BELOW * sms:
-        return None
-    bk, stages = {32: (256, 4), 64: (128, 5), 128: (128, 4)}[bn]
-    return 64, bn, bk, 4, stages, {"TMA": 2}
 
 
 def _narrow_rows(M: int, N: int, sms: int) -> tuple | None:
@@ -205,8 +225,8 @@ def default(shape, dtype, device) -> Config:
     tma_ok = has_tma(device) and (K * itemsize(dtype)) % 16 == 0 and (N * itemsize(dtype)) % 16 == 0
     sms = max(device.sm_count, 1)
     rows_tma = None
-    if tma_ok and TMA_FROM_M <= M <= 64:
-        rows_tma = _decode_tma(M, N, sms)
+    if tma_ok and M <= 64:
+        rows_tma = _swapped_decode(M, N, K, sms)
     elif tma_ok and 64 < M <= NARROW_UP_TO_M:
         rows_tma = _narrow_rows(M, N, sms)
     if rows_tma is None and 64 < M <= 128 and tma_ok:
@@ -240,4 +260,4 @@ def default(shape, dtype, device) -> Config:
 
 
 def _path(c: Config) -> tuple:
-    return c.get("TMA", 0), c.get("STREAM_K", 0), c.get("SPLIT_K", 1) > 1
+    return c.get("TMA", 0), c.get("SWAP_AB", 0), c.get("STREAM_K", 0), c.get("SPLIT_K", 1) > 1

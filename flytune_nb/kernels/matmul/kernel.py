@@ -11,6 +11,14 @@ that in a persistent kernel (one program per SM). On the H200, bf16, K=4096
 M=4096 against 0.77-0.79x for the best pointer config of the same list: the pointer loop's address arithmetic and
 cp.async waits cost more than the MMA's issue slots can hide; TMA issues each tile as one bulk copy.
 
+SWAP_AB=1 (with TMA=1) is the decode path on Hopper: the kernel computes out.T = w @ a.T, so a 64-row slice of w
+fills the warpgroup MMA's 64-row side and the few rows of a (BLOCK_SIZE_M = 16..64) its narrow side, both loaded
+through TMA descriptors, one program per output tile (times SPLIT_K). Without it a decode tile pads M=1 to 16 rows of a
+16-row MMA fed by pointer loads. On the H200 at M <= 32 (benchmarks/results/NVIDIA_H200/gemm_swap_ab.md) its best tile
+was 1.05-1.37x faster than the best pointer tile at all 18 shapes, and 1.00-1.29x cuBLAS. BLOCK_SIZE_M / BLOCK_SIZE_N keep
+their meaning (the tile's extent along M and along N), so where TMA is unavailable the same config runs the pointer
+kernel.
+
 Two knobs spread K over more programs when the output tiles alone would leave SMs idle (both absent = off):
 
 - SPLIT_K=S (pointer path): each tile's K loop is cut into S programs. At decode sizes a weight of N=K=4096 makes
@@ -222,6 +230,47 @@ def matmul_stream_k_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
         it += k1 - k0
 
 
+@triton.jit
+def matmul_swap_ab_kernel(a_desc, w_desc, C, WS, LOCKS, M, N, K, stride_cm, stride_cn,
+                          BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+                          SPLIT_K: tl.constexpr, UPCAST: tl.constexpr):
+    """One (BLOCK_SIZE_M x BLOCK_SIZE_N) output tile (one of SPLIT_K K ranges of it) as its transpose: acc is
+    (BLOCK_SIZE_N x BLOCK_SIZE_M) = w_tile @ a_tile.T. Column tiles are the fast index, so the programs of one row
+    tile (at decode there is one) stream neighbouring slices of w. The split reduction is the pointer kernel's, on the
+    transposed tile."""
+    pid = tl.program_id(0)
+    split = pid % SPLIT_K
+    tile = pid // SPLIT_K
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    off_n = (tile % num_pid_n) * BLOCK_SIZE_N
+    off_m = (tile // num_pid_n) * BLOCK_SIZE_M
+    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
+    k_lo = split * k_tiles // SPLIT_K
+    k_hi = (split + 1) * k_tiles // SPLIT_K
+    acc = tl.zeros((BLOCK_SIZE_N, BLOCK_SIZE_M), dtype=tl.float32)
+    for k in range(k_lo, k_hi):
+        w = w_desc.load([off_n, k * BLOCK_SIZE_K])
+        a = a_desc.load([off_m, k * BLOCK_SIZE_K])
+        if UPCAST:
+            a = a.to(tl.float32)
+            w = w.to(tl.float32)
+        acc = tl.dot(w, a.T, acc)
+    rows = (off_m + tl.arange(0, BLOCK_SIZE_M)).to(tl.int64)
+    cols = (off_n + tl.arange(0, BLOCK_SIZE_N)).to(tl.int64)
+    # a pointer store: the tile is a few KiB (16 x 64 bf16), and a TMA store would stage it transposed in smem
+    c_ptrs = C + rows[None, :] * stride_cm + cols[:, None] * stride_cn
+    c_mask = (rows[None, :] < M) & (cols[:, None] < N)
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, acc.to(C.dtype.element_ty), mask=c_mask)
+    else:
+        if _last_to_arrive(acc, WS, LOCKS, tile, pid, BLOCK_SIZE_N, BLOCK_SIZE_M) == SPLIT_K - 1:
+            total = _read_part(WS, tile * SPLIT_K, BLOCK_SIZE_N, BLOCK_SIZE_M)
+            for s in tl.static_range(1, SPLIT_K):
+                total += _read_part(WS, tile * SPLIT_K + s, BLOCK_SIZE_N, BLOCK_SIZE_M)
+            tl.store(c_ptrs, total.to(C.dtype.element_ty), mask=c_mask)
+            tl.atomic_xchg(LOCKS + tile, 0)
+
+
 def stream_k_after(tiles: int, k_steps: int, programs: int) -> int:
     """How many tiles the stream-K kernel walks whole before sharing out the rest: every full round of
     ``programs`` tiles, so only the last, partial round is cut into K ranges (fewer partial tiles to reduce than
@@ -268,6 +317,14 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
     if tma and (dev.backend == "interpreter" or has_tma(dev)) and _tma_ok(a2, w, c2):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
+        if config.get("SWAP_AB", 0):
+            split = config.get("SPLIT_K", 1)
+            ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
+            launch(matmul_swap_ab_kernel, (tiles * split,),
+                   (TensorDescriptor.from_tensor(a2, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]), c2, ws,
+                    locks, M, N, K, c2.stride(0), c2.stride(1)), config,
+                   BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split, UPCAST=upcast)
+            return out
         descs = (TensorDescriptor.from_tensor(a2, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
                  TensorDescriptor.from_tensor(c2, [bm, bn]))
         if tma == 2 and config.get("STREAM_K", 0):
@@ -286,13 +343,17 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
                PERSISTENT=tma == 2, UPCAST=upcast)
         return out
     split = config.get("SPLIT_K", 1)
-    if split > 1:
-        ws = scratch(a2, "matmul.parts", tiles * split * bm * bn, torch.float32)
-        locks = scratch(a2, "matmul.locks", tiles, torch.int32, zeroed=True)
-    else:  # never read: the SPLIT_K=1 kernel has no reduction
-        ws, locks = c2, c2
+    ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
     launch(matmul_kernel, (tiles * split,), (a2, w, c2, ws, locks, M, N, K, a2.stride(0), a2.stride(1), w.stride(0),
                                              w.stride(1), c2.stride(0), c2.stride(1)), config,
            BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"], SPLIT_K=split,
            EVEN_K=K % bk == 0, UPCAST=upcast)
     return out
+
+
+def _split_scratch(a2: torch.Tensor, c2: torch.Tensor, tiles: int, split: int, bm: int, bn: int):
+    """(fp32 partials, zeroed arrival counters) for a SPLIT_K launch; for SPLIT_K=1 two stand-ins never read."""
+    if split == 1:
+        return c2, c2
+    return (scratch(a2, "matmul.parts", tiles * split * bm * bn, torch.float32),
+            scratch(a2, "matmul.locks", tiles, torch.int32, zeroed=True))
