@@ -78,8 +78,8 @@ class Timers:
 
     def flushed(self, fn, between=None) -> float:
         """triton.testing.do_bench's method (a 256 MB buffer zeroed before each rep, events around the call alone,
-        the median) with one change: each rep's start event waits behind a GPU spin as long as twice the host's
-        slowest enqueue of ``fn`` seen in the warm-up. do_bench relies on its flush (~70 us of writes on an H200) to
+        the median) with one change: each rep's start event waits behind a GPU spin of four times the host's
+        slowest enqueue of ``fn`` seen in the warm-up, at least 200 us. do_bench relies on its flush (~70 us of writes on an H200) to
         outlast the host's launch; a Python launcher that sometimes takes longer leaves the GPU idle inside the
         measured interval, and the same config then read 25 and 54 us in one run (TMA descriptors are built on the
         host each call). The spin keeps host time out of the kernel's time, for ours and torch's alike.
@@ -107,7 +107,9 @@ class Timers:
             end.record()
             end.synchronize()
         est_ms = max(start.elapsed_time(end), 1e-3)
-        spin_us = min(2000.0, 2e6 * host + 20.0)
+        # with twice that enqueue (+20 us) one config read 97 and 65 us in one run (M=256, N=14336): now and then
+        # an enqueue slower than the warm-up's outlasted the spin
+        spin_us = min(2000.0, max(200.0, 4e6 * host))
         if self._cycles_us is None:  # torch.cuda._sleep's cycles per microsecond on this GPU, measured once
             gpu_sleep(1000)
             start.record()
