@@ -35,6 +35,9 @@ stores the tile in the output dtype and resets the counter to zero. Nothing wait
 resident, e.g. beside NCCL kernels), nothing accumulates with atomics (the same inputs give the same bits every
 call), and no memset precedes the launch: the counters stay zero between calls (flytune_nb.kit.scratch).
 
+Each kernel writes its TMA K loop out: moved into one shared @triton.jit helper, the stream-K kernel's 128x256 tile
+compiled to 254 registers a thread instead of 174 (sm_90, Triton 3.6; `flytune census matmul --target h200`).
+
 UPCAST is for Triton's CPU interpreter only: it runs tl.dot through numpy, which has no bfloat16, and a bf16 dot
 there returns garbage (max error 2.6e10 on a 16x16 product, Triton 3.6). On a GPU it is always False, so the compiled
 kernel is the plain bf16 MMA.
