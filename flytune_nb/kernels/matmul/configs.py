@@ -29,8 +29,8 @@ K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles
 - STREAM_K=1 for TMA=2 configs above M = 64 whose last round of tiles would leave more than 10% of the SMs' rounds
   idle.
 bf16 on the H200: M=N=K=4096: 2210 configs (1126 pointer + 1084 TMA, no split: 512 tiles of 128x256 fill 97%
-of 4 rounds); M=256, N=14336: 1366 (148 of them stream-K); M=128, N=4096: 1200 (562 TMA, 164 split); M=64, N=4096: 954
-(350 TMA, 248 split); M=1: 184 (116 split).
+of 4 rounds); M=256, N=14336: 1366 (148 of them stream-K); M=128, N=4096: 1200 (562 TMA, 164 split); M=64, N=4096: 1022
+(350 persistent TMA, 68 swapped, 290 split); M=1: 272 (88 swapped, 172 split).
 MI300X also crosses matrix_instr_nonkdim 16/32 and waves_per_eu unset/2.
 """
 from __future__ import annotations
