@@ -21,6 +21,7 @@ from typing import Any
 from flytune_nb._compat.triton import (
     INTERPRET_LOCK, compiled_launcher, fast_launch_supported, hook_active, jit_backend, kernel_globals_or_hooks,
     kernel_params, launch_runtime, specialize)
+from flytune_nb.kit.scratch import rezero_this_threads_counters
 
 _SLOW = "slow"  # an entry that must go through Triton on every call
 _ENTRIES: dict[tuple, Any] = {}
@@ -120,7 +121,11 @@ def _triton(fn, grid, args, config, meta):
     options = config.launch_options(current_device().backend)
     if interpreting():  # the interpreter is not thread-safe (_compat.triton.INTERPRET_LOCK says why)
         with INTERPRET_LOCK:
-            return fn[grid](*args, **meta, **options)
+            try:
+                return fn[grid](*args, **meta, **options)
+            except BaseException:
+                rezero_this_threads_counters()  # a grid stopped part-way leaves arrival counters part-counted
+                raise
     return fn[grid](*args, **meta, **options)
 
 

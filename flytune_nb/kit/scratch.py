@@ -23,6 +23,7 @@ from flytune_nb._compat.torch import cuda_stream_getter
 _BUFFERS: dict[tuple, torch.Tensor] = {}
 _STREAM = [None]
 _THREAD = threading.local()  # CPU buffers, one dict per thread: freed with the thread
+_COUNTERS: set[str] = set()  # names of the zeroed buffers: the counters the kernels leave at zero
 
 
 def scratch(like: torch.Tensor, name: str, numel: int, dtype: torch.dtype, *, zeroed: bool = False) -> torch.Tensor:
@@ -41,7 +42,21 @@ def scratch(like: torch.Tensor, name: str, numel: int, dtype: torch.dtype, *, ze
         n = max(int(numel), 1)
         buf = torch.zeros(n, dtype=dtype, device=device) if zeroed else torch.empty(n, dtype=dtype, device=device)
         buffers[key] = buf
+        if zeroed:
+            _COUNTERS.add(name)
     return buf
+
+
+def rezero_this_threads_counters() -> None:
+    """Zero, in place, every counter buffer (``zeroed=True``) of this thread's CPU buffers. For a launch the
+    interpreter stopped part-way (an interrupt, an error in one program): it runs the programs one after another in
+    this thread, so the programs that did run counted themselves in and the last arrival that resets a counter never
+    came. Left so, every later call of that kernel takes an early arrival for the last one and sums partials that
+    are not all its own: a split-K matmul after one interrupted call returned inf. (A GPU launch that fails does so
+    before any program runs.)"""
+    for key, buf in _THREAD.__dict__.get("buffers", {}).items():
+        if key[0] in _COUNTERS:
+            buf.zero_()
 
 
 def _stream_getter():
