@@ -259,7 +259,7 @@ class AdoptedKernel:
     def run(self, inputs: dict, config: Config, written: tuple) -> tuple:
         """Launch ``config`` through ``launch`` and return the written inputs. Under flytune_nb.kit.launcher's
         compile_only (the precompile pool), compile without launching."""
-        from flytune_nb.kit.launcher import compiling_for
+        from flytune_nb.kit.launcher import compiled, compiling_for
 
         triton_config = self.to_triton(config)
         backend = compiling_for()
@@ -267,7 +267,10 @@ class AdoptedKernel:
         at = self.autotuner
 
         def one(*args, **kwargs):
-            return tc.launch_config(at, args, kwargs, triton_config, warmup=warmup)
+            out = tc.launch_config(at, args, kwargs, triton_config, warmup=warmup)
+            if warmup:
+                compiled(out, kwargs.get("grid"), args)
+            return out
 
         with tc.intercepted(at, one):
             self.launch(self.kernel, inputs)

@@ -48,6 +48,17 @@ def compile_only(backend: str, record: list | None = None, keep: list | None = N
         _COMPILE_ONLY[0], _RECORD[0], _KEEP[0] = None, None, None
 
 
+def compiled(kernel, grid, args: tuple) -> None:
+    """Hand what Triton's ``warmup`` returned under ``compile_only`` to the block's ``record`` / ``keep`` lists, as
+    ``launch`` does for its own launches. For launchers that compile through Triton themselves (an adopted
+    autotuned kernel, SGLang's own kernels): without it the compile census of such a kernel finds no binary and
+    reports no registers, LDS or spills for any config."""
+    if _RECORD[0] is not None:
+        _RECORD[0].append((kernel, grid, args))
+    if _KEEP[0] is not None:
+        _KEEP[0].append(kernel)
+
+
 def compiling_for() -> str | None:
     """The backend ``compile_only`` is compiling for (its launches must compile only), or None: launch as usual.
     Launchers that do not go through ``launch`` (an adopted autotuned kernel, SGLang's own kernels) read it."""
@@ -62,11 +73,7 @@ def launch(fn, grid: tuple, args: tuple, config, **meta) -> None:
     if backend is not None and backend != "interpreter" and hasattr(fn, "warmup"):
         # Before anything asks Triton's runtime: under flytune_nb.backends.triton its driver is a stand-in, and the
         # fast path below keeps what it looks up for the life of the process.
-        kernel = fn.warmup(*args, grid=grid, **meta, **config.launch_options(backend))
-        if _RECORD[0] is not None:
-            _RECORD[0].append((kernel, grid, args))
-        if _KEEP[0] is not None:
-            _KEEP[0].append(kernel)
+        compiled(fn.warmup(*args, grid=grid, **meta, **config.launch_options(backend)), grid, args)
         return None
     rt = _RT or _runtime_or_none()
     if type(fn) is not rt["jit"]:

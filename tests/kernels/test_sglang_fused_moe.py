@@ -380,6 +380,26 @@ def test_audit_cli_times_real_entries_and_writes_the_report(tmp_path, capsys):
     assert "--shape takes" in capsys.readouterr().err
 
 
+def test_a_gfx942_census_of_sglangs_kernel_reads_both_gemms_binaries(tmp_path, monkeypatch):
+    """SGLang launches its kernel through its own launcher, not flytune's: the census must still get what Triton
+    built for gfx942, both GEMMs of each config (gate+up, then down), with their registers and MFMA."""
+    import csv
+
+    from flytune_nb.ui.cli import main
+    from tests.conftest import CENSUS_CACHE
+
+    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
+    out = tmp_path / "census.csv"
+    assert main(["census", "sglang_fused_moe", "--target", "mi300x", "--grid", "M=16 E=8 N=256 K=128 topk=2",
+                 "--limit", "1", "--db", str(tmp_path / "c.db"), "--csv", str(out), "--quiet", "-j", "1"]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert rows and any(r["is_default"] == "1" for r in rows)
+    for r in rows:
+        kernels = json.loads(r["kernels"])
+        assert r["status"] == "ok" and r["binary"] and len(kernels) == 2, r
+        assert all(k["vgprs"] > 0 and k["name"] == "fused_moe_kernel" for k in kernels) and int(r["mma_total"]) > 0, r
+
+
 def test_without_sglang_both_kernels_are_listed_unavailable_fast(tmp_path):
     code = (  # a Python where sglang is not installed: find_spec says so, and importing it fails
         "import importlib.abc, importlib.util, sys, time\n"

@@ -1,7 +1,9 @@
 """flytune_nb.adopt: a KernelSpec read from an existing @triton.autotune decorator, swept like a folder kernel (worker
 processes load it by its module attribute), with one clear error for each input it cannot use."""
+import json
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -55,6 +57,26 @@ def test_in_place_kernels_stay_correct_across_timed_reps(dev, cpu_timer):
     total = load("TOTAL")
     trials = [evaluate(total, {"N": 100}, "fp32", c, dev, cpu_timer) for c in total.configs({"N": 100}, "fp32", dev)]
     assert [t.status for t in trials] == ["ok", "ok"] and max(t.rel_error for t in trials) < 1e-6
+
+
+def test_a_census_of_an_adopted_kernel_reads_each_configs_binary(tmp_path, capsys, monkeypatch):
+    """An adopted kernel compiles through its autotuner, not flytune's launcher: the census must still get the
+    binary Triton built for gfx942, or every row reads "compiled" with no registers, loads or binary at all."""
+    import csv
+
+    from flytune_nb.ui.cli import main
+    from tests.conftest import CENSUS_CACHE
+
+    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
+    out = tmp_path / "census.csv"
+    assert main(["census", "total_adopted", "--path", f"{REF}:TOTAL", "--target", "mi300x", "--dtype", "fp32",
+                 "--db", str(tmp_path / "c.db"), "--csv", str(out), "--quiet", "-j", "1"]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert sorted(json.loads(r["config"])["BLOCK"] for r in rows) == [16, 32]
+    assert all(r["status"] == "ok" and int(r["registers"]) > 0 and r["binary"] for r in rows), rows
+    assert len({r["binary"] for r in rows}) == 2  # BLOCK is in the code: two binaries
+    assert int(rows[0]["widest_load"]) == 4  # one fp32 a lane: num_warps=1 x 64 lanes covers a 16- or 32-block
+    assert re.search(r"registers \d+-\d+ per thread", capsys.readouterr().out)
 
 
 def test_a_space_too_large_to_time_goes_to_a_search_strategy(tmp_path):

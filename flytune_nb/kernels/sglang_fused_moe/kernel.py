@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from flytune_nb.kit import Config, KernelUnavailable, itemsize
-from flytune_nb.kit.launcher import compiling_for
+from flytune_nb.kit.launcher import compiled, compiling_for
 
 # The knobs SGLang's launcher splats into the kernel (**config); USE_TMA is popped by fused_experts_impl and is never
 # a launch argument, so it is dropped here too.
@@ -337,13 +337,13 @@ class _Warmup:
     """Stands in for SGLang's ``fused_moe_kernel`` while flytune's precompile pool compiles: SGLang's launcher calls
     ``fused_moe_kernel[grid](*args, **kwargs)``, which becomes Triton's ``warmup`` with the same arguments — the same
     specialisation and on-disk cache entry as the timed launch, and nothing launched (on meta inputs there is nothing
-    to launch on)."""
+    to launch on). The compiled kernel goes to the census (``compiled``)."""
 
     def __init__(self, jit):
         self._jit = jit
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self._jit.warmup(*args, grid=grid, **kwargs)
+        return lambda *args, **kwargs: compiled(self._jit.warmup(*args, grid=grid, **kwargs), grid, args)
 
     def __getattr__(self, name):
         return getattr(self._jit, name)
