@@ -172,6 +172,12 @@ class KernelSpec:
             out[a] = v
         return out
 
+    @property
+    def default_dtype(self) -> str:
+        """What a sweep or census runs when no dtype is given: bf16, the serving dtype, where the kernel has it;
+        otherwise the first it lists (an adopted fp32-only kernel)."""
+        return "bf16" if "bf16" in self.dtypes else self.dtypes[0]
+
     def check_dtype(self, dtype: Any) -> str:
         d = dtypes.canonical(dtype)
         if d not in self.dtypes:

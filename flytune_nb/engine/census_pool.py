@@ -345,7 +345,7 @@ class Census:
     """``Census("matmul", "M=4096 N=4096 K=4096", target="mi300x", db="runs.db").run()``: every config of each
     shape's space compiled for the target, a CensusSummary per (shape, dtype), rows in the store's census table."""
 
-    def __init__(self, kernel: str, grid=None, dtypes: Iterable[str] = ("bf16",), *, target=None, db=None,
+    def __init__(self, kernel: str, grid=None, dtypes: Iterable[str] | None = None, *, target=None, db=None,
                  paths: Iterable[str] = (), jobs: int | None = None, every: int = 1, sample: int | None = None,
                  limit: int | None = None, configs: Iterable[Config] | None = None, timeout: float = 300.0,
                  progress: Callable | None = None, siblings: bool = True) -> None:
@@ -360,7 +360,8 @@ class Census:
         else:
             self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
-        self.dtypes = [self.spec.check_dtype(d) for d in parse_list(dtypes or ())]
+        wanted = parse_list(dtypes) if dtypes is not None else [self.spec.default_dtype]
+        self.dtypes = [self.spec.check_dtype(d) for d in wanted]
         if not self.shapes or not self.dtypes:
             raise UsageError("a census needs at least one shape and one dtype")
         for name, v in (("every", every), ("sample", sample), ("limit", limit), ("jobs", jobs)):

@@ -75,7 +75,7 @@ class Sweep:
     start-up draws of SGLang's 1920-config MoE space rarely land on the large tiles that win at M >= 1024.
     """
 
-    def __init__(self, kernel, grid, dtypes: Iterable[str] = ("bf16",), *, db: str | Path | Store | None = None,
+    def __init__(self, kernel, grid, dtypes: Iterable[str] | None = None, *, db: str | Path | Store | None = None,
                  paths: Iterable[str] = (), strategy: str = "exhaustive", budget: int | None = None,
                  timeout: float = 120.0, isolate: bool = True, precompile: bool | None = None,
                  baselines: Iterable[str] | None = None, gpus: Iterable[int] | None = None, ray: str | None = None,
@@ -123,7 +123,8 @@ class Sweep:
         if not self.shapes:
             raise UsageError("the grid is empty")
         # "bf16,fp16" or "bf16" (papermill and the CLI pass text) as well as a list; never a string's characters
-        self.dtypes = [self.spec.check_dtype(d) for d in parse_list(dtypes or ())]
+        wanted = parse_list(dtypes) if dtypes is not None else [self.spec.default_dtype]
+        self.dtypes = [self.spec.check_dtype(d) for d in wanted]
         if not self.dtypes:
             raise UsageError("no dtype given")
         self.strategy_name = strategy

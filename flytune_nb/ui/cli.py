@@ -58,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="sweep a kernel over a shape grid (resumable; results in --db)")
     s.add_argument("kernel")
     s.add_argument("--grid", required=True, help='e.g. "M=1,64,4096 N=4096,8192" (M=sglang for SGLang sizes)')
-    s.add_argument("--dtype", action="append", default=None, help="bf16 | fp16 | fp32 (repeatable)")
+    s.add_argument("--dtype", action="append", default=None,
+                   help="bf16 | fp16 | fp32 (repeatable; default: bf16, or the kernel's first dtype without it)")
     s.add_argument("--strategy", default="exhaustive", help="exhaustive | random | halving | surrogate")
     s.add_argument("--budget", type=_positive, default=None, help="at most this many configs per shape (>= 1)")
     s.add_argument("--db", default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
@@ -101,7 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     ce.add_argument("--grid", default=None, help='e.g. "M=4096 N=4096" (default: the kernel\'s example shape)')
     ce.add_argument("--target", default=None,
                     help="mi300x | mi325x | mi350x | mi355x | h100 | h200 | b200 (default: this machine's GPU)")
-    ce.add_argument("--dtype", action="append", default=None, help="bf16 | fp16 | fp32 (repeatable)")
+    ce.add_argument("--dtype", action="append", default=None,
+                    help="bf16 | fp16 | fp32 (repeatable; default: bf16, or the kernel's first dtype without it)")
     ce.add_argument("--db", default=DEFAULT_DB, help=f"results store; the census table sits beside the trials "
                                                      f"(default {DEFAULT_DB})")
     ce.add_argument("-j", "--jobs", type=_positive, default=None, help="processes compiling (default: the cores, at most 16)")
@@ -271,7 +273,7 @@ def cmd_sweep(args) -> int:
         if bad:
             raise UsageError(f"unknown baseline {bad[0]!r}; use torch_eager, torch_compile or none")
     progress = TqdmListener(disable=True if args.quiet else None)  # quiet: no bar, but it still tracks the trial in flight
-    sw = Sweep(args.kernel, args.grid, args.dtype or ["bf16"], db=args.db, paths=args.path, strategy=args.strategy,
+    sw = Sweep(args.kernel, args.grid, args.dtype, db=args.db, paths=args.path, strategy=args.strategy,
                budget=args.budget, timeout=args.timeout, isolate=not args.no_isolate,
                precompile=False if args.no_precompile else None, baselines=baselines,
                gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[progress],
@@ -371,7 +373,7 @@ def cmd_census(args) -> int:
         bar.n = done
         bar.refresh()
 
-    census = Census(args.kernel, args.grid, args.dtype or ["bf16"], target=args.target, paths=args.path,
+    census = Census(args.kernel, args.grid, args.dtype, target=args.target, paths=args.path,
                     jobs=args.jobs, every=args.every, sample=args.sample, limit=args.limit,
                     configs=_configs(args.config), timeout=args.timeout, progress=progress,
                     siblings=not args.every_config)

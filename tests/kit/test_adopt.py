@@ -61,7 +61,8 @@ def test_in_place_kernels_stay_correct_across_timed_reps(dev, cpu_timer):
 
 def test_a_census_of_an_adopted_kernel_reads_each_configs_binary(tmp_path, capsys, monkeypatch):
     """An adopted kernel compiles through its autotuner, not flytune's launcher: the census must still get the
-    binary Triton built for gfx942, or every row reads "compiled" with no registers, loads or binary at all."""
+    binary Triton built for gfx942, or every row reads "compiled" with no registers, loads or binary at all. No
+    --dtype: the kernel's own (fp32 here; bf16, which it lacks, was an error)."""
     import csv
 
     from flytune_nb.ui.cli import main
@@ -69,9 +70,10 @@ def test_a_census_of_an_adopted_kernel_reads_each_configs_binary(tmp_path, capsy
 
     monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
     out = tmp_path / "census.csv"
-    assert main(["census", "total_adopted", "--path", f"{REF}:TOTAL", "--target", "mi300x", "--dtype", "fp32",
+    assert main(["census", "total_adopted", "--path", f"{REF}:TOTAL", "--target", "mi300x",
                  "--db", str(tmp_path / "c.db"), "--csv", str(out), "--quiet", "-j", "1"]) == 0
     rows = list(csv.DictReader(out.open()))
+    assert {r["dtype"] for r in rows} == {"fp32"} and get_kernel("rmsnorm").default_dtype == "bf16"
     assert sorted(json.loads(r["config"])["BLOCK"] for r in rows) == [16, 32]
     assert all(r["status"] == "ok" and int(r["registers"]) > 0 and r["binary"] for r in rows), rows
     assert len({r["binary"] for r in rows}) == 2  # BLOCK is in the code: two binaries
