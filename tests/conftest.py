@@ -9,30 +9,6 @@ from flytune_nb.core.device import DESCRIBED, current_device, ensure_backend
 ensure_backend()  # TRITON_INTERPRET=1 on machines without a GPU, before any kernel module is imported
 
 HERE = os.path.dirname(__file__)
-STUBS = os.path.join(HERE, "stubs")
-
-
-def _torchvision_stand_in() -> None:
-    """SGLang's MoE import chain reaches torchvision, whose PyPI wheels do not load with the CPU build of torch: where
-    SGLang is installed and torchvision does not import, tests/stubs stands in, here and in every subprocess a test
-    starts (PYTHONPATH). Never on a machine whose torchvision works."""
-    import importlib.util
-    import sys
-
-    if importlib.util.find_spec("sglang") is None:
-        return
-    if importlib.util.find_spec("torchvision") is not None:
-        try:
-            import torchvision  # noqa: F401
-            return
-        except Exception:  # noqa: BLE001 - "operator torchvision::nms does not exist" and the like
-            for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-                del sys.modules[name]
-    sys.path.insert(0, STUBS)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (STUBS, os.environ.get("PYTHONPATH")) if p)
-
-
-_torchvision_stand_in()
 REPO = os.path.dirname(os.path.abspath(HERE))  # the checkout: docs/, benchmarks/, examples/
 PLUGINS = os.path.join(HERE, "plugins")
 FIXTURES = Path(HERE) / "fixtures"  # H200 measurements the CPU tests replay

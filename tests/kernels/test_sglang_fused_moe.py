@@ -400,6 +400,38 @@ def test_a_gfx942_census_of_sglangs_kernel_reads_both_gemms_binaries(tmp_path, m
         assert all(k["vgprs"] > 0 and k["name"] == "fused_moe_kernel" for k in kernels) and int(r["mma_total"]) > 0, r
 
 
+def test_sglangs_kernel_imports_where_torchvision_does_not_and_leaves_it_unimportable(km):
+    """torchvision fails to import here (missing, or a wheel for a CUDA torch): SGLang's MoE import chain reaches it
+    through vision models, so a stand-in answers for the import only. A user's own ``import torchvision`` afterwards
+    fails as before, and the stand-in's objects raise when called."""
+    with pytest.raises(RuntimeError, match="transforms.Normalize needs torchvision, which does not import here"):
+        km._Missing("torchvision.transforms.Normalize")(0.5, 0.5)
+    code = (
+        "import importlib.abc, importlib.machinery, sys\n"
+        "class Broken(importlib.abc.MetaPathFinder, importlib.abc.Loader):\n"  # a wheel for a CUDA torch, here
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torchvision' or name.startswith('torchvision.'):\n"
+        "            return importlib.machinery.ModuleSpec(name, self)\n"
+        "    def exec_module(self, module):\n"
+        "        raise OSError('libtorch_cuda.so: cannot open shared object file')\n"
+        "sys.meta_path.insert(0, Broken())\n"
+        "from flytune_nb.core.device import current_device\n"
+        "from flytune_nb.core.registry import get_kernel\n"
+        "spec = get_kernel('sglang_fused_moe')\n"
+        "print('space', len(spec.configs(spec.example(), 'bf16', current_device())))\n"
+        "try:\n"
+        "    import torchvision\n"
+        "    print('torchvision imported')\n"
+        "except OSError:\n"
+        "    print('torchvision still fails')\n")
+    env = dict(os.environ, PYTHONPATH=REPO, TRITON_INTERPRET="1")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    out = p.stdout.splitlines()
+    assert p.returncode == 0 and int(out[0].split()[1]) > 0, p.stdout + p.stderr[-3000:]
+    assert out[1] == "torchvision still fails", p.stdout
+    assert "Only CUDA" not in p.stderr  # SGLang's import-time platform warnings are not the user's concern
+
+
 def test_without_sglang_both_kernels_are_listed_unavailable_fast(tmp_path):
     code = (  # a Python where sglang is not installed: find_spec says so, and importing it fails
         "import importlib.abc, importlib.util, sys, time\n"

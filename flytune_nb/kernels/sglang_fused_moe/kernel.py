@@ -25,12 +25,14 @@ as sgl_kernel's per-tensor kernel) is swapped in for the call only; on ROCm SGLa
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import importlib
 import importlib.abc
 import importlib.machinery
 import sys
 import types
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -53,8 +55,8 @@ MODULES = {
 
 # -- importing SGLang ------------------------------------------------------------------------------------------------
 class _Missing:
-    """An attribute of an absent sgl_kernel: attribute access nests (SGLang reads ``scalar_types.uint4b8`` at import
-    time), a call raises — a path that really needs sgl_kernel fails loudly, never computes garbage."""
+    """An attribute of an absent package: attribute access nests (SGLang reads ``scalar_types.uint4b8`` at import
+    time), a call raises — a path that really needs the package fails loudly, never computes garbage."""
 
     def __init__(self, name):
         self._name = name
@@ -65,7 +67,7 @@ class _Missing:
         return _Missing(f"{self._name}.{name}")
 
     def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"{self._name} needs sgl_kernel, which is not installed")
+        raise RuntimeError(f"{self._name} needs {self._name.split('.')[0]}, which does not import here")
 
 
 class _MissingModule(types.ModuleType):
@@ -76,8 +78,11 @@ class _MissingModule(types.ModuleType):
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, name: str):
-        self.name = name
+    """Answers ``import NAME`` and ``import NAME.<any submodule>`` with a _MissingModule holding ``real``'s
+    attributes (what SGLang needs to be a real object at import time)."""
+
+    def __init__(self, name: str, real: dict | None = None):
+        self.name, self.real = name, dict(real or {})
 
     def find_spec(self, fullname, path, target=None):
         if fullname == self.name or fullname.startswith(self.name + "."):
@@ -89,6 +94,47 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module):
         module.__path__ = []
+        module.__dict__.update(self.real)
+
+
+class _InterpolationMode(enum.Enum):
+    """torchvision's enum, as SGLang's vision processors read it at import time: members (``BICUBIC``) and a type
+    in ``PILImageResampling | InterpolationMode | int`` annotations, which a _Missing cannot be."""
+    NEAREST = "nearest"
+    NEAREST_EXACT = "nearest-exact"
+    BILINEAR = "bilinear"
+    BICUBIC = "bicubic"
+    BOX = "box"
+    HAMMING = "hamming"
+    LANCZOS = "lanczos"
+
+
+@contextlib.contextmanager
+def _torchvision_stand_in():
+    """While SGLang's MoE modules import: a stand-in for a torchvision that does not import. SGLang's import chain
+    reaches ``torchvision.transforms`` through its vision-model processors, and torchvision's PyPI wheels link
+    libtorch_cuda, so with a CPU build of torch (a laptop compiling for gfx942) it fails and SGLang's kernel would be
+    unavailable. Nothing on the MoE path calls torchvision. Only for the import: afterwards ``import torchvision``
+    fails as it did before (SGLang's vision code imports it again inside its functions, and gets that error)."""
+    try:
+        importlib.import_module("torchvision")
+        yield
+        return
+    except Exception:  # noqa: BLE001 - ModuleNotFoundError, or "operator torchvision::nms does not exist" and the like
+        pass
+    _drop_modules("torchvision")
+    finder = _StubFinder("torchvision", {"InterpolationMode": _InterpolationMode, "__version__": "0+stand-in"})
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        _drop_modules("torchvision")
+
+
+def _drop_modules(package: str) -> None:
+    for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+        del sys.modules[name]
 
 
 def _gpu() -> bool:
@@ -115,15 +161,18 @@ def sglang() -> types.SimpleNamespace:
     """SGLang's fused-MoE modules, imported once (about 6 s: ~300 SGLang modules), with the server-args context its
     config functions read published (``get_exec()`` raises 'not published' otherwise; ``ServerArgs(model_path="dummy")``
     is what SGLang's own tests publish). KernelUnavailable with the first line of the error if they do not import."""
-    import sglang as pkg
-
     stubbed = _stub_sgl_kernel_if_missing()
     try:
-        mods = {k: importlib.import_module(v) for k, v in MODULES.items()}
-        _publish_server_args(mods["runtime"])  # imports more of SGLang (its model configs)
+        with _torchvision_stand_in(), warnings.catch_warnings():
+            # "Only CUDA, HIP and XPU support AWQ currently" and the like, from quantisation methods the MoE path
+            # never uses, on every import off CUDA
+            warnings.filterwarnings("ignore", message="Only CUDA", category=UserWarning)
+            pkg = importlib.import_module("sglang")
+            mods = {k: importlib.import_module(v) for k, v in MODULES.items()}
+            _publish_server_args(mods["runtime"])  # imports more of SGLang (its model configs)
     except Exception as e:  # noqa: BLE001 - any import failure means the kernel is not available here
         lines = [line for line in str(e).splitlines() if line.strip()]
-        raise KernelUnavailable(f"sglang {getattr(pkg, '__version__', '?')} is installed but its fused-MoE modules "
+        raise KernelUnavailable(f"sglang {_installed_version()} is installed but its fused-MoE modules "
                                 f"do not import here: {type(e).__name__}: {lines[0] if lines else ''}") from None
     ns = types.SimpleNamespace(**mods)
     ns.version = getattr(pkg, "__version__", "unknown")
@@ -133,6 +182,15 @@ def sglang() -> types.SimpleNamespace:
     # SGLang's scaled_fp8_quant runs its own code on ROCm and sgl_kernel's on CUDA; elsewhere (the CPU) it has none
     ns.native_quant = bool(getattr(torch.version, "hip", None)) or ns.native_align
     return ns
+
+
+def _installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return "?"
 
 
 def _publish_server_args(runtime) -> None:
