@@ -134,7 +134,8 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument("kernel")
     lk.add_argument("shape", nargs="+", help="axis values, e.g. M=37 N=4096")
     lk.add_argument("--dtype", default="bf16")
-    lk.add_argument("--device", default=None, help="device name as in file names (default: this machine's)")
+    lk.add_argument("--device", default=None, help="a named target (mi300x, h200, ...; --list-targets of census) or "
+                                                   "a device name as in file names (default: this machine's)")
     lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/)")
     lk.add_argument("--path", action="append", default=[], help=PATH_HELP)
     c = sub.add_parser("check", help="re-time committed configs on this device; non-zero exit on regression")
@@ -445,7 +446,14 @@ def cmd_lookup(args) -> int:
     dtype = spec.check_dtype(args.dtype)
     device = current_device()
     if args.device:
-        device = dataclasses.replace(device, name=args.device)
+        from flytune_nb.core.targets import TARGETS, get_target
+
+        try:  # a named GPU: its backend and arch decide which knobs and configs are valid (AMD's waves_per_eu, ...)
+            device = get_target(args.device).device()
+        except UsageError:
+            print(f"note: {args.device} is not a named target ({', '.join(TARGETS)}): its configs are checked "
+                  f"against this machine's space ({device.name})", file=sys.stderr)
+            device = dataclasses.replace(device, name=args.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config, source = lookup(spec, shapes[0], dtype, device=device, directory=args.dir)

@@ -39,7 +39,7 @@ def _hip_winner(space, **want):
 
 
 @pytest.mark.parametrize("alias", ["mi300x", "mi355x"])
-def test_matmul_exports_amd_knobs_under_the_amd_name_and_looks_them_up(tmp_path, alias):
+def test_matmul_exports_amd_knobs_under_the_amd_name_and_looks_them_up(tmp_path, alias, capsys):
     dev = TARGETS[alias].device()
     spec = get_kernel("matmul")
     store = Store(tmp_path / "s.db")
@@ -65,6 +65,13 @@ def test_matmul_exports_amd_knobs_under_the_amd_name_and_looks_them_up(tmp_path,
         config, source = lookup(spec, {"M": m, "N": 4096, "K": 4096}, "bf16", device=dev, directory=out)
         assert (config, source) == (winners[m], "artifact")
         assert config.launch_options("hip")["waves_per_eu"] == 2
+    # the CLI, as an engineer on a machine without that GPU asks: by alias, the target's own backend and space
+    from flytune_nb.ui.cli import main
+
+    assert main(["lookup", "matmul", "M=4096", "N=4096", "K=4096", "--device", alias, "--dir", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert f"{winners[4096]}  (source: artifact, device: {dev.name})" in printed.out, printed
+    assert "warning" not in printed.err, printed.err
     # the same files on an H200: no file by that name, the heuristic default (with a warning), never AMD knobs
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
