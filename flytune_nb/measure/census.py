@@ -269,9 +269,19 @@ def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
     for error, n in sorted(s.errors.items(), key=lambda t: -t[1])[:examples]:
         lines.append(f"  failed x{n}: {error}")
 
-    def some(rows) -> str:
-        shown = ", ".join(f"{r.config} [{r.scratch_bytes} B]" if r.spills else str(r.config) for r in rows[:examples])
+    def some(rows, figure=None) -> str:
+        """A few of ``rows``, each with the figure that put it on this line: ``figure(row)``, a short text."""
+        shown = ", ".join(f"{r.config} [{figure(r)}]" if figure else str(r.config) for r in rows[:examples])
         return f": {shown}{', ...' if len(rows) > examples else ''}" if rows else ""
+
+    def scratch(r) -> str:
+        return f"{r.scratch_bytes} B scratch"
+
+    def shared(r) -> str:
+        return f"{(r.shared_bytes or 0) / 1024:g} KiB"
+
+    def widest(r) -> str:
+        return f"widest {r.widest_load} B" if r.widest_load else "no global load seen"
 
     lines.append(f"  distinct binaries: {s.distinct_binaries} ({s.duplicates} configs duplicate another's binary, "
                  f"{len(s.duplicate_groups)} groups)")
@@ -279,13 +289,13 @@ def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
         g = max(s.duplicate_groups, key=len)
         lines.append(f"    e.g. {' == '.join(map(str, g[:3]))}{' == ...' if len(g) > 3 else ''}")
     worst = sorted(s.spilling, key=lambda r: -(r.scratch_bytes or 0))
-    lines.append(f"  spill to scratch: {len(s.spilling)}{some(worst)}")
+    lines.append(f"  spill to scratch: {len(s.spilling)}{some(worst, scratch)}")
     if s.spilled_in_registers:
         lines.append(f"  spill VGPRs into AGPRs only (no scratch): {len(s.spilled_in_registers)}"
-                     f"{some(s.spilled_in_registers)}")
-    lines.append(f"  no 16-byte loads (narrow): {len(s.narrow)}{some(s.narrow)}")
+                     f"{some(s.spilled_in_registers, lambda r: f'{r.spilled_registers} VGPRs')}")
+    lines.append(f"  no 16-byte loads (narrow): {len(s.narrow)}{some(s.narrow, widest)}")
     limit = "LDS" if s.occupancy_unit.startswith("waves") else "shared memory"
-    lines.append(f"  {limit} over the per-block limit: {len(s.smem_over_limit)}{some(s.smem_over_limit)}")
+    lines.append(f"  {limit} over the per-block limit: {len(s.smem_over_limit)}{some(s.smem_over_limit, shared)}")
     if s.occupancy_hist:
         lo, hi = min(s.occupancy_hist), max(s.occupancy_hist)
         hist = ", ".join(f"{k}: {v}" for k, v in s.occupancy_hist.items())
