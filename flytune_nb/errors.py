@@ -13,6 +13,8 @@ Each subclass also derives from the builtin a caller would catch (``ValueError``
 """
 from __future__ import annotations
 
+import re
+
 
 class FlytuneError(Exception):
     """Root of every error flytune_nb raises on purpose."""
@@ -36,3 +38,26 @@ def first_line(e: BaseException) -> str:
     """One line for a message to the user: an exception's first non-blank line, or its type."""
     lines = [line for line in str(e).splitlines() if line.strip()]
     return lines[0] if lines else type(e).__name__
+
+
+_EXCERPT = re.compile(r"at (\d+):(\d+):")
+
+
+def compile_error_line(e: BaseException) -> str:
+    """``Type: what went wrong`` in one line, for a config that did not compile (``CompilationError: ValueError: Shape
+    element 0 must be a power of 2 (line 30: acc = tl.zeros([BLOCK_N], ...))``). Compilers do not put that first:
+    Triton's CompilationError opens with ``at 30:14:`` and a source excerpt ending in a caret, and keeps the cause
+    (``ValueError: Shape element 0 must be a power of 2``) in the exception it chains, nested once per inlined
+    function; FlyDSL's opens with the cause (``lld invocation failed``) and ends with a DSL traceback's caret."""
+    where, seen, cause = "", set(), e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        lines = [line.strip() for line in str(cause).splitlines() if line.strip() and set(line.strip()) - {"^", "~"}]
+        m = _EXCERPT.fullmatch(lines[0]) if lines else None
+        if m is None:
+            said = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
+            return f"{said}{where}" if cause is e else f"{type(e).__name__}: {said}{where}"
+        if not where:  # the outermost location: the line of the kernel itself
+            where = f" (line {m.group(1)}: {lines[-1]})" if len(lines) > 1 else f" (line {m.group(1)})"
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(e).__name__}{where}"

@@ -42,7 +42,7 @@ from pathlib import Path
 from flytune_nb._compat import flydsl as compat
 from flytune_nb._compat.stdlib import environ_bytes
 from flytune_nb.core.config import Config, ConfigError
-from flytune_nb.errors import KernelUnavailable, RunError
+from flytune_nb.errors import KernelUnavailable, RunError, compile_error_line
 
 # -- the backend protocol (flytune_nb.backends) ----------------------------------------------------------------------
 LABEL = "FlyDSL"
@@ -225,7 +225,7 @@ def _compile(fn, args: tuple, config: Config, constexprs: dict) -> _Entry:
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - FlyDSL's compile errors (DSLCompileError, trace-time errors)
-            raise FlyDSLCompileError(f"{name} {config}: {type(e).__name__}: {_last_line(e)}") from e
+            raise FlyDSLCompileError(f"{name} {config}: {compile_error_line(e)}") from e
     seconds = time.perf_counter() - t0
     entry = _Entry(compiled, tuple(tail), stream_at)
     if _COLLECT:  # a compile report reads what happened, and nothing is refused
@@ -241,11 +241,6 @@ def _compile(fn, args: tuple, config: Config, constexprs: dict) -> _Entry:
         if limit is not None and r.lds > limit:
             raise FlyDSLCompileError(f"{name} {config}: {r.lds} bytes of LDS exceed {r.arch}'s {limit}")
     return entry
-
-
-def _last_line(e: BaseException) -> str:
-    lines = [line for line in str(e).strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else repr(e))[:300]
 
 
 @contextlib.contextmanager
@@ -406,7 +401,7 @@ def compile_report(spec, shape: dict, dtype: str, config: Config, arch: str) -> 
         try:
             spec.run(inputs, config)
         except Exception as e:  # noqa: BLE001 - the config's failure is the report
-            problems.append(f"{type(e).__name__}: {_last_line(e)}")
+            problems.append(compile_error_line(e))
         finally:
             _COLLECT.pop()
     stderr = "".join(text for _, text, _ in collected)

@@ -98,7 +98,7 @@ class _Worker:
         from flytune_nb.backends.triton import binary_digest, compile_kernels
         from flytune_nb.backends.triton_resources import kernel_resources
         from flytune_nb.core.config import Config
-        from flytune_nb.errors import first_line
+        from flytune_nb.errors import compile_error_line
 
         inputs = self._meta_inputs(spec, shape, dtype)
         cfg = Config.from_dict(config)
@@ -106,7 +106,7 @@ class _Worker:
         try:
             kernels = compile_kernels(spec, inputs, cfg, self.device)
         except Exception as e:  # noqa: BLE001 - a config that does not compile is a census result
-            return {"status": "error", "error": f"{type(e).__name__}: {first_line(e)}"[:300],
+            return {"status": "error", "error": compile_error_line(e)[:300],
                     "compile_s": time.perf_counter() - t0, "binary": None, "kernels": []}
         compile_s = time.perf_counter() - t0
         return {"status": "ok", "error": "", "compile_s": compile_s, "binary": binary_digest(kernels),

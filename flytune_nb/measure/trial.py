@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from flytune_nb.measure import correctness as check
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import DeviceInfo
+from flytune_nb.errors import compile_error_line
 
 STATUSES = ("ok", "wrong", "compile_error", "launch_error", "crashed", "timeout", "skipped")
 
@@ -85,7 +86,7 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
         out = spec.run(fresh, config)
         _sync(device)
     except Exception as e:  # noqa: BLE001 - a config's failure is data (see module doc)
-        return Trial(**base, status=classify(e), reason=f"{type(e).__name__}: {_last_line(e)}")
+        return Trial(**base, status=classify(e), reason=_reason(e))
     compile_s = time.perf_counter() - t0
     verdict = check.compare(out, ref, spec.tol(dtype), spec.element_tol(dtype))
     if not verdict.ok:
@@ -104,7 +105,7 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
         timing = timer.measure(launch, setup)
     except _KernelFailed as marked:
         e = marked.__cause__
-        return Trial(**base, status=classify(e), reason=f"{type(e).__name__}: {_last_line(e)}", compile_s=compile_s)
+        return Trial(**base, status=classify(e), reason=_reason(e), compile_s=compile_s)
     finally:
         if restore:
             spec.reset(target, snap)  # leave the caller's tensors exactly as they came in
@@ -112,7 +113,10 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
                  compile_s=compile_s, reps=timing.reps, method=timing.method)
 
 
-def _last_line(e: BaseException) -> str:
-    """A failed trial's reason: Triton's compile errors put the message last, after the source excerpt."""
+def _reason(e: BaseException) -> str:
+    """A failed trial's reason, one line: for a compile error, its cause (errors.compile_error_line: Triton's message
+    is a source excerpt, the cause is chained); otherwise the message's last line (a driver error's summary)."""
+    if classify(e) == "compile_error":
+        return compile_error_line(e)[:300]
     lines = [l for l in str(e).strip().splitlines() if l.strip()]
-    return (lines[-1] if lines else repr(e))[:300]
+    return f"{type(e).__name__}: {lines[-1] if lines else repr(e)}"[:300]

@@ -160,3 +160,36 @@ def test_an_nvidia_census_compiles_every_tile_order_sibling(monkeypatch):
         pool.close()
     assert s.siblings == 0 and s.compiled == len(set(configs) | {s.default.config})
     assert all(r.binary for r in s.rows)
+
+
+def test_a_config_that_does_not_compile_records_the_compilers_cause(monkeypatch):
+    """Triton's CompilationError reads "at 30:14:" and a source excerpt; the cause is chained, one level per inlined
+    function. The census row and the summary must say the cause and the kernel's line, not "at 30:14:"."""
+    import os
+
+    from flytune_nb.core.config import Config
+    from flytune_nb.measure.census import format_summary
+
+    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
+    dev = TARGETS["mi300x"].device()
+    pool = CensusPool(dev, jobs=1, cache_dir=census_cache_dir(dev))
+    try:
+        s = take_census(pool, "rmsnorm", {"M": 4, "N": 1024}, "bf16", configs=[Config({"BLOCK_N": 1000}, num_warps=4)])
+    finally:
+        pool.close()
+    [bad] = [r for r in s.rows if not r.ok]
+    assert bad.error.startswith("CompilationError: ValueError: Shape element 0 must be a power of 2 (line "), bad.error
+    assert "tl.zeros([BLOCK_N]" in bad.error and bad.error in format_summary(s)
+
+
+def test_a_compile_error_line_is_the_cause_whichever_end_the_compiler_puts_it():
+    from flytune_nb.errors import compile_error_line
+
+    class DSLCompileError(Exception):
+        pass
+
+    flydsl = DSLCompileError("lld invocation failed\n  note: see current operation: gpu.module\n\nDSL Traceback (most "
+                             "recent operation last):\n  File \"kernel.py\", line 148\n    @flyc.jit\n    ^")
+    assert compile_error_line(flydsl) == "DSLCompileError: lld invocation failed"
+    assert compile_error_line(RuntimeError("")) == "RuntimeError"
+    assert compile_error_line(ValueError("one line")) == "ValueError: one line"
