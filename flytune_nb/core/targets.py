@@ -52,6 +52,9 @@ class ArchRules:
     max_warps_per_unit: int = 0
     max_blocks_per_unit: int = 0
     smem_reserved_per_block: int = 0
+    # work-items (threads) one workgroup (block) may have: 1024 on CDNA and on Hopper/Blackwell. Triton compiles
+    # num_warps=32 for wave64 (2048) without a word; the launch is what fails.
+    max_block_threads: int = 1024
 
     @property
     def occupancy_unit(self) -> str:

@@ -98,6 +98,7 @@ class _Worker:
         from flytune_nb.backends.triton import binary_digest, compile_kernels
         from flytune_nb.backends.triton_resources import kernel_resources
         from flytune_nb.core.config import Config
+        from flytune_nb.core.targets import arch_rules
         from flytune_nb.errors import compile_error_line
 
         inputs = self._meta_inputs(spec, shape, dtype)
@@ -109,8 +110,16 @@ class _Worker:
             return {"status": "error", "error": compile_error_line(e)[:300],
                     "compile_s": time.perf_counter() - t0, "binary": None, "kernels": []}
         compile_s = time.perf_counter() - t0
+        resources = [kernel_resources(k, self.device) for k in kernels]
+        rules = arch_rules(self.device)
+        warps = max((r["num_warps"] for r in resources), default=0)
+        if warps * rules.warp_size > rules.max_block_threads:  # compiles, and no launch would take it
+            return {"status": "error", "compile_s": compile_s, "binary": None, "kernels": resources,
+                    "error": f"num_warps={warps} is {warps * rules.warp_size} work-items a workgroup on "
+                             f"{self.device.arch} ({rules.warp_size}-wide waves); at most {rules.max_block_threads} "
+                             f"launch"}
         return {"status": "ok", "error": "", "compile_s": compile_s, "binary": binary_digest(kernels),
-                "kernels": [kernel_resources(k, self.device) for k in kernels]}
+                "kernels": resources}
 
 
 if __name__ == "__main__":

@@ -400,7 +400,8 @@ def cmd_census(args) -> int:
         print(f"\nrows written to {args.csv}")
     failed = sum(s.failed for s in results)
     if failed:
-        print(f"\n{failed} configs did not compile for {census.device.name}")
+        print(f"\n{failed} of the configs did not compile, or compiled to what no {census.device.name} launches "
+              f"(the errors above)")
     return 1 if failed else 0
 
 

@@ -162,9 +162,10 @@ def test_an_nvidia_census_compiles_every_tile_order_sibling(monkeypatch):
     assert all(r.binary for r in s.rows)
 
 
-def test_a_config_that_does_not_compile_records_the_compilers_cause(monkeypatch):
+def test_a_config_that_does_not_compile_or_cannot_launch_records_why(monkeypatch):
     """Triton's CompilationError reads "at 30:14:" and a source excerpt; the cause is chained, one level per inlined
-    function. The census row and the summary must say the cause and the kernel's line, not "at 30:14:"."""
+    function. The census row and the summary must say the cause and the kernel's line, not "at 30:14:". And
+    num_warps=32 compiles for gfx942 without a word, 2048 work-items a workgroup, which no launch takes."""
     import os
 
     from flytune_nb.core.config import Config
@@ -174,12 +175,15 @@ def test_a_config_that_does_not_compile_records_the_compilers_cause(monkeypatch)
     dev = TARGETS["mi300x"].device()
     pool = CensusPool(dev, jobs=1, cache_dir=census_cache_dir(dev))
     try:
-        s = take_census(pool, "rmsnorm", {"M": 4, "N": 1024}, "bf16", configs=[Config({"BLOCK_N": 1000}, num_warps=4)])
+        s = take_census(pool, "rmsnorm", {"M": 4, "N": 1024}, "bf16", configs=[
+            Config({"BLOCK_N": 1000}, num_warps=4), Config({"BLOCK_N": 1024}, num_warps=32)])
     finally:
         pool.close()
-    [bad] = [r for r in s.rows if not r.ok]
-    assert bad.error.startswith("CompilationError: ValueError: Shape element 0 must be a power of 2 (line "), bad.error
-    assert "tl.zeros([BLOCK_N]" in bad.error and bad.error in format_summary(s)
+    bad = {r.config.num_warps: r for r in s.rows if not r.ok}
+    assert sorted(bad) == [4, 32] and s.default.ok
+    assert bad[4].error.startswith("CompilationError: ValueError: Shape element 0 must be a power of 2 (line ")
+    assert "tl.zeros([BLOCK_N]" in bad[4].error and bad[4].error in format_summary(s)
+    assert bad[32].error == "num_warps=32 is 2048 work-items a workgroup on gfx942 (64-wide waves); at most 1024 launch"
 
 
 def test_a_compile_error_line_is_the_cause_whichever_end_the_compiler_puts_it():
