@@ -259,6 +259,14 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
 
     plan = pool.plan(kernel, shape, dtype)
     default = Config.from_dict(plan["default"])
+    spec = get_kernel(kernel, list(pool.paths))
+    for c in configs or ():
+        # kernel parameters only: a launch option left out takes Triton's default, which is a config too
+        missing, extra = spec.knob_mismatch(dict(c.params), dict(default.params))
+        if missing or extra:
+            what = "; ".join(p for p in (f"no knob {', '.join(sorted(extra))}" if extra else "",
+                                          f"lacks {', '.join(sorted(missing))}" if missing else "") if p)
+            raise UsageError(f"{spec.name} config {c}: {what} (its knobs: {', '.join(sorted(dict(default.params)))})")
     chosen = list(configs) if configs is not None else [Config.from_dict(c) for c in plan["space"]]
     chosen = spread(chosen, every, sample)[:limit]
     chosen = list(dict.fromkeys([default] + chosen))
@@ -270,7 +278,7 @@ def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store
     # Siblings only where measured equal: on gfx942 GROUP_SIZE_M=1/8/16/32 tiles differ in 2 of ~1900 instructions
     # with the same resources; on sm_90 the GROUP_SIZE_M=1 tiles' 64-bit `%` subroutine changes registers (40 vs
     # 42) and occupancy (48 vs 40 warps), so an NVIDIA census compiles every config.
-    knobs = get_kernel(kernel, list(pool.paths)).schedule_knobs if siblings and device["backend"] == "hip" else ()
+    knobs = spec.schedule_knobs if siblings and device["backend"] == "hip" else ()
     group = sibling_groups(chosen, knobs, first=default)
     group[default] = default  # the default is always compiled itself (CI fails on a default that spills)
     members: dict = {}
@@ -464,8 +472,8 @@ class CensusPruner:
         if self.target is None and not DeviceInfo(**device).is_gpu:
             from flytune_nb.core.targets import TARGETS
 
-            raise UsageError(f"census pruning on {device['name']} needs a target to compile for "
-                             f"(prune='census:<target>', one of {', '.join(TARGETS)})")
+            raise UsageError(f"census pruning on {device['name']} needs a target to compile for, one of "
+                             f"{', '.join(TARGETS)}: --prune-census mi300x (Sweep(..., prune='census:mi300x'))")
         self.from_pool = self.target is None and precompiling
         if not self.from_pool:
             self._start(device)

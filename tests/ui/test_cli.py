@@ -168,13 +168,21 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     (["census", "rmsnorm", "--grid", "M=4 N=256"], "no GPU here .* name a target"),
     (["census", "rmsnorm", "--target", "mi300x", "--config", "BLOCK_N"], "expected NAME=INT"),
     (["census"], "name a kernel"),
-    (["sweep", "rmsnorm", "--grid", "M=4 N=256", "--prune-census", "--no-isolate"], "needs a target"),
+    (["sweep", "rmsnorm", "--grid", "M=4 N=256", "--prune-census", "--no-isolate"],
+     "needs a target to compile for, one of mi300x, .*: --prune-census mi300x"),
 ])
 def test_census_user_errors_are_one_line_and_exit_2(argv, msg, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("flytune: error:")
     assert __import__("re").search(msg, err), err
+
+
+def test_a_census_config_with_another_kernels_knobs_is_one_usage_error(capsys, tmp_path):
+    assert main(["census", "rmsnorm", "--target", "mi300x", "--config", "BLOCK_Q=1024", "--db",
+                 str(tmp_path / "c.db"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "flytune: error: rmsnorm config BLOCK_Q=1024: no knob BLOCK_Q; lacks BLOCK_N (its knobs: BLOCK_N)"
 
 
 def test_cli_census_prints_the_summary_and_stores_the_rows(capsys, tmp_path):
