@@ -261,10 +261,10 @@ def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
     """What ``flytune census`` prints for one shape."""
     shape = " ".join(f"{k}={v}" for k, v in s.shape.items())
     built = s.configs - s.stored - s.inferred
-    rate = f", {built} compiled in {s.wall_s:.1f} s" if math.isfinite(s.wall_s) else ""
+    rate = f", {built} compile runs in {s.wall_s:.1f} s" if math.isfinite(s.wall_s) else ""
     inferred = (f"; {s.siblings} differ from a compiled config only in the tile order and share its resources "
                 f"(--every-config compiles them too)" if s.siblings else "")
-    lines = [f"{s.kernel} {shape} {s.dtype} on {s.device} ({s.arch}): {s.configs} configs, {s.compiled} compiled, "
+    lines = [f"{s.kernel} {shape} {s.dtype} on {s.device} ({s.arch}): {s.configs} configs: {s.compiled} ok, "
              f"{s.failed} failed ({s.stored} from the store{rate}){inferred}"]
     for error, n in sorted(s.errors.items(), key=lambda t: -t[1])[:examples]:
         lines.append(f"  failed x{n}: {error}")

@@ -243,17 +243,17 @@ def test_siblings_bookkeeping_across_runs_failures_and_every_config(tmp_path):
         c for c in space if (c["BLOCK_SIZE_M"], c.num_warps) == (32, 8) and c["GROUP_SIZE_M"] != 1]}
     rows = {r.config: r for r in s.rows}
     assert not rows[bad].ok and all(rows[c].sibling_of is None for c in space if c["BLOCK_SIZE_M"] == 32 and c.num_warps == 8)
-    assert "(0 from the store, 6 compiled in" in format_summary(s)
+    assert "(0 from the store, 6 compile runs in" in format_summary(s)
     pool.compiled.clear()
     again = take_census(pool, "matmul", {"M": 1}, "bf16", store=store)
     # the failed config is compiled again (a failure is never reused), nothing else
     assert pool.compiled == [bad] and again.stored == len(space) - 1 and again.inferred == 0
-    assert "1 compiled in" in format_summary(again)
+    assert "1 compile runs in" in format_summary(again)
     pool.compiled.clear()
     every = take_census(pool, "matmul", {"M": 1}, "bf16", store=store, siblings=False)
     assert sorted(map(str, pool.compiled)) == sorted(str(c) for c, r in rows.items() if r.sibling_of or not r.ok)
     assert every.siblings == 0 and every.inferred == 0 and all(r.binary for r in every.rows if r.ok)
-    assert f"{len(pool.compiled)} compiled in" in format_summary(every)
+    assert f"{len(pool.compiled)} compile runs in" in format_summary(every)
     store.close()
 
 

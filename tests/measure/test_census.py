@@ -83,7 +83,7 @@ def test_summary_counts_what_an_engineer_asks_first():
     assert s.registers == (84, 256) and s.default.config == a and s.errors == {"error: CompilationError: nope": 1}
     assert [r.config for r in s.spilled_in_registers] == [d]
     text = format_summary(s)
-    for part in ("5 configs, 4 compiled, 1 failed", "1 configs duplicate", "spill to scratch: 1", "244 B",
+    for part in ("5 configs: 4 ok, 1 failed", "1 configs duplicate", "spill to scratch: 1", "244 B scratch",
                  "narrow): 1", "occupancy 2-8 waves/SIMD", "heuristic default", "CompilationError: nope",
                  "into AGPRs only (no scratch): 1"):
         assert part in text, part

@@ -44,7 +44,7 @@ def test_a_census_for_a_named_gpu_lands_beside_the_trials_and_colours_the_explor
     store.close()
     n = len(census)
     assert n >= 4 and set(census["device"]) == {"AMD_Instinct_MI300X"} and (census["status"] == "ok").all()
-    assert f"AMD_Instinct_MI300X (gfx942): {n} configs, {n} compiled" in tab.summary.value
+    assert f"AMD_Instinct_MI300X (gfx942): {n} configs: {n} ok" in tab.summary.value
     assert tab.html.value.count("<tr class=") == n and "VGPR+AGPR" in tab.html.value
     # the timed configs' p50 beside their census rows: one time per censused config that passed here
     from flytune_nb.analysis.units import fmt_time
