@@ -202,6 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `flytune census ... | head`: the reader has what it wanted; what is stored stays
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would raise again
+        return 0
     except (RunError, OSError) as e:
         print(f"flytune: failed: {e}", file=sys.stderr)
         return 1

@@ -254,3 +254,16 @@ def test_retry_failed_in_the_cli_measures_every_failure_status(tmp_path, capsys)
     after = dict(sqlite3.connect(db).execute("SELECT config, created || id FROM trials WHERE status != 'ok'"))
     assert set(before) == set(after) and len(before) == 6
     assert all(after[c] != before[c] for c in before)  # each failed row written again (wrong, launch_error)
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path):
+    """`flytune census --list-targets | head -1`: the pipe closes before the output is written, and the command ends
+    quietly with 0 (it printed "flytune: failed: [Errno 32] Broken pipe")."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "flytune_nb.ui.cli", "census", "--list-targets"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    p.stdout.close()  # the reader is gone before the first line
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 0 and err == "", err
