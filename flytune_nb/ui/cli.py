@@ -379,6 +379,12 @@ def cmd_census(args) -> int:
         bar.n = done
         bar.refresh()
 
+    if args.csv:
+        from pathlib import Path
+
+        folder = Path(args.csv).expanduser().resolve().parent
+        if not folder.is_dir():  # before minutes of compiling, not after
+            raise UsageError(f"--csv {args.csv}: no folder {folder}")
     census = Census(args.kernel, args.grid, args.dtype, target=args.target, paths=args.path,
                     jobs=args.jobs, every=args.every, sample=args.sample, limit=args.limit,
                     configs=_configs(args.config), timeout=args.timeout, progress=progress,

@@ -168,6 +168,7 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     (["census", "rmsnorm", "--grid", "M=4 N=256"], "no GPU here .* name a target"),
     (["census", "rmsnorm", "--target", "mi300x", "--config", "BLOCK_N"], "expected NAME=INT"),
     (["census"], "name a kernel"),
+    (["census", "rmsnorm", "--target", "mi300x", "--csv", "/no/such/folder/rows.csv"], "--csv .*: no folder"),
     (["sweep", "rmsnorm", "--grid", "M=4 N=256", "--prune-census", "--no-isolate"],
      "needs a target to compile for, one of mi300x, .*: --prune-census mi300x"),
 ])
