@@ -194,7 +194,7 @@ class CensusPool:
                     rec = self._proc(i).call({"op": "compile", "kernel": kernel, "paths": self.paths,
                                               "shape": shape, "dtype": dtype, "config": config}, self.timeout)
                 except TimeoutError:
-                    rec = {"status": "timeout", "error": f"no result after {self.timeout:.0f} s"}
+                    rec = {"status": "timeout", "error": f"no result after {self.timeout:g} s"}
                 except ChildProcessError as e:
                     rec = {"status": "crashed", "error": f"the compiler's process died ({e})"}
                 except RunError as e:
