@@ -432,6 +432,18 @@ def test_sglangs_kernel_imports_where_torchvision_does_not_and_leaves_it_unimpor
     assert "Only CUDA" not in p.stderr  # SGLang's import-time platform warnings are not the user's concern
 
 
+def test_with_a_working_torchvision_an_import_error_passes_through_and_torchvision_stays(km, monkeypatch):
+    import types
+
+    mine = types.ModuleType("torchvision")  # the user's, imported and working
+    monkeypatch.setitem(sys.modules, "torchvision", mine)
+    with pytest.raises(ImportError, match="SGLang's own import error"):
+        with km._torchvision_stand_in():
+            raise ImportError("SGLang's own import error")
+    assert sys.modules["torchvision"] is mine
+    assert not any(isinstance(f, km._StubFinder) and f.name == "torchvision" for f in sys.meta_path)
+
+
 def test_without_sglang_both_kernels_are_listed_unavailable_fast(tmp_path):
     code = (  # a Python where sglang is not installed: find_spec says so, and importing it fails
         "import importlib.abc, importlib.util, sys, time\n"

@@ -118,10 +118,11 @@ def _torchvision_stand_in():
     fails as it did before (SGLang's vision code imports it again inside its functions, and gets that error)."""
     try:
         importlib.import_module("torchvision")
-        yield
-        return
     except Exception:  # noqa: BLE001 - ModuleNotFoundError, or "operator torchvision::nms does not exist" and the like
         pass
+    else:  # (outside the try: an error of SGLang's own import must reach the caller, not this except)
+        yield
+        return
     _drop_modules("torchvision")
     finder = _StubFinder("torchvision", {"InterpolationMode": _InterpolationMode, "__version__": "0+stand-in"})
     sys.meta_path.insert(0, finder)
