@@ -44,20 +44,26 @@ _EXCERPT = re.compile(r"at (\d+):(\d+):")
 
 
 def compile_error_line(e: BaseException) -> str:
-    """``Type: what went wrong`` in one line, for a config that did not compile (``CompilationError: ValueError: Shape
-    element 0 must be a power of 2 (line 30: acc = tl.zeros([BLOCK_N], ...))``). Compilers do not put that first:
-    Triton's CompilationError opens with ``at 30:14:`` and a source excerpt ending in a caret, and keeps the cause
-    (``ValueError: Shape element 0 must be a power of 2``) in the exception it chains, nested once per inlined
-    function; FlyDSL's opens with the cause (``lld invocation failed``) and ends with a DSL traceback's caret."""
-    where, seen, cause = "", set(), e
+    """``Type: what went wrong (line N: the kernel's line)`` in one line, for a config that did not compile
+    (``CompilationError: ValueError: Shape element 0 must be a power of 2 (line 30: acc = tl.zeros([BLOCK_N], ...))``).
+    Compilers do not put that first. Triton's CompilationError reads ``at 30:14:``, a source excerpt, a caret under
+    the failing expression, then (not always) a message; the exception it chains holds the cause, one excerpt per
+    inlined function, innermost last. FlyDSL's opens with the cause (``lld invocation failed``) and ends with a DSL
+    traceback's caret."""
+    where, said, seen, cause = "", "", set(), e
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        lines = [line.strip() for line in str(cause).splitlines() if line.strip() and set(line.strip()) - {"^", "~"}]
+        lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
         m = _EXCERPT.fullmatch(lines[0]) if lines else None
-        if m is None:
-            said = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
-            return f"{said}{where}" if cause is e else f"{type(e).__name__}: {said}{where}"
-        if not where:  # the outermost location: the line of the kernel itself
-            where = f" (line {m.group(1)}: {lines[-1]})" if len(lines) > 1 else f" (line {m.group(1)})"
-        cause = cause.__cause__ or cause.__context__
-    return f"{type(e).__name__}{where}"
+        if m is None:  # a plain message: the cause itself
+            own = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
+            said = own if cause is e else f"{type(e).__name__}: {own}"
+            break
+        caret = next((i for i, line in enumerate(lines) if not set(line) - {"^", "~"}), len(lines))
+        if not where:  # the outermost excerpt: the kernel's own line
+            source = lines[caret - 1] if caret > 1 else ""
+            where = f" (line {m.group(1)}: {source})" if source else f" (line {m.group(1)})"
+        if caret + 1 < len(lines):  # this excerpt's message; a plainer chained cause may still replace it
+            said = f"{type(e).__name__}: {' '.join(lines[caret + 1:])}"
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    return f"{said or type(e).__name__}{where}"

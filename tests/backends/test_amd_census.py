@@ -197,3 +197,37 @@ def test_a_compile_error_line_is_the_cause_whichever_end_the_compiler_puts_it():
     assert compile_error_line(flydsl) == "DSLCompileError: lld invocation failed"
     assert compile_error_line(RuntimeError("")) == "RuntimeError"
     assert compile_error_line(ValueError("one line")) == "ValueError: one line"
+
+    class CompilationError(Exception):  # Triton's layout: "at L:C:", the excerpt, the caret, sometimes a message
+        pass
+
+    def raised(make):
+        try:
+            make()
+        except Exception as e:  # noqa: BLE001
+            return e
+
+    def builtin():  # a failing builtin called in the kernel: its repr after the caret, the cause chained
+        try:
+            raise ValueError("arange's range must be a power of 2")
+        except ValueError as v:
+            raise CompilationError("at 28:11:\n    cols = tl.arange(0, BLOCK_N)\n           ^\n"
+                                   "ValueError(\"arange's range must be a power of 2\")") from v
+
+    def helper_assert():  # a static_assert in an inlined helper: the message on the inner excerpt, no cause
+        try:
+            raise CompilationError("at 3:4:\n    tl.static_assert(BLOCK % 16 == 0)\n    ^\nstatic_assert failed: BLOCK % 16")
+        except CompilationError as c:
+            raise CompilationError("at 40:8:\n    y = _helper(x, BLOCK)\n        ^") from c
+
+    def unrelated_context():  # raised while handling another error, which says nothing about this one
+        try:
+            raise KeyError("a cache miss")
+        except KeyError:
+            raise CompilationError("at 5:4:\n    x = y\n    ^\nNameError('y')") from None
+
+    assert compile_error_line(raised(builtin)) == (
+        "CompilationError: ValueError: arange's range must be a power of 2 (line 28: cols = tl.arange(0, BLOCK_N))")
+    assert compile_error_line(raised(helper_assert)) == (
+        "CompilationError: static_assert failed: BLOCK % 16 (line 40: y = _helper(x, BLOCK))")
+    assert compile_error_line(raised(unrelated_context)) == "CompilationError: NameError('y') (line 5: x = y)"
