@@ -245,28 +245,39 @@ def sibling_groups(configs: list, schedule_knobs: Iterable[str], first=None) -> 
     return out
 
 
+def _check_knobs(spec, configs, default: Config) -> None:
+    """Kernel parameters only: a launch option left out takes Triton's default, which is a config too."""
+    want = dict(default.params)
+    for c in configs:
+        missing, extra = spec.knob_mismatch(dict(c.params), want)
+        if missing or extra:
+            what = "; ".join(p for p in (f"no knob {', '.join(sorted(extra))}" if extra else "",
+                                          f"lacks {', '.join(sorted(missing))}" if missing else "") if p)
+            knobs = ", ".join(sorted(set(want) | set(spec.optional_knobs)))
+            raise UsageError(f"{spec.name} config {c}: {what} (its knobs: {knobs})")
+
+
 def take_census(pool: CensusPool, kernel: str, shape: dict, dtype: str, *, store=None,
                 configs: Iterable[Config] | None = None, every: int = 1, sample: int | None = None,
                 limit: int | None = None, progress: Callable | None = None,
-                stop: threading.Event | None = None, siblings: bool = True) -> CensusSummary | None:
+                stop: threading.Event | None = None, siblings: bool = True,
+                check_knobs: bool = False) -> CensusSummary | None:
     """One shape's census on ``pool``'s target: the space (or ``configs``), spread by ``every`` / ``sample`` and cut
     to ``limit``, always with the heuristic default; rows already in ``store`` are reused, new ones committed one by
     one. ``progress(done, total)`` after each config. Stopped (``stop`` set), the summary covers the rows taken (None:
     no row at all). ``siblings``: configs that differ only in the kernel's schedule knobs are compiled once (the
     default always for itself) and the others get that binary's resources, marked ``sibling_of``; a group whose
-    compile failed is compiled config by config, so a failure is never inferred."""
+    compile failed is compiled config by config, so a failure is never inferred. ``check_knobs``: ``configs`` came
+    from a user, and one with a knob the kernel lacks, or without one it needs, is a UsageError (not a row whose
+    compile fails with a KeyError); a space's own configs are the kernel's word (an adopted kernel's may differ in
+    their knobs)."""
     from flytune_nb.core.registry import get_kernel
 
     plan = pool.plan(kernel, shape, dtype)
     default = Config.from_dict(plan["default"])
     spec = get_kernel(kernel, list(pool.paths))
-    for c in configs or ():
-        # kernel parameters only: a launch option left out takes Triton's default, which is a config too
-        missing, extra = spec.knob_mismatch(dict(c.params), dict(default.params))
-        if missing or extra:
-            what = "; ".join(p for p in (f"no knob {', '.join(sorted(extra))}" if extra else "",
-                                          f"lacks {', '.join(sorted(missing))}" if missing else "") if p)
-            raise UsageError(f"{spec.name} config {c}: {what} (its knobs: {', '.join(sorted(dict(default.params)))})")
+    if check_knobs:
+        _check_knobs(spec, configs or (), default)
     chosen = list(configs) if configs is not None else [Config.from_dict(c) for c in plan["space"]]
     chosen = spread(chosen, every, sample)[:limit]
     chosen = list(dict.fromkeys([default] + chosen))
@@ -407,7 +418,8 @@ class Census:
                         lambda d, t, s=shape, dt=dtype: self.progress(s, dt, d, t))
                     summary = take_census(pool, self.spec.name, shape, dtype, store=store, configs=self.configs,
                                           every=self.every, sample=self.sample, limit=self.limit,
-                                          progress=progress, stop=self._stop, siblings=self.siblings)
+                                          progress=progress, stop=self._stop, siblings=self.siblings,
+                                          check_knobs=True)
                     if summary is not None:
                         self.results.append(summary)
             return self.results
