@@ -9,6 +9,7 @@ import sys
 from flytune_nb.errors import RunError, UsageError
 
 EXIT_USAGE = 2
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader closed the pipe
 DEFAULT_DB = "flytune_results.db"
 
 # The embedded default for `make demo` / `flytune demo`: a small rmsnorm sweep. On a GPU, decode (M=1) to prefill
@@ -133,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     lk = sub.add_parser("lookup", help="the config a serving run would use, and where it comes from")
     lk.add_argument("kernel")
     lk.add_argument("shape", nargs="+", help="axis values, e.g. M=37 N=4096")
-    lk.add_argument("--dtype", default="bf16")
+    lk.add_argument("--dtype", default=None, help="default: bf16, or the kernel's first dtype without it")
     lk.add_argument("--device", default=None, help="a named target (mi300x, h200, ...; --list-targets of census) or "
                                                    "a device name as in file names (default: this machine's)")
     lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/)")
@@ -202,11 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # `flytune census ... | head`: the reader has what it wanted; what is stored stays
+    except BrokenPipeError as e:
+        if not _stdout_is_gone():  # another pipe (a worker's): a failure like any other
+            print(f"flytune: failed: {e}", file=sys.stderr)
+            return 1
+        # `flytune census ... | head`: the reader stopped reading. What is stored stays; the exit status is the
+        # shell's for a writer whose reader left (128 + SIGPIPE), as `yes | head` gives
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would raise again
-        return 0
+        return EXIT_PIPE
     except (RunError, OSError) as e:
         print(f"flytune: failed: {e}", file=sys.stderr)
         return 1
@@ -379,12 +385,15 @@ def cmd_census(args) -> int:
         bar.n = done
         bar.refresh()
 
-    if args.csv:
+    if args.csv:  # checked before minutes of compiling, not after
         from pathlib import Path
 
-        folder = Path(args.csv).expanduser().resolve().parent
-        if not folder.is_dir():  # before minutes of compiling, not after
-            raise UsageError(f"--csv {args.csv}: no folder {folder}")
+        csv_path = Path(args.csv).expanduser()
+        if csv_path.is_dir():
+            raise UsageError(f"--csv {args.csv} is a folder; name a file in it")
+        if not csv_path.resolve().parent.is_dir():
+            raise UsageError(f"--csv {args.csv}: no folder {csv_path.resolve().parent}")
+        args.csv = str(csv_path)
     census = Census(args.kernel, args.grid, args.dtype, target=args.target, paths=args.path,
                     jobs=args.jobs, every=args.every, sample=args.sample, limit=args.limit,
                     configs=_configs(args.config), timeout=args.timeout, progress=progress,
@@ -442,6 +451,19 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _stdout_is_gone() -> bool:
+    """Whether our stdout is a pipe nobody reads any more: its write end polls as an error once the read end closed
+    (a flush cannot tell: the failed write already dropped what was buffered)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), no file descriptor (a notebook's stdout)
+        return True
+
+
 def cmd_lookup(args) -> int:
     import dataclasses
     import warnings
@@ -455,16 +477,16 @@ def cmd_lookup(args) -> int:
     shapes = parse_grid(" ".join(args.shape), spec.axes)
     if len(shapes) != 1:
         raise UsageError("lookup takes one value per axis, e.g. M=37 N=4096")
-    dtype = spec.check_dtype(args.dtype)
+    dtype = spec.check_dtype(args.dtype or spec.default_dtype)
     device = current_device()
     if args.device:
-        from flytune_nb.core.targets import TARGETS, get_target
+        from flytune_nb.core.targets import get_target
 
         try:  # a named GPU: its backend and arch decide which knobs and configs are valid (AMD's waves_per_eu, ...)
             device = get_target(args.device).device()
-        except UsageError:
-            print(f"note: {args.device} is not a named target ({', '.join(TARGETS)}): its configs are checked "
-                  f"against this machine's space ({device.name})", file=sys.stderr)
+        except UsageError as e:  # "unknown target 'mi300'. Did you mean 'mi300x'? Known: ..."
+            print(f"note: {e}; files named for {args.device} are checked against this machine's space "
+                  f"({device.name})", file=sys.stderr)
             device = dataclasses.replace(device, name=args.device)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
