@@ -106,6 +106,8 @@ class KernelSpec:
             raise SpecError(f"{self.name}: batch axis {self.batch_axis!r} is not one of its axes {self.axes}")
         object.__setattr__(self, "axes", tuple(self.axes))
         object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in self.dtypes))
+        if not self.dtypes:
+            raise SpecError(f"{self.name}: dtypes is empty; name at least one (bf16, fp16, fp32)")
         object.__setattr__(self, "artifact_axes", tuple(self.artifact_axes))
         object.__setattr__(self, "schedule_knobs", tuple(self.schedule_knobs))
         if set(self.example_shape) - set(self.axes):

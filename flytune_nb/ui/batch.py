@@ -33,14 +33,14 @@ def _beside(db, suffix: str) -> str:
     return str(db.with_name(db.stem + suffix))
 
 
-def run_batch(kernel: str, grid, dtypes=("bf16",), *, strategy: str = "exhaustive", budget: int | None = None,
+def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", budget: int | None = None,
               db: str = "batch.db", export_dir: str | None = "exports", results_csv: str | None = "",
               results_json: str | None = "", isolate: bool = True, paths=(), progress: bool = True,
               timeout: float | str = 120.0, retry_failed: bool = False):
     """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults.
     ``results_csv`` / ``results_json``: "" (default) writes them beside ``db`` (``batch.results.csv``), None skips.
     ``timeout``: seconds per trial before its worker is killed (recorded as timeout); ``paths``: folders that hold
-    kernel folders (a plugin of yours)."""
+    kernel folders (a plugin of yours). ``dtypes`` None: the kernel's own (KernelSpec.default_dtype)."""
     if isinstance(budget, str):  # papermill -r passes text
         try:
             budget = int(budget) if budget.strip() else None
