@@ -52,8 +52,8 @@ def rezero_this_threads_counters() -> None:
     interpreter stopped part-way (an interrupt, an error in one program): it runs the programs one after another in
     this thread, so the programs that did run counted themselves in and the last arrival that resets a counter never
     came. Left so, every later call of that kernel takes an early arrival for the last one and sums partials that
-    are not all its own: a split-K matmul after one interrupted call returned inf. (A GPU launch that fails does so
-    before any program runs.)"""
+    are not all its own: a split-K matmul called after an interrupted one returns inf. (A GPU launch fails before its
+    programs run, or with a device fault that leaves the context unusable anyway.)"""
     for key, buf in _THREAD.__dict__.get("buffers", {}).items():
         if key[0] in _COUNTERS:
             buf.zero_()

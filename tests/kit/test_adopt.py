@@ -62,7 +62,7 @@ def test_in_place_kernels_stay_correct_across_timed_reps(dev, cpu_timer):
 def test_a_census_of_an_adopted_kernel_reads_each_configs_binary(tmp_path, capsys, monkeypatch):
     """An adopted kernel compiles through its autotuner, not flytune's launcher: the census must still get the
     binary Triton built for gfx942, or every row reads "compiled" with no registers, loads or binary at all. No
-    --dtype: the kernel's own (fp32 here; bf16, which it lacks, was an error)."""
+    --dtype: the kernel's own (fp32 here; bf16, which it lacks, would be an error)."""
     import csv
 
     from flytune_nb.ui.cli import main
