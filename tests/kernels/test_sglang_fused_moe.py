@@ -400,6 +400,12 @@ def test_a_gfx942_census_of_sglangs_kernel_reads_both_gemms_binaries(tmp_path, m
         assert all(k["vgprs"] > 0 and k["name"] == "fused_moe_kernel" for k in kernels) and int(r["mma_total"]) > 0, r
 
 
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a new interpreter (its own import state), the checkout on its path, on the CPU path."""
+    env = dict(os.environ, PYTHONPATH=REPO, TRITON_INTERPRET="1")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
 def test_sglangs_kernel_imports_where_torchvision_does_not_and_leaves_it_unimportable(km):
     """torchvision fails to import here (missing, or a wheel for a CUDA torch): SGLang's MoE import chain reaches it
     through vision models, so a stand-in answers for the import only. A user's own ``import torchvision`` afterwards
@@ -424,8 +430,7 @@ def test_sglangs_kernel_imports_where_torchvision_does_not_and_leaves_it_unimpor
         "    print('torchvision imported')\n"
         "except OSError:\n"
         "    print('torchvision still fails')\n")
-    env = dict(os.environ, PYTHONPATH=REPO, TRITON_INTERPRET="1")
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    p = _fresh_python(code)
     out = p.stdout.splitlines()
     assert p.returncode == 0 and int(out[0].split()[1]) > 0, p.stdout + p.stderr[-3000:]
     assert out[1] == "torchvision still fails", p.stdout
@@ -458,8 +463,7 @@ def test_without_sglang_both_kernels_are_listed_unavailable_fast(tmp_path):
         "from flytune_nb.ui.cli import main\n"
         "rc = main(['kernels'])\n"
         "print('rc', rc, 'seconds', round(time.perf_counter() - t, 1), 'sglang' in sys.modules)\n")
-    env = dict(os.environ, PYTHONPATH=REPO, TRITON_INTERPRET="1")
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    p = _fresh_python(code)
     lines = {line.split()[0]: line for line in p.stdout.splitlines() if line.strip()}
     for name in ("sglang_fused_moe", "sglang_fused_moe_down"):
         assert "unavailable: needs sglang: pip install 'flytune_nb[sglang]'" in lines[name], p.stdout + p.stderr
