@@ -5,7 +5,7 @@ def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
     from flytune_nb.ui.batch import run_batch
 
     db = tmp_path / "b.db"
-    cases = [(dict(dtypes=None), "no dtype given"), (dict(budget="ten"), "budget must be a whole number"),
+    cases = [(dict(dtypes=""), "no dtype given"), (dict(budget="ten"), "budget must be a whole number"),
              (dict(results_csv=str(tmp_path / "nope" / "r.csv")), "does not exist"),
              (dict(export_dir=str(db.parent / "file")), "not a folder")]
     from flytune_nb.artifacts.files import BUILTIN_DIR

@@ -184,7 +184,8 @@ def test_a_census_config_with_another_kernels_knobs_is_one_usage_error(capsys, t
     assert main(["census", "rmsnorm", "--target", "mi300x", "--config", "BLOCK_Q=1024", "--db",
                  str(tmp_path / "c.db"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "flytune: error: rmsnorm config BLOCK_Q=1024: no knob BLOCK_Q; lacks BLOCK_N (its knobs: BLOCK_N)"
+    assert err == ("flytune: error: rmsnorm config BLOCK_Q=1024: no knob BLOCK_Q; lacks BLOCK_N "
+                   "(its knobs: BLOCK_M, BLOCK_N)")
 
 
 def test_cli_census_prints_the_summary_and_stores_the_rows(capsys, tmp_path):
