@@ -154,7 +154,19 @@ def prestart() -> None:
     ctx = context()
     if ctx.get_start_method() != "forkserver":
         return
+    import signal
     import threading
     from multiprocessing import forkserver
 
-    threading.Thread(target=forkserver.ensure_running, daemon=True, name="flytune-forkserver").start()
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may change a disposition
+        threading.Thread(target=forkserver.ensure_running, daemon=True, name="flytune-forkserver").start()
+        return
+    # Ignored while the server is forked: it keeps that disposition through exec, so an interrupt sent to the whole
+    # process group while it still imports its preload (Jupyter interrupts a kernel's group as it shuts it down)
+    # neither kills it nor prints a KeyboardInterrupt traceback from it; once its preload is done the server
+    # ignores SIGINT itself. Forking it takes milliseconds: the preload runs in the server, not here.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -162,6 +162,30 @@ print(returned < 0.5, forkserver._forkserver._forkserver_pid is not None)
     assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
 
 
+def test_an_interrupt_while_the_forkserver_imports_neither_kills_it_nor_prints_a_traceback():
+    """Jupyter interrupts a kernel's whole process group as it shuts it down, papermill's runs included: a server
+    still importing torch died there with a KeyboardInterrupt traceback. Interrupted every 0.1 s from its start, it
+    must come up and stay, silent."""
+    code = """
+import os, signal, time
+from multiprocessing import forkserver
+from flytune_nb.engine.processes import prestart
+prestart()
+while forkserver._forkserver._forkserver_pid is None:
+    time.sleep(0.01)
+pid = forkserver._forkserver._forkserver_pid
+for _ in range(30):
+    time.sleep(0.1)
+    os.kill(pid, signal.SIGINT)
+time.sleep(3)
+print("alive", os.waitpid(pid, os.WNOHANG) == (0, 0))
+"""
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert out.stdout.split() == ["alive", "True"], out.stdout + out.stderr[-2000:]
+    assert "KeyboardInterrupt" not in out.stderr, out.stderr[-2000:]
+
+
 def test_a_script_without_a_main_guard_gets_told_why_its_worker_did_not_start(tmp_path):
     """Worker processes import the main script (Python's multiprocessing does); a script that sweeps at import time
     makes the worker exit at start-up. The error must say what to change, not only "exited with code 1"."""
