@@ -16,6 +16,25 @@ def test_notebooks_are_committed_without_outputs_and_have_a_parameters_cell():
         assert any("parameters" in c.get("metadata", {}).get("tags", []) for c in cells), nb.name
 
 
+def test_papermill_reads_every_parameter_of_every_notebook(caplog):
+    """papermill parses a parameters cell line by line and gives up on a line with a second "=" (in its comment,
+    say): then `-p grid ...` is reported as an unknown parameter, a warning that reads as if the grid were ignored."""
+    import ast
+    import logging
+
+    import papermill
+
+    for nb in NOTEBOOKS.glob("*.ipynb"):
+        cell = next(c for c in json.loads(nb.read_text())["cells"]
+                    if "parameters" in c.get("metadata", {}).get("tags", []))
+        assigned = [t.id for node in ast.parse("".join(cell["source"])).body if isinstance(node, ast.Assign)
+                    for t in node.targets]
+        with caplog.at_level(logging.WARNING, logger="papermill"):
+            caplog.clear()
+            found = list(papermill.inspect_notebook(str(nb)))
+        assert found == assigned and not caplog.records, (nb.name, found, [r.getMessage() for r in caplog.records])
+
+
 def test_batch_sweep_notebook_writes_store_results_exports_and_static_plots(tmp_path):
     """Results land beside the store by default; each figure is plotly JSON with a PNG beside it (with the plotly
     mimetype alone, nbconvert's HTML and code-hosting viewers show nothing)."""
