@@ -141,9 +141,15 @@ class Selection:
         if d is None:
             return self.reason
         if self.chose_default:
-            return (f"default kept: best candidate {d.margin:+.1%} vs default, band {d.band:.1%} "
-                    f"({self.repeats} rounds)")
-        return f"{d.margin:.1%} faster than the default, beyond the {d.band:.1%} band ({self.repeats} rounds)"
+            return (f"default kept: re-timed over {self.repeats} rounds, the best candidate takes "
+                    f"{_less_or_more(d.margin)} than the default, inside the {d.band:.1%} band")
+        return (f"re-timed over {self.repeats} rounds: {d.margin:.1%} less time than the default "
+                f"({1 / d.median:.2f}x), beyond the {d.band:.1%} band")
+
+
+def _less_or_more(margin: float) -> str:
+    """0.07 -> "7.0% less time", -0.03 -> "3.0% more time"."""
+    return f"{margin:.1%} less time" if margin >= 0 else f"{-margin:.1%} more time"
 
 
 def shortlist(trials: Iterable, default, rule: Rule, twin_of: Callable | None = None) -> list:
@@ -207,11 +213,11 @@ def decide(default, candidates: Sequence, timings: dict, rule: Rule, failed: dic
     if qualified:
         best = min(qualified, key=lambda c: c.median)
         sel.winner = best.config
-        sel.reason = f"{best.margin:.1%} faster than the default, beyond the tie band ({best.band:.1%})"
+        sel.reason = f"{best.margin:.1%} less time than the default, beyond the tie band ({best.band:.1%})"
     elif sel.comparisons:
         best = min(sel.comparisons, key=lambda c: c.median)
-        sel.reason = (f"no candidate faster than the default beyond the tie band (best {best.margin:+.1%}, "
-                      f"band {best.band:.1%})")
+        sel.reason = (f"no candidate faster than the default beyond the tie band (the best takes "
+                      f"{_less_or_more(best.margin)}, band {best.band:.1%})")
     else:
         sel.reason = "every candidate failed when re-timed"
     return sel
