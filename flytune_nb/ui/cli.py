@@ -378,10 +378,11 @@ def cmd_census(args) -> int:
             return
         from tqdm import tqdm
 
-        if bar is None or bar.total != total or bar.desc != str(shape):
+        label = " ".join(f"{k}={v}" for k, v in shape.items())
+        if bar is None or bar.total != total or bar.desc != label:
             if bar is not None:
                 bar.close()
-            bar = tqdm(total=total, desc=str(shape), unit="cfg", leave=False)
+            bar = tqdm(total=total, desc=label, unit="cfg", leave=False)
         bar.n = done
         bar.refresh()
 

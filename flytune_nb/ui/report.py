@@ -38,7 +38,10 @@ def trials_table(result: SearchResult, spec=None) -> str:
         rows.append([str(t.config), t.status, fmt_time(t.p50), fmt_time(t.p20), fmt_time(t.p80), gbs,
                      f"{t.rel_error:.1e}" if math.isfinite(t.rel_error) else "-", mark.strip(), reason])
     head = f"{result.kernel} {_shape(result.shape)} {result.dtype} on {result.device.name}"
-    text = head + "\n" + table(rows, ["config", "status", "p50", "p20", "p80", "GB/s", "rel_err", "", "reason"])
+    header = ["config", "status", "p50", "p20", "p80", "GB/s", "rel_err", "is", "reason"]
+    # GB/s (GPU only) and reason (failures only) are left out where no row has one: on the CPU both are blank
+    keep = [i for i, h in enumerate(header) if h not in ("GB/s", "reason") or any(r[i] for r in rows)]
+    text = head + "\n" + table([[r[i] for i in keep] for r in rows], [header[i] for i in keep])
     if notes:
         text += "\n" + "\n".join(f"[{n}] {reason}" for reason, n in notes.items())
     return text
