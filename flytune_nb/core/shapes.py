@@ -19,6 +19,11 @@ class GridError(UsageError):
     pass
 
 
+def shape_text(shape: dict) -> str:
+    """``{"M": 4, "N": 1024}`` -> ``"M=4 N=1024"``: a shape as the grid syntax writes it."""
+    return " ".join(f"{k}={v}" for k, v in shape.items())
+
+
 def parse_values(axis: str, text: str) -> list[int]:
     text = text.strip()
     if text.lower() in PRESETS:

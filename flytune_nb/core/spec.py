@@ -180,6 +180,11 @@ class KernelSpec:
         otherwise the first it lists (an adopted fp32-only kernel)."""
         return "bf16" if "bf16" in self.dtypes else self.dtypes[0]
 
+    def check_dtypes(self, wanted) -> list[str]:
+        """The dtypes a sweep or census runs: ``wanted`` ("bf16,fp16", a list), or None for ``default_dtype``."""
+        return [self.check_dtype(d) for d in (dtypes.parse_list(wanted) if wanted is not None
+                                              else [self.default_dtype])]
+
     def check_dtype(self, dtype: Any) -> str:
         d = dtypes.canonical(dtype)
         if d not in self.dtypes:

@@ -368,7 +368,6 @@ class Census:
                  paths: Iterable[str] = (), jobs: int | None = None, every: int = 1, sample: int | None = None,
                  limit: int | None = None, configs: Iterable[Config] | None = None, timeout: float = 300.0,
                  progress: Callable | None = None, siblings: bool = True) -> None:
-        from flytune_nb.core.dtypes import parse_list
         from flytune_nb.core.registry import get_kernel
         from flytune_nb.core.shapes import parse_grid
 
@@ -379,8 +378,7 @@ class Census:
         else:
             self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
-        wanted = parse_list(dtypes) if dtypes is not None else [self.spec.default_dtype]
-        self.dtypes = [self.spec.check_dtype(d) for d in wanted]
+        self.dtypes = self.spec.check_dtypes(dtypes)
         if not self.shapes or not self.dtypes:
             raise UsageError("a census needs at least one shape and one dtype")
         for name, v in (("every", every), ("sample", sample), ("limit", limit), ("jobs", jobs)):

@@ -17,7 +17,6 @@ from typing import Callable, Iterable
 
 from flytune_nb.errors import RunError, UsageError
 from flytune_nb.core.config import Config
-from flytune_nb.core.dtypes import parse_list
 from flytune_nb.core.device import DeviceInfo
 from flytune_nb.measure.memory import ShapeTooLarge
 from flytune_nb.engine.events import Emitter, ShapeDone, ShapeSelected, SweepDone, TrialDone, TrialFailed, TrialStarted
@@ -123,8 +122,7 @@ class Sweep:
         if not self.shapes:
             raise UsageError("the grid is empty")
         # "bf16,fp16" or "bf16" (papermill and the CLI pass text) as well as a list; never a string's characters
-        wanted = parse_list(dtypes) if dtypes is not None else [self.spec.default_dtype]
-        self.dtypes = [self.spec.check_dtype(d) for d in wanted]
+        self.dtypes = self.spec.check_dtypes(dtypes)
         if not self.dtypes:
             raise UsageError("no dtype given")
         self.strategy_name = strategy

@@ -6,6 +6,7 @@ import argparse
 import collections
 import sys
 
+from flytune_nb.core.shapes import shape_text
 from flytune_nb.errors import RunError, UsageError
 
 EXIT_USAGE = 2
@@ -378,7 +379,7 @@ def cmd_census(args) -> int:
             return
         from tqdm import tqdm
 
-        label = " ".join(f"{k}={v}" for k, v in shape.items())
+        label = shape_text(shape)
         if bar is None or bar.total != total or bar.desc != label:
             if bar is not None:
                 bar.close()
@@ -417,7 +418,7 @@ def cmd_census(args) -> int:
             recs = [r.to_record() for s in results for r in s.rows]
             w = csv.DictWriter(f, fieldnames=list(recs[0]))
             w.writeheader()
-            w.writerows({**r, "shape": " ".join(f"{k}={v}" for k, v in r["shape"].items())} for r in recs)
+            w.writerows({**r, "shape": shape_text(r["shape"])} for r in recs)
         print(f"\nrows written to {args.csv}")
     failed = sum(s.failed for s in results)
     if failed:
@@ -525,7 +526,7 @@ def cmd_check(args) -> int:
 
             bar.append(tqdm(total=total, desc="flytune check", unit="config", file=sys.stderr, dynamic_ncols=True,
                             mininterval=0.5 if sys.stderr.isatty() else 10.0))
-        shape = " ".join(f"{k}={v}" for k, v in row.shape.items())
+        shape = shape_text(row.shape)
         bar[0].set_postfix_str(f"{row.kernel} {shape} {row.dtype}: {row.status}", refresh=False)
         bar[0].update(1)
 
@@ -558,7 +559,7 @@ def cmd_check(args) -> int:
     if bad and len(rows) > 1:
         print("\nworst rows:")
         for r in bad:
-            shape = " ".join(f"{k}={v}" for k, v in r.shape.items())
+            shape = shape_text(r.shape)
             vs = "" if r.vs_default is None else f", {r.vs_default:.2f}x the heuristic default"
             then = "" if r.vs_then is None else f", {r.vs_then:.2f}x exported"
             print(f"  {r.status:4} {r.kernel} {shape} {r.dtype}{then}{vs}" + (f": {r.reason}" if r.reason else ""))

@@ -5,13 +5,13 @@ import math
 
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.analysis.units import fmt_time
+from flytune_nb.core.shapes import shape_text
 from flytune_nb.strategies.loop import SearchResult
 
 REASON_WIDTH = 60  # a reason longer than this is cut in the table and printed whole below it, numbered
 
 
-def _shape(shape: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in shape.items())
+_shape = shape_text
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:

@@ -34,3 +34,10 @@ def test_grid_refuses_an_empty_value_and_other_scripts_digits():
             parse_values("M", bad)
 
 
+
+
+def test_a_shape_is_written_as_the_grid_syntax_writes_it():
+    from flytune_nb.core.shapes import parse_grid, shape_text
+
+    shape = {"M": 4, "N": 1024}
+    assert shape_text(shape) == "M=4 N=1024" and parse_grid(shape_text(shape), ("M", "N")) == [shape]
