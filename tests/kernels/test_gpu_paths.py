@@ -110,13 +110,16 @@ def test_the_swapped_operand_decode_tiles_pass(shape, dtype, dev):
     Config({"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": 2,
             "STREAM_K": 1}, num_warps=8, num_stages=3),
     Config({"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 8, "TMA": 2,
-            "STREAM_K": 1}, num_warps=4, num_stages=4)])
+            "STREAM_K": 1}, num_warps=4, num_stages=4),
+    Config({"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": 1,
+            "SPLIT_K": 3}, num_warps=8, num_stages=3)])
 def test_the_reduction_is_deterministic(config, dev):
     """Fifty calls, the same bits every time (a fixed-order sum whichever program arrives last), and the counters
     are all zero after each: the last arriver reset them. At M=256, N=14336 stream-K's 112 tiles of 128x256 are all
-    cut; 448 of 64x128 make three whole rounds on 132 SMs and a tail of 52 tiles that is cut."""
+    cut; 448 of 64x128 make three whole rounds on 132 SMs and a tail of 52 tiles that is cut; the TMA split cuts
+    each of 112 tiles of 128x256 in three."""
     spec = get_kernel("matmul")
-    M = 16 if config.get("SPLIT_K") else 256
+    M = 256 if config["BLOCK_SIZE_M"] >= 64 else 16  # decode rows for the decode tiles
     inputs = spec.make_inputs({"M": M, "N": 14336, "K": 4096}, "bf16", dev)
     first = spec.run(inputs, config).clone()
     assert compare(first, spec.reference(inputs), spec.tol("bf16"), spec.element_tol("bf16")).ok
@@ -152,6 +155,9 @@ def test_split_calls_on_two_streams_at_once_do_not_share_partials(dev):
             num_warps=4, num_stages=4)),
     ("matmul", {"M": 256, "N": 14336, "K": 4096},
      Config({"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": 2, "STREAM_K": 1},
+            num_warps=8, num_stages=3)),
+    ("matmul", {"M": 256, "N": 11008, "K": 4096},
+     Config({"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": 1, "SPLIT_K": 3},
             num_warps=8, num_stages=3)),
     ("softmax", {"M": 2, "N": 152064}, Config({"BLOCK_N": 2048, "SPLIT_N": 64}, num_warps=8, num_stages=1))])
 def test_graph_replay_of_the_split_paths(kernel, shape, config, dev):

@@ -135,34 +135,47 @@ def matmul_kernel(A, W, C, WS, LOCKS, M, N, K, stride_am, stride_ak, stride_wn, 
 
 
 @triton.jit
-def matmul_tma_kernel(a_desc, w_desc, c_desc, M, N, K, programs,
+def matmul_tma_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
                       BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-                      GROUP_SIZE_M: tl.constexpr, PERSISTENT: tl.constexpr, UPCAST: tl.constexpr):
+                      GROUP_SIZE_M: tl.constexpr, PERSISTENT: tl.constexpr, SPLIT_K: tl.constexpr,
+                      UPCAST: tl.constexpr):
     """The same tiles through Hopper's tensor memory accelerator: each K step is two bulk copies into shared memory
     (edges zero-filled, the store clipped by the hardware), so no thread computes an address or a mask. PERSISTENT:
     ``programs`` programs (one per SM) walk the tiles in steps of ``programs``: no tail wave, and the next tile's
     loads overlap this tile's epilogue. ``programs`` is a runtime argument, so a new M never compiles a new kernel.
-    Otherwise one program per tile."""
+    Otherwise one program per tile, or per (tile, K range) with SPLIT_K > 1 (never with PERSISTENT), reduced as the
+    pointer kernel reduces its splits."""
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
     if PERSISTENT:
         start, stop, step = tl.program_id(0), num_pid_m * num_pid_n, programs
     else:
-        start, stop, step = tl.program_id(0), tl.program_id(0) + 1, 1
+        start, stop, step = tl.program_id(0) // SPLIT_K, tl.program_id(0) // SPLIT_K + 1, 1
+    split = tl.program_id(0) % SPLIT_K
+    k_lo = split * k_tiles // SPLIT_K
+    k_hi = (split + 1) * k_tiles // SPLIT_K
     for tile in tl.range(start, stop, step, flatten=PERSISTENT):
         pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
         off_m = pid_m * BLOCK_SIZE_M
         off_n = pid_n * BLOCK_SIZE_N
         acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-        for k in range(k_tiles):
+        for k in range(k_lo, k_hi):
             a = a_desc.load([off_m, k * BLOCK_SIZE_K])
             w = w_desc.load([off_n, k * BLOCK_SIZE_K])
             if UPCAST:
                 a = a.to(tl.float32)
                 w = w.to(tl.float32)
             acc = tl.dot(a, w.T, acc)
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        if SPLIT_K == 1:
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        else:
+            if _last_to_arrive(acc, WS, LOCKS, tile, tl.program_id(0), BLOCK_SIZE_M, BLOCK_SIZE_N) == SPLIT_K - 1:
+                total = _read_part(WS, tile * SPLIT_K, BLOCK_SIZE_M, BLOCK_SIZE_N)
+                for s in tl.static_range(1, SPLIT_K):
+                    total += _read_part(WS, tile * SPLIT_K + s, BLOCK_SIZE_M, BLOCK_SIZE_N)
+                c_desc.store([off_m, off_n], total.to(c_desc.dtype))
+                tl.atomic_xchg(LOCKS + tile, 0)
 
 
 @triton.jit
@@ -340,10 +353,12 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
                    BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
                    UPCAST=upcast)
             return out
-        programs = min(tiles, dev.sm_count) if tma == 2 else tiles
-        launch(matmul_tma_kernel, (programs,), (*descs, M, N, K, programs), config,
+        split = 1 if tma == 2 else config.get("SPLIT_K", 1)
+        ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
+        programs = min(tiles, dev.sm_count) if tma == 2 else tiles * split
+        launch(matmul_tma_kernel, (programs,), (*descs, ws, locks, M, N, K, programs), config,
                BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
-               PERSISTENT=tma == 2, UPCAST=upcast)
+               PERSISTENT=tma == 2, SPLIT_K=split, UPCAST=upcast)
         return out
     split = config.get("SPLIT_K", 1)
     ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
