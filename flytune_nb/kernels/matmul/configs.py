@@ -26,11 +26,12 @@ K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles
   splits fill four, and 3, 5, 6, 12 where those balance the programs over the SMs (90% of their rounds); each split
   keeps at least two K steps, and the fp32 partials stay under a quarter of w's bytes; one tile order (every tile
   runs in the first wave, so GROUP_SIZE_M orders nothing);
+- the same splits of the persistent TMA tiles for 64 < M <= 1024, run as TMA=1 (one program per tile and K range);
 - STREAM_K=1 for TMA=2 configs above M = 64 whose last round of tiles would leave more than 10% of the SMs' rounds
   idle.
 bf16 on the H200: M=N=K=4096: 2210 configs (1126 pointer + 1084 TMA, no split: 512 tiles of 128x256 fill 97%
-of 4 rounds); M=256, N=14336: 1366 (148 of them stream-K); M=128, N=4096: 1200 (562 TMA, 164 split); M=64, N=4096: 1022
-(350 persistent TMA, 68 swapped, 290 split); M=1: 272 (88 swapped, 172 split).
+of 4 rounds); M=256, N=14336: 1368 (148 of them stream-K, 2 split); M=128, N=4096: 1358 (720 TMA, 322 split, 158 of
+those on TMA); M=64, N=4096: 1022 (350 persistent TMA, 68 swapped, 290 split); M=1: 272 (88 swapped, 172 split).
 MI300X also crosses matrix_instr_nonkdim 16/32 and waves_per_eu unset/2.
 """
 from __future__ import annotations
@@ -47,7 +48,12 @@ TMA_FROM_M = 33  # TMA=2 from the first M whose row tile is 64 (Hopper's smalles
 # the pointer family at every shape under graph replay, at M <= 32 at none (NVIDIA_H200/gemm_decode_tma.md)
 SWAP_AB_UP_TO_M = 64  # the swapped tile's narrow MMA side holds all of M up to 64 (wgmma's N goes to 256)
 SWAP_BN = (64, 128)  # one or two 64-row warpgroup MMAs over w's rows
-SPLIT_K_UP_TO_M = 128  # above it, Hopper balances K on the persistent path (STREAM_K); elsewhere the tiles fill
+SPLIT_K_UP_TO_M = 128  # pointer path; above it the tiles fill the SMs, or on Hopper the TMA path splits
+# TMA=1 tiles split K from M = 65 to here where their grid leaves SMs idle: M=128, N=K=4096 has 64 tiles of 64x128
+# for 132 SMs, 12.7 us on the persistent path against 11.2 split in two, cuBLAS 12.3; at M=512, N=4096, K=11008
+# 64 tiles of 128x256 split in two took 68.6 us against 77.5 for the default's 128 of 128x128, cuBLAS 66.8
+# (benchmarks/results/NVIDIA_H200/gemm_mid_tiles.md, graph replay)
+TMA_SPLIT_UP_TO_M = 1024
 SPLIT_STAGES = (3, 4)  # a split's K loop is 2-16 steps: two depths keep the split configs to ~1/3 of a decode space
 STREAM_K_BELOW = 0.9  # wave use under which a persistent config is also offered as stream-K
 WARPS = (4, 8)
@@ -93,12 +99,15 @@ def _tiles(M, N, K, dtype, device, bms, bns, paths, sms, *, idle_warps: bool) ->
             # at M <= 64 the pointer path's SPLIT_K balances K (one row tile: stream-K would only add partials)
             if tma == 2 and M > 64 and wave_use(tiles, sms) < STREAM_K_BELOW and tiles * k_steps >= sms:
                 out.append(c.replace(STREAM_K=1))
-        if tma == 0 and M <= SPLIT_K_UP_TO_M:
+        split_on = {0: M <= SPLIT_K_UP_TO_M, 2: SWAP_AB_UP_TO_M < M <= TMA_SPLIT_UP_TO_M}.get(tma, False)
+        if split_on:
             for s in split_k_options(tiles, k_steps, sms, partial_bytes=4 * bm * bn * tiles,
                                      weight_bytes=N * K * itemsize(dtype)):
                 if stages not in (HIP_STAGES if hip else SPLIT_STAGES) or stages > max(2, k_steps // s):
                     continue
-                out.append(Config({**params, "GROUP_SIZE_M": 1, "SPLIT_K": s}, num_warps=warps, num_stages=stages))
+                # a split on the TMA path is one program per (tile, K range): TMA=1, whose tiles it shares
+                out.append(Config({**params, "GROUP_SIZE_M": 1, "SPLIT_K": s, **({"TMA": 1} if tma else {})},
+                                  num_warps=warps, num_stages=stages))
     return out
 
 

@@ -78,6 +78,12 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   and write and read back fp32 partials of up to two tiles (128 KiB for 128x256). Triton 3.6's automatic warp
   specialization (tl.range(warp_specialize=True)) on the persistent loop measured 0.96-1.07x the plain kernel on
   the same tile there (median 1.00), so it is not a knob either.
+- 64 < M <= 1024 on Hopper, last: where the persistent pick's tiles leave half the SMs or more idle, the same tile
+  on TMA=1 with K split in the fewest ranges that fill 90% of the rounds (M=128, N=4096: 64 tiles of 64x128 split
+  in two, 11.2 us against 12.7 unsplit, cuBLAS 12.3; at K=11008 30.1 against 36.8, cuBLAS 31.1; H200, graph replay,
+  benchmarks/results/NVIDIA_H200/gemm_mid_tiles.md). Where the tiles fill more than half, splitting lost there
+  (M=256, N=11008: 128x128 tiles split 2, 0.58x cuBLAS against 0.80x unsplit: the fp32 partials cost more than the
+  idle SMs), and so did 192-wide tiles as two TMA boxes (0.79x).
 - M > 128 elsewhere (no TMA): 128x128x64 tiles on 4 warps, 3 stages, grouped by 8 row tiles so neighbouring programs
   reuse w's panel in L2 (the classic 128x256 on 8 warps was 1.14-1.17x behind on the exhaustive H200 sweeps at
   M=1024 and 4096, tests/fixtures/h200_gemm_sweeps.json). When 128x128 tiles would fill at most half the SMs, the
@@ -92,7 +98,7 @@ from __future__ import annotations
 from flytune_nb.kit import Config, itemsize
 from flytune_nb.kit.spaces import TILE_WEIGHTS, has_tma, nearest, next_pow2, split_k_options, wave_use
 
-from .configs import configs
+from .configs import SWAP_AB_UP_TO_M, TMA_SPLIT_UP_TO_M, configs
 
 FILLED = 0.9  # a tile grid that keeps this share of the SMs' rounds busy needs no K splitting
 # 64-row tiles for 64 < M <= 512 on Hopper: where 128x128 tiles keep under 80% of the SMs' rounds busy and 64x128
@@ -200,6 +206,22 @@ def _narrow_rows(M: int, N: int, sms: int) -> tuple | None:
     return None
 
 
+def _split_when_half_idle(M: int, N: int, K: int, dtype, sms: int, pick: tuple) -> tuple:
+    """A persistent TMA pick whose tiles leave half the SMs or more idle, up to M = TMA_SPLIT_UP_TO_M: the same tile
+    on TMA=1 with K split in the smallest number of ranges that fills 90% of the SMs' rounds (the space's splits);
+    otherwise ``pick`` unchanged. See the module docstring."""
+    bm, bn, bk, warps, stages, knobs = pick
+    tiles = _tiles(M, N, bm, bn)
+    if M > TMA_SPLIT_UP_TO_M or 2 * tiles > sms:
+        return pick
+    options = split_k_options(tiles, -(-K // bk), sms, partial_bytes=4 * bm * bn * tiles,
+                              weight_bytes=N * K * itemsize(dtype))
+    split = next((s for s in options if wave_use(tiles * s, sms) >= FILLED), None)
+    if split is None:
+        return pick
+    return bm, bn, bk, warps, min(stages, 4), {"TMA": 1, "SPLIT_K": split}
+
+
 def _tiles(M: int, N: int, bm: int, bn: int) -> int:
     return -(-M // bm) * -(-N // bn)
 
@@ -225,12 +247,14 @@ def default(shape, dtype, device) -> Config:
     tma_ok = has_tma(device) and (K * itemsize(dtype)) % 16 == 0 and (N * itemsize(dtype)) % 16 == 0
     sms = max(device.sm_count, 1)
     rows_tma = None
-    if tma_ok and M <= 64:
+    if tma_ok and M <= SWAP_AB_UP_TO_M:
         rows_tma = _swapped_decode(M, N, K, sms)
-    elif tma_ok and 64 < M <= NARROW_UP_TO_M:
+    elif tma_ok and M <= NARROW_UP_TO_M:
         rows_tma = _narrow_rows(M, N, sms)
-    if rows_tma is None and 64 < M <= 128 and tma_ok:
+    if rows_tma is None and SWAP_AB_UP_TO_M < M <= 128 and tma_ok:
         rows_tma = _persistent_rows(M, N, sms)
+    if rows_tma is not None and M > SWAP_AB_UP_TO_M:
+        rows_tma = _split_when_half_idle(M, N, K, dtype, sms, rows_tma)
     if rows_tma is not None:
         bm, bn, bk, warps, stages, extra = rows_tma
     elif M <= 128:
@@ -240,7 +264,7 @@ def default(shape, dtype, device) -> Config:
     elif device.backend == "hip":
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 2
     elif tma_ok:
-        bm, bn, bk, warps, stages, extra = _persistent(M, N, sms)
+        bm, bn, bk, warps, stages, extra = _split_when_half_idle(M, N, K, dtype, sms, _persistent(M, N, sms))
     else:
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 3
         tiles = _tiles(M, N, bm, bn)
