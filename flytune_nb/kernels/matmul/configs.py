@@ -26,7 +26,8 @@ K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles
   splits fill four, and 3, 5, 6, 12 where those balance the programs over the SMs (90% of their rounds); each split
   keeps at least two K steps, and the fp32 partials stay under a quarter of w's bytes; one tile order (every tile
   runs in the first wave, so GROUP_SIZE_M orders nothing);
-- the same splits of the persistent TMA tiles for 64 < M <= 1024, run as TMA=1 (one program per tile and K range);
+- the same splits of the persistent TMA tiles for 64 < M <= 1024, run as TMA=1 (one program per tile and K range),
+  in each tile order (several row tiles share w's panels);
 - STREAM_K=1 for TMA=2 configs above M = 64 whose last round of tiles would leave more than 10% of the SMs' rounds
   idle.
 bf16 on the H200: M=N=K=4096: 2210 configs (1126 pointer + 1084 TMA, no split: 512 tiles of 128x256 fill 97%
@@ -50,7 +51,7 @@ SWAP_AB_UP_TO_M = 64  # the swapped tile's narrow MMA side holds all of M up to 
 SWAP_BN = (64, 128)  # one or two 64-row warpgroup MMAs over w's rows
 SPLIT_K_UP_TO_M = 128  # pointer path; above it the tiles fill the SMs, or on Hopper the TMA path splits
 # TMA=1 tiles split K from M = 65 to here where their grid leaves SMs idle: M=128, N=K=4096 has 64 tiles of 64x128
-# for 132 SMs, 12.7 us on the persistent path against 11.2 split in two, cuBLAS 12.3; at M=512, N=4096, K=11008
+# for 132 SMs, 12.5 us on the persistent path against 10.9 split in two, cuBLAS 12.5; at M=512, N=4096, K=11008
 # 64 tiles of 128x256 split in two took 68.6 us against 77.5 for the default's 128 of 128x128, cuBLAS 66.8
 # (benchmarks/results/NVIDIA_H200/gemm_mid_tiles.md, graph replay)
 TMA_SPLIT_UP_TO_M = 1024
@@ -105,9 +106,12 @@ def _tiles(M, N, K, dtype, device, bms, bns, paths, sms, *, idle_warps: bool) ->
                                      weight_bytes=N * K * itemsize(dtype)):
                 if stages not in (HIP_STAGES if hip else SPLIT_STAGES) or stages > max(2, k_steps // s):
                     continue
-                # a split on the TMA path is one program per (tile, K range): TMA=1, whose tiles it shares
-                out.append(Config({**params, "GROUP_SIZE_M": 1, "SPLIT_K": s, **({"TMA": 1} if tma else {})},
-                                  num_warps=warps, num_stages=stages))
+                # a split on the TMA path is one program per (tile, K range): TMA=1. Its row tiles read the same
+                # w panel, so it keeps the grouped orders: M=128, N=K=4096 split 2 in row-major order took 18.9 us
+                # under graph replay on the H200 (a serving_vs_torch run), grouped by 8 10.9 (gemm_mid_tiles.md)
+                for g in (group_options(-(-M // bm)) if tma else [1]):
+                    out.append(Config({**params, "GROUP_SIZE_M": g, "SPLIT_K": s, **({"TMA": 1} if tma else {})},
+                                      num_warps=warps, num_stages=stages))
     return out
 
 

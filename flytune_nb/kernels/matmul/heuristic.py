@@ -80,10 +80,11 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   the same tile there (median 1.00), so it is not a knob either.
 - 64 < M <= 1024 on Hopper, last: where the persistent pick's tiles leave half the SMs or more idle, the same tile
   on TMA=1 with K split in the fewest ranges that fill 90% of the rounds (M=128, N=4096: 64 tiles of 64x128 split
-  in two, 11.2 us against 12.7 unsplit, cuBLAS 12.3; at K=11008 30.1 against 36.8, cuBLAS 31.1; H200, graph replay,
-  benchmarks/results/NVIDIA_H200/gemm_mid_tiles.md). Where the tiles fill more than half, splitting lost there
-  (M=256, N=11008: 128x128 tiles split 2, 0.58x cuBLAS against 0.80x unsplit: the fp32 partials cost more than the
-  idle SMs), and so did 192-wide tiles as two TMA boxes (0.79x).
+  in two, 10.9 us against 12.5 unsplit, cuBLAS 12.5; at K=11008 30.1 against 36.8, cuBLAS 31.1; H200, graph replay,
+  benchmarks/results/NVIDIA_H200/gemm_mid_tiles.md; L2 flushed 20.4 against 22.9, cuBLAS 19.1, and a 24-config
+  search under flushed events found nothing faster at M=96 and 128). Where the tiles fill more than half,
+  splitting lost there (M=256, N=11008: 128x128 tiles split 2, 0.58x cuBLAS against 0.80x unsplit: the fp32
+  partials cost more than the idle SMs), and so did 192-wide tiles as two TMA boxes (0.79x).
 - M > 128 elsewhere (no TMA): 128x128x64 tiles on 4 warps, 3 stages, grouped by 8 row tiles so neighbouring programs
   reuse w's panel in L2 (the classic 128x256 on 8 warps was 1.14-1.17x behind on the exhaustive H200 sweeps at
   M=1024 and 4096, tests/fixtures/h200_gemm_sweeps.json). When 128x128 tiles would fill at most half the SMs, the
@@ -272,7 +273,9 @@ def default(shape, dtype, device) -> Config:
             bm, bk, warps, stages = 64, 128, 8, 4
         elif tiles <= device.sm_count:  # one CTA per SM: 8 warps and 5 stages hide latency that 2 CTAs would
             warps, stages = 8, 5
-    group = 1 if extra.get("SPLIT_K") else 8  # split configs are all in the first wave: their order is irrelevant
+    # a pointer split is one row tile in one wave: no order to choose. A TMA split has several row tiles, whose
+    # programs must read each w panel together (M=128, N=K=4096: 18.9 us row-major, 10.9 grouped; configs.py)
+    group = 1 if extra.get("SPLIT_K") and not extra.get("TMA") else 8
     wish = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": group, **extra},
                   num_warps=warps, num_stages=stages)
     if device.backend == "hip":
