@@ -162,6 +162,19 @@ def need_gpu(name: str) -> None:
         raise UsageError(f"{name} times kernels on a GPU and this machine has none (`--help` says what it measures)")
 
 
+def gemm_operands(M: int, N: int, K: int, *, seed: int | None = 0, device: str = "cuda"):
+    """(a, w, out, ref) of a bf16 ``a @ w.T`` benchmark: a (M, K) ~ N(0, 1), w (N, K) ~ N(0, 1/64^2) (outputs of
+    order 1), an empty (M, N) output and the fp32 product to check it against. ``seed`` None draws unseeded."""
+    import torch
+
+    if seed is not None:
+        torch.manual_seed(seed)
+    a = torch.randn(M, K, device=device, dtype=torch.bfloat16)
+    w = torch.randn(N, K, device=device, dtype=torch.bfloat16) / 64
+    out = torch.empty(M, N, device=device, dtype=torch.bfloat16)
+    return a, w, out, a.float() @ w.float().T
+
+
 def static_compiled(fn):
     """``torch.compile(fn)`` with static shapes on fresh dynamo state, warmed up: reusing one compiled function
     across shapes makes dynamo recompile it with dynamic shapes, which measured 40-60% slower (kernels_vs_torch's

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.common import environment, env_line, need_gpu, parser, shape_list, write
+from benchmarks.common import environment, env_line, gemm_operands, need_gpu, parser, shape_list, write
 
 SHAPES = [(256, 14336, 4096), (256, 11008, 4096), (128, 4096, 4096), (1024, 4096, 11008), (4096, 4096, 4096)]
 MODES = ("graph", "spin", "dirty", "clean", "dirty + warm code")
@@ -49,14 +49,10 @@ def main(argv=None):
     timers = Timers(dev, 25.0)
     rows, t0 = [], time.perf_counter()
     for M, N, K in args.shapes:
-        torch.manual_seed(0)
-        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / 64
-        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        a, w, out, ref = gemm_operands(M, N, K)
         # a 16 x 128 problem with the same K and alignment: the same binary of each of our configs
         ta, tw = a[:16].clone(), w[:128].clone()
         tout = torch.empty(16, 128, device="cuda", dtype=torch.bfloat16)
-        ref = a.float() @ w.float().T
         default = spec.default({"M": M, "N": N, "K": K}, "bf16", dev)
         pointer = Config({k: v for k, v in default.to_dict().items() if k not in ("TMA", "STREAM_K", "num_warps",
                                                                                   "num_stages")},

@@ -11,14 +11,14 @@ no power-of-two tile divides the work evenly. Two ways round it:
 Per shape, in one run: cuBLAS (torch.matmul), the heuristic default, every tile of TILES on TMA=1 with every split
 of SPLITS that keeps two K steps a program and at most six rounds of programs, and every tile of TWO_BOX on TMA=1 and
 TMA=2 (persistent), under graph replay (Triton's do_bench_cudagraph); then cuBLAS, the default and the three fastest
-of the rest under serving_vs_torch's L2-flushed timer. Every output is checked against an fp32 matmul. bf16, ~4 min
+of the rest under serving_vs_torch's L2-flushed timer. Every output is checked against an fp32 matmul. bf16, ~2 min
 on an H200.
 """
 from __future__ import annotations
 
 import time
 
-from benchmarks.common import environment, env_line, need_gpu, parser, shape_list, write
+from benchmarks.common import environment, env_line, gemm_operands, need_gpu, parser, shape_list, write
 
 NK = [(4096, 4096), (14336, 4096), (11008, 4096), (4096, 11008), (6144, 4096), (28672, 4096)]
 SHAPES = [(M, N, K) for M in (128, 256, 512, 1024) for N, K in NK]
@@ -145,11 +145,7 @@ def main(argv=None):
     box_kernel = _two_box_kernel()
     rows, t0 = [], time.perf_counter()
     for M, N, K in args.shapes:
-        torch.manual_seed(0)
-        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / 64
-        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        ref = a.float() @ w.float().T
+        a, w, out, ref = gemm_operands(M, N, K)
         cublas = lambda: torch.matmul(a, w.T, out=out)  # noqa: E731
         default = heuristic.default({"M": M, "N": N, "K": K}, "bf16", dev)
         row = {"M": M, "N": N, "K": K, "cublas_graph_us": timers.graph(cublas) * 1e3, "default": str(default),

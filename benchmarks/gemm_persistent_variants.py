@@ -21,7 +21,7 @@ import contextlib
 import statistics
 import time
 
-from benchmarks.common import environment, env_line, need_gpu, parser, shape_list, write
+from benchmarks.common import environment, env_line, gemm_operands, need_gpu, parser, shape_list, write
 
 SHAPES = [(128, 11008, 4096), (256, 11008, 4096), (256, 6144, 4096), (256, 4096, 11008), (256, 14336, 4096),
           (512, 11008, 4096), (512, 6144, 4096), (512, 14336, 4096), (1024, 11008, 4096), (128, 4096, 11008),
@@ -116,11 +116,7 @@ def main(argv=None):
     ws_kernel = _ws_kernel()
     rows, flushed, t0 = [], [], time.perf_counter()
     for M, N, K in args.shapes:
-        torch.manual_seed(0)
-        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / 64
-        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-        ref = a.float() @ w.float().T
+        a, w, out, ref = gemm_operands(M, N, K)
         row = {"M": M, "N": N, "K": K, "cublas_us": timers.graph(lambda: torch.matmul(a, w.T, out=out)) * 1e3,
                "timed": []}
         for tile in TILES:
@@ -146,9 +142,7 @@ def main(argv=None):
         from flytune_nb.kernels.matmul.kernel import matmul
         from flytune_nb.kit import Config
 
-        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / 64
-        out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        a, w, out, _ = gemm_operands(M, N, K, seed=None)
         fns = [("cuBLAS", lambda: torch.matmul(a, w.T, out=out))]
         for tma in (2, 1, 0):
             knobs = {"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 8,
