@@ -21,7 +21,8 @@ from flytune_nb.core.device import INTERPRETER_NAME
 
 def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[dict]:
     """What an export would write: per file {"path", "by_m": {M: config dict}, "prov": {M: provenance},
-    "stale": [M whose kernel source is not the kernel's current one]}.
+    "stale": [M whose kernel source is not the kernel's current one], "left_out": [M the store has only on an
+    older kernel source, toolchain or timing mode than the file's newest rows]}.
 
     Each entry is the shape's winner: the selection stage's (strategies/selection.py), whose latencies are the
     medians of its interleaved re-timing, or for a store without one the search's fastest median."""
@@ -81,7 +82,9 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         # One file = one kernel-source version, toolchain and timing mode: the most recently measured. Rows of an
         # older version (the kernel was edited since) are never mixed in, whatever their timestamps.
         newest = max(mine, key=lambda c: c["last_id"])["version"]
-        entry = groups[path] = {"path": path, "by_m": {}, "prov": {}, "stale": [], "spec": mine[0]["spec"]}
+        entry = groups[path] = {"path": path, "by_m": {}, "prov": {}, "stale": [], "spec": mine[0]["spec"],
+                                "left_out": sorted({c["m"] for c in mine} - {c["m"] for c in mine
+                                                                              if c["version"] == newest})}
         for c in sorted((c for c in mine if c["version"] == newest), key=lambda c: c["last_id"]):
             # A file name may leave axes or the dtype out (SGLang's MoE names show E and N only): two shapes that
             # differ only there would land in one file and the later would silently win.
@@ -117,6 +120,14 @@ def _merge(entry: dict, table: dict, old_prov: dict, replace_stale: bool = False
             f"this export (source {next(iter(version))[0]}), which covers only {', '.join(sorted(covered, key=int))}; "
             f"a file never mixes the two. Sweep every batch size of the file again (--grid \"M={','.join(sorted(set(left) | covered, key=int))} ...\"), "
             f"or pass --replace-stale to drop the old entries.")
+    if left and replace_stale:
+        import warnings
+
+        from flytune_nb.serve.lookup import ArtifactWarning
+
+        warnings.warn(f"{entry['path'].name}: --replace-stale drops batch sizes {','.join(left)}, tuned for another "
+                      f"kernel source, toolchain or timing mode; lookups there now take the nearest of "
+                      f"{','.join(sorted(covered, key=int))}", ArtifactWarning, stacklevel=3)
     if other:
         table = {m: v for m, v in table.items() if str(m) not in other}
         old_prov = {k: v for k, v in old_prov.items() if k not in other}
@@ -178,6 +189,18 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
         warnings.warn(f"exported entries measured on an older source of the kernel than its current one: "
                       f"{'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}; flytune check will report them "
                       f"stale: sweep them again", ArtifactWarning, stacklevel=2)
+    for e in plan:
+        if e["left_out"]:
+            import warnings
+
+            from flytune_nb.serve.lookup import ArtifactWarning
+
+            every = sorted(set(e["left_out"]) | set(e["by_m"]))
+            warnings.warn(f"{e['path'].name}: batch sizes {','.join(map(str, e['left_out']))} were measured in this "
+                          f"store only on an older kernel source, toolchain or timing mode than its newest rows "
+                          f"(M={','.join(map(str, sorted(e['by_m'])))}), and are left out of it; sweep them again "
+                          f"(--grid \"M={','.join(map(str, every))} ...\") to export them", ArtifactWarning,
+                          stacklevel=2)
     # Check every file's merge before writing any: a refusal must not leave half an export behind.
     for entry in plan:
         path = entry["path"]

@@ -168,7 +168,7 @@ def test_two_processes_exporting_at_once_leave_valid_merged_files(tmp_path):
 def test_export_never_mixes_kernel_source_versions(tmp_path, capsys):
     """Sweep M=1,4; edit the kernel (new fingerprint); re-sweep M=4 only. Exporting would leave M=1 of the old
     source beside M=4 of the new: refused, with the grid that re-sweeps the whole file, nothing written;
-    --replace-stale drops the old entries. Re-sweeping every batch size replaces them without asking."""
+    --replace-stale drops the old entries, saying which. Re-sweeping every batch size replaces them without asking."""
     db = tmp_path / "v.db"
     Sweep("rmsnorm", "M=1,4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
     out = tmp_path / "ex"
@@ -177,14 +177,20 @@ def test_export_never_mixes_kernel_source_versions(tmp_path, capsys):
     before = path.read_text(), (path.parent / "provenance.json").read_text()
     edited = dataclasses.replace(get_kernel("rmsnorm"), fingerprint="edited-source")
     Sweep(edited, "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
-    with pytest.warns(ArtifactWarning, match="older source of the kernel"), \
+    with pytest.warns(ArtifactWarning) as caught, \
             pytest.raises(artifacts.ArtifactError, match=r'never mixes.*--grid "M=1,4 \.\.\."'):
         export(Store(db), out)
+    assert {"older source of the kernel" in str(w.message) for w in caught} == {True, False}  # and the left-out M=1
     assert (path.read_text(), (path.parent / "provenance.json").read_text()) == before
     assert main(["export", "--db", str(db), "--out", str(out)]) == 2
     assert "--replace-stale" in capsys.readouterr().err
-    with pytest.warns(ArtifactWarning):
+    with pytest.warns(ArtifactWarning) as caught:
         export(Store(db), out, replace_stale=True)
+    said = [str(w.message) for w in caught]
+    # the store's M=1 rows are of the old source, and the file's M=1 entry goes: both said, with what to do
+    assert any("batch sizes 1 were measured in this store only on an older" in m and '--grid "M=1,4 ..."' in m
+               for m in said), said
+    assert any("--replace-stale drops batch sizes 1," in m and "nearest of 4" in m for m in said), said
     assert list(json.loads(path.read_text())) == ["4"]
     prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
     assert list(prov) == ["4"] and prov["4"]["source"] == "edited-source"
