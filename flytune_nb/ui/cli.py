@@ -235,7 +235,12 @@ def cmd_kernels(args) -> int:
     from flytune_nb.errors import KernelUnavailable
 
     broken = 0
+    # importing a kernel can take seconds (SGLang's MoE kernel imports SGLang: ~10 s on a 2-core CPU): a terminal is
+    # told which one, on one line that the table then replaces
+    status = sys.stderr.isatty()
     for name in list_kernels(args.path):
+        if status:
+            print(f"\rloading {name} ...\033[K", end="", file=sys.stderr, flush=True)
         try:
             spec = get_kernel(name, args.path)
         except KernelUnavailable as e:  # an optional dependency is missing here: listed, not an error
@@ -251,6 +256,8 @@ def cmd_kernels(args) -> int:
                      f"{n} @ " + " ".join(f"{a}={v}" for a, v in example.items())])
     from flytune_nb.ui.report import table
 
+    if status:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
     print(table(rows, ["kernel", "axes", "batch", "dtypes", f"space ({dev.name})"]))
     from flytune_nb.core.registry import discover
 

@@ -29,6 +29,28 @@ def test_cli_kernels_lists_axes_dtypes_and_space(capsys):
     assert any(l.startswith("toy ") for l in out.splitlines())
 
 
+def test_cli_kernels_on_a_terminal_names_each_kernel_while_it_loads(monkeypatch, capsys):
+    """A kernel's import can take seconds (SGLang's): on a terminal one status line names the kernel being loaded,
+    and is cleared before the table; piped, stderr stays empty."""
+    import io
+    import sys
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert main(["kernels", "--path", PLUGINS]) == 0
+    said = err.getvalue()
+    assert "\rloading rmsnorm ...\033[K" in said and "\rloading toy ...\033[K" in said
+    assert said.endswith("\r\033[K")  # nothing of it left above the table
+    assert "rmsnorm " in capsys.readouterr().out
+    monkeypatch.undo()
+    assert main(["kernels", "--path", PLUGINS]) == 0
+    assert capsys.readouterr().err == ""
+
+
 def test_cli_sweep_prints_trials_and_summary(capsys):
     rc = main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64,100", "--dtype", "fp32"])
     out = capsys.readouterr().out
