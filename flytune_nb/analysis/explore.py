@@ -10,12 +10,14 @@ import math
 
 import pandas as pd
 
+from flytune_nb.core.shapes import shape_text
+
 RANK = "latency rank"  # the x choice that is not a knob: configs ordered fastest first
 ORDER = "order measured"
 
 
 def shape_label(shape: dict, dtype: str) -> str:
-    return " ".join(f"{k}={v}" for k, v in shape.items()) + f" {dtype}"
+    return f"{shape_text(shape)} {dtype}"
 
 
 def trials_frame(results) -> pd.DataFrame:

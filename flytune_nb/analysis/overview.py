@@ -12,6 +12,7 @@ import pandas as pd
 
 from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.scores import regret
+from flytune_nb.core.shapes import shape_text
 
 
 def overview_frame(results, batch_axis: str) -> pd.DataFrame:
@@ -25,7 +26,7 @@ def overview_frame(results, batch_axis: str) -> pd.DataFrame:
         b, d = r.best, r.default_trial
         default_ms = (d.p50 if d.ok else math.inf) if d is not None else math.nan
         best_ms = b.p50 if b is not None else math.nan
-        series = " ".join(f"{k}={v}" for k, v in r.shape.items() if k != batch_axis) or "all"
+        series = shape_text({k: v for k, v in r.shape.items() if k != batch_axis}) or "all"
         row = {**r.shape, "dtype": r.dtype, "series": series, "batch": r.shape.get(batch_axis),
                "label": shape_label(r.shape, r.dtype), "best_ms": best_ms, "default_ms": default_ms,
                "speedup": default_ms / best_ms if b is not None and math.isfinite(default_ms) else

@@ -253,7 +253,7 @@ def cmd_kernels(args) -> int:
         example = spec.example()
         n = len(spec.configs(example, spec.dtypes[0], dev))
         rows.append([name, ",".join(spec.axes), spec.batch_axis, ",".join(spec.dtypes),
-                     f"{n} @ " + " ".join(f"{a}={v}" for a, v in example.items())])
+                     f"{n} @ " + shape_text(example)])
     from flytune_nb.ui.report import table
 
     if status:

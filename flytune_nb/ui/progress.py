@@ -6,6 +6,7 @@ import sys
 import time
 
 from flytune_nb.analysis.units import fmt_time
+from flytune_nb.core.shapes import shape_text
 from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
 
 
@@ -33,7 +34,7 @@ class TqdmListener:
             key = _key(event.shape, event.dtype)
             self.in_flight[key] = (event.config, time.monotonic())
             if key not in self.bars:
-                shape = " ".join(f"{k}={v}" for k, v in event.shape.items())
+                shape = shape_text(event.shape)
                 self.bars[key] = tqdm(total=event.total, desc=f"{event.kernel} {shape} {event.dtype}",
                                       file=self.file, leave=True, disable=self.disable, dynamic_ncols=True)
             self.bars[key].set_postfix_str(str(event.config), refresh=False)

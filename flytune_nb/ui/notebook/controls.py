@@ -17,7 +17,7 @@ from flytune_nb.analysis.units import fmt_time
 from flytune_nb.core.device import current_device
 from flytune_nb.core.dtypes import DtypeError, canonical, parse_list
 from flytune_nb.core.registry import get_kernel, list_kernels
-from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid, split_known
+from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid, shape_text, split_known
 from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.errors import UsageError
 
@@ -390,7 +390,7 @@ class RunControl(W.VBox):
     def __call__(self, event) -> None:
         with self._lock:
             if isinstance(event, TrialStarted):
-                label = " ".join(f"{k}={v}" for k, v in event.shape.items()) + f" {event.dtype}"
+                label = f"{shape_text(event.shape)} {event.dtype}"
                 if event.index == 0 or self.in_flight is None or self.in_flight[0] != label:
                     self.shape_index = max(self.shape_index, self.shapes_done + 1)
                 self.in_flight = (label, event.config, event.index, event.total, time.monotonic())

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from flytune_nb.analysis.explore import ORDER, RANK, axis_values, knobs
 from flytune_nb.analysis.units import fmt_time, in_unit, unit_for
+from flytune_nb.core.shapes import shape_text
 
 OK = "#2a9d8f"
 WRONG = "#f77f00"
@@ -290,7 +291,7 @@ def speedup_heatmap(results) -> go.Figure | None:
     if not results:
         return None
     batch = next(iter(results[0].shape))
-    col_of = lambda r: " ".join(f"{k}={v}" for k, v in r.shape.items() if k != batch) + f" {r.dtype}"  # noqa: E731
+    col_of = lambda r: shape_text({k: v for k, v in r.shape.items() if k != batch}) + f" {r.dtype}"  # noqa: E731
     cols = sorted({col_of(r) for r in results}, key=_column_key)
     rows = sorted({r.shape[batch] for r in results})
     z = [[None] * len(cols) for _ in rows]
@@ -315,7 +316,7 @@ def compare_figure(frame, a: str, b: str, height: int = 380) -> go.Figure:
     """analysis.compare.compare: per shape, a's best / b's best (> 1: b faster); a changed winner is a diamond."""
     fig = go.Figure()
     if len(frame):
-        labels = [" ".join(f"{k}={v}" for k, v in __import__("json").loads(s).items()) + f" {d}"
+        labels = [shape_text(__import__("json").loads(s)) + f" {d}"
                   for s, d in zip(frame["shape"], frame["dtype"])]
         for changed, symbol, name in ((False, "circle", "same winning config"), (True, "diamond", "winner changed")):
             sel = [i for i, c in enumerate(frame["changed"]) if bool(c) == changed]

@@ -13,6 +13,8 @@ import json
 import sys
 import warnings
 
+from flytune_nb.core.shapes import shape_text
+
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
 
@@ -32,7 +34,7 @@ def static_figures(results, spec=None) -> list:
     for r in results:
         df = trials_frame([r])
         ks = knobs(df)
-        title = f"{r.kernel} " + " ".join(f"{k}={v}" for k, v in r.shape.items()) + f" {r.dtype}"
+        title = f"{r.kernel} {shape_text(r.shape)} {r.dtype}"
         figs.append(explorer_figure(df, RANK, ks[0] if ks else None, baselines=r.baselines, title=title,
                                     height=380))
     heat = speedup_heatmap(results)

@@ -13,6 +13,7 @@ import ipywidgets as W
 
 from flytune_nb.analysis.explore import ORDER, RANK, heat_table, knob_influence, knobs, trials_frame
 from flytune_nb.analysis.units import fmt_time, in_unit, unit_for
+from flytune_nb.core.shapes import shape_text
 from flytune_nb.errors import UsageError
 from flytune_nb.ui.notebook.controls import error_html
 from flytune_nb.ui.notebook.slots import FigureSlot, plotly_ready
@@ -22,7 +23,7 @@ TABLE_CSS = table_css("flytune-table", "white-space:normal;word-break:break-word
 
 
 def _label(shape: dict, dtype: str) -> str:
-    return " ".join(f"{k}={v}" for k, v in shape.items()) + f" {dtype}"
+    return f"{shape_text(shape)} {dtype}"
 
 
 class OverviewView(W.VBox):
