@@ -171,13 +171,18 @@ def test_a_split_k_call_after_one_stopped_part_way_is_still_correct(dev, monkeyp
 def test_two_threads_interpreting_at_once_each_get_their_own_result(dev):
     """Triton's interpreter keeps the program id in a module-global builder: two threads interpreting at once (a
     sweep's in-process lane beside a cell calling a kernel) would read each other's program ids and write wrong tiles
-    silently. Both threads' split-K results equal the ones computed alone, bit for bit, every time."""
+    silently. Both threads' split-K results equal the split-order sum, bit for bit, every time (exact per-range dot
+    products: only a wrong tile or a wrong order can change a bit)."""
     import threading
 
     spec = get_kernel("matmul")
     cfg = _split_config(16, 32, 64, 4)
-    inputs = [spec.make_inputs({"M": 3, "N": 64, "K": 512}, "fp16", dev) for _ in range(2)]
-    alone = [spec.run(i, cfg).clone() for i in inputs]
+    inputs, alone = [], []
+    for _ in range(2):
+        a, w, expected = _exact_partials(3, 64, 512, 4)
+        inputs.append({"a": a.to(dev.torch_device), "w": w.to(dev.torch_device),
+                       "out": torch.empty(3, 64, dtype=torch.float16, device=dev.torch_device)})
+        alone.append(expected.to(dev.torch_device))
     start, got = threading.Barrier(2), [[], []]
 
     def work(k):
