@@ -121,18 +121,24 @@ def _merge(entry: dict, table: dict, old_prov: dict, replace_stale: bool = False
             f"a file never mixes the two. Sweep every batch size of the file again (--grid \"M={','.join(sorted(set(left) | covered, key=int))} ...\"), "
             f"or pass --replace-stale to drop the old entries.")
     if left and replace_stale:
-        import warnings
-
-        from flytune_nb.serve.lookup import ArtifactWarning
-
-        warnings.warn(f"{entry['path'].name}: --replace-stale drops batch sizes {','.join(left)}, tuned for another "
-                      f"kernel source, toolchain or timing mode; lookups there now take the nearest of "
-                      f"{','.join(sorted(covered, key=int))}", ArtifactWarning, stacklevel=3)
+        _warn(f"{entry['path'].name}: --replace-stale drops batch sizes {','.join(left)}, tuned for another kernel "
+              f"source, toolchain or timing mode; lookups there now take the nearest of "
+              f"{','.join(sorted(covered, key=int))}", stacklevel=4)
     if other:
         table = {m: v for m, v in table.items() if str(m) not in other}
         old_prov = {k: v for k, v in old_prov.items() if k not in other}
     per_m = {**old_prov, **{str(m): v for m, v in entry["prov"].items()}}
     return {**table, **entry["by_m"]}, {k: per_m[k] for k in sorted(per_m, key=int)}
+
+
+def _warn(message: str, stacklevel: int = 3) -> None:
+    """An ArtifactWarning pointing at ``export``'s caller (stacklevel counts this frame). Imported here: serve.lookup
+    imports this package."""
+    import warnings
+
+    from flytune_nb.serve.lookup import ArtifactWarning
+
+    warnings.warn(message, ArtifactWarning, stacklevel=stacklevel)
 
 
 def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
@@ -182,25 +188,16 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
     fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths)
     stale = [f"{e['path'].name} (M={','.join(map(str, e['stale']))})" for e in plan if e["stale"]]
     if stale:
-        import warnings
-
-        from flytune_nb.serve.lookup import ArtifactWarning
-
-        warnings.warn(f"exported entries measured on an older source of the kernel than its current one: "
-                      f"{'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}; flytune check will report them "
-                      f"stale: sweep them again", ArtifactWarning, stacklevel=2)
+        _warn(f"exported entries measured on an older source of the kernel than its current one: "
+              f"{'; '.join(stale[:3])}{' ...' if len(stale) > 3 else ''}; flytune check will report them stale: "
+              f"sweep them again")
     for e in plan:
         if e["left_out"]:
-            import warnings
-
-            from flytune_nb.serve.lookup import ArtifactWarning
-
             every = sorted(set(e["left_out"]) | set(e["by_m"]))
-            warnings.warn(f"{e['path'].name}: batch sizes {','.join(map(str, e['left_out']))} were measured in this "
-                          f"store only on an older kernel source, toolchain or timing mode than its newest rows "
-                          f"(M={','.join(map(str, sorted(e['by_m'])))}), and are left out of it; sweep them again "
-                          f"(--grid \"M={','.join(map(str, every))} ...\") to export them", ArtifactWarning,
-                          stacklevel=2)
+            _warn(f"{e['path'].name}: batch sizes {','.join(map(str, e['left_out']))} were measured in this store "
+                  f"only on an older kernel source, toolchain or timing mode than its newest rows "
+                  f"(M={','.join(map(str, sorted(e['by_m'])))}), and are left out of it; sweep them again "
+                  f"(--grid \"M={','.join(map(str, every))} ...\") to export them")
     # Check every file's merge before writing any: a refusal must not leave half an export behind.
     for entry in plan:
         path = entry["path"]
