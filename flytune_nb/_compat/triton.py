@@ -137,6 +137,51 @@ def compiled_launcher(kernel):
     return run, kernel.function, (kernel.packed_metadata, None, None, None)
 
 
+# -- host-side tensor descriptors ----------------------------------------------------------------------------------
+# The field layout of Triton 3.6's TensorDescriptor dataclass, as make_descriptor fills it.
+_DESCRIPTOR_FIELDS = ("base", "shape", "strides", "block_shape", "padding")
+
+
+@lru_cache(maxsize=1)
+def descriptor_maker():
+    """``make(tensor, block_shape) -> TensorDescriptor`` for a tensor its caller has already checked for TMA (non-empty,
+    16-byte-aligned base and row stride, unit last stride), or None on a Triton without host-side descriptors.
+
+    Triton's ``TensorDescriptor.from_tensor`` re-checks all of that in ``__post_init__``: 1.2-1.5 us a descriptor on
+    these hosts, three of them a matmul call, each call. On a Triton whose dataclass has exactly the fields above (3.6),
+    ``make`` fills them without the re-check and validates each distinct block shape once, with Triton's own check;
+    any other layout gets ``from_tensor``."""
+    import dataclasses
+
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:
+        return None
+    try:
+        from triton._utils import validate_block_shape
+        fields = tuple(f.name for f in dataclasses.fields(TensorDescriptor))
+    except (ImportError, TypeError):
+        fields = ()
+    if fields != _DESCRIPTOR_FIELDS or version() not in FAST_LAUNCH:
+        return TensorDescriptor.from_tensor
+
+    @lru_cache(maxsize=None)
+    def valid(block: tuple) -> bool:
+        validate_block_shape(list(block))  # raises on a block shape Triton would refuse
+        return True
+
+    new = object.__new__
+
+    def make(tensor, block_shape):
+        valid(tuple(block_shape))
+        desc = new(TensorDescriptor)
+        desc.base, desc.shape, desc.strides, desc.block_shape, desc.padding = (
+            tensor, tensor.shape, tensor.stride(), block_shape, "zero")
+        return desc
+
+    return make
+
+
 # -- compiling without a device ------------------------------------------------------------------------------------
 def gpu_target(backend: str, arch, warp_size: int):
     from triton.backends.compiler import GPUTarget

@@ -148,3 +148,21 @@ def test_the_census_accessors_degrade_on_what_is_not_a_compiled_kernel():
     assert tc.compiled_metadata(fake) == {"name": "k", "num_warps": 4, "shared": 1024}
     assert tc.compiled_binary(object()) is None and tc.compiled_text(object(), "ptx") == ""
     assert tc.compiled_metadata(object()) == {}
+
+
+def test_a_descriptor_made_without_the_recheck_equals_triton_s_own():
+    """descriptor_maker's descriptor has the fields ``TensorDescriptor.from_tensor`` gives (what the launcher reads:
+    base, shape, strides, block shape, padding) for a contiguous tensor and for a strided row view, and a block shape
+    Triton refuses still raises."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    make = tc.descriptor_maker()
+    whole = torch.randn(48, 96, dtype=torch.float16)
+    rows = torch.randn(48, 160, dtype=torch.float16)[:, 32:128]  # row stride 160, a 16-byte-aligned base
+    for t, block in ((whole, [16, 64]), (rows, [32, 32])):
+        ours, theirs = make(t, block), TensorDescriptor.from_tensor(t, block)
+        assert type(ours) is TensorDescriptor
+        assert ours.base is t and list(ours.shape) == list(theirs.shape) and list(ours.strides) == list(theirs.strides)
+        assert list(ours.block_shape) == list(theirs.block_shape) and ours.padding == theirs.padding == "zero"
+    with pytest.raises(Exception):
+        make(whole, [16, 48])  # not a power of two: TMA boxes are
