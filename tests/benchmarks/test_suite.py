@@ -212,3 +212,15 @@ def test_gemm_balance_times_every_mid_m_tile_on_both_paths_and_each_launches():
         inputs = spec.make_inputs(shape, "fp16", dev)
         v = compare(spec.run(inputs, cfg), spec.reference(inputs), spec.tol("fp16"), spec.element_tol("fp16"))
         assert v.ok, (str(cfg), v.reason)
+
+
+def test_the_matmul_wrapper_host_cost_runs_on_the_cpu_through_each_load_path(tmp_path):
+    """Without a GPU the wrapper is shown a stand-in H200, so its TMA paths run (descriptors built, no launch), and the
+    result says whose wrapper decisions it timed; every path and piece gets a time."""
+    assert bench(["matmul_wrapper_host", "--calls", "20", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "matmul_wrapper_host.json").read_text())
+    assert [r["shape"]["M"] for r in result["rows"]] == [1, 64] and result["calls"] == 20
+    for row in result["rows"]:
+        assert all(0 < row[k] < 1e4 for k in row if k != "shape")
+    assert ("stand-in" in result["env"]["wrapper_device"]) != current_device().is_gpu
+    assert "| swapped-operand TMA |" in (tmp_path / "matmul_wrapper_host.md").read_text()

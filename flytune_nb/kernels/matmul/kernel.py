@@ -304,8 +304,7 @@ def stream_k_after(tiles: int, k_steps: int, programs: int) -> int:
 def _tma_ok(*ts: torch.Tensor) -> bool:
     """A TMA descriptor needs a non-empty tensor, a 16-byte-aligned base, 16-byte-aligned row strides and a
     contiguous last dim."""
-    # one test per tensor (base and row stride ORed): 0.6 us for three tensors, where a generator of four tests took
-    # 2.1 us of a call's host time
+    # one test per tensor (base and row stride ORed), no generator: 1.6 us for three tensors against 2.0 us
     for t in ts:
         if t.stride(-1) != 1 or (t.data_ptr() | t.stride(0) * t.element_size()) % 16 or not t.numel():
             return False
