@@ -138,7 +138,7 @@ def compiled_launcher(kernel):
 
 
 # -- host-side tensor descriptors ----------------------------------------------------------------------------------
-# The field layout of Triton 3.6's TensorDescriptor dataclass, as make_descriptor fills it.
+# The fields of Triton 3.6's TensorDescriptor dataclass, in order: what descriptor_maker's descriptors fill.
 _DESCRIPTOR_FIELDS = ("base", "shape", "strides", "block_shape", "padding")
 
 

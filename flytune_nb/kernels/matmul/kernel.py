@@ -342,12 +342,11 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
             split = config.get("SPLIT_K", 1)
             ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
             launch(matmul_swap_ab_kernel, (tiles * split,),
-                   (descriptor(a2, [bm, bk]), descriptor(w, [bn, bk]), c2, ws,
-                    locks, M, N, K, c2.stride(0), c2.stride(1)), config,
+                   (descriptor(a2, [bm, bk]), descriptor(w, [bn, bk]), c2, ws, locks, M, N, K, c2.stride(0),
+                    c2.stride(1)), config,
                    BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split, UPCAST=upcast)
             return out
-        descs = (descriptor(a2, [bm, bk]), descriptor(w, [bn, bk]),
-                 descriptor(c2, [bm, bn]))
+        descs = (descriptor(a2, [bm, bk]), descriptor(w, [bn, bk]), descriptor(c2, [bm, bn]))
         if tma == 2 and config.get("STREAM_K", 0):
             k_steps = cdiv(K, bk)
             programs = max(1, min(dev.sm_count, tiles * k_steps))
