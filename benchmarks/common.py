@@ -120,6 +120,12 @@ def env_line(env: dict) -> str:
             f"flytune_nb {env['flytune_nb']}" + (f", commit {env['commit']}" if env.get("commit") else ""))
 
 
+def per_m_table(rows: list[dict], names, first: str = "path", digits: int = 1) -> list[str]:
+    """Markdown lines of a microseconds table: one row per name, one column per result row's ``shape["M"]``."""
+    lines = [f"| {first} | " + " | ".join(f"M={r['shape']['M']}" for r in rows) + " |", "|---|" + "---|" * len(rows)]
+    return lines + [f"| {n} | " + " | ".join(f"{r[n]:.{digits}f} us" for r in rows) + " |" for n in names]
+
+
 def int_list(text: str) -> list[int]:
     """``"1,64,4096"`` -> [1, 64, 4096] (an argparse type)."""
     try:

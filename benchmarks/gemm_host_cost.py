@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from benchmarks.common import environment, need_gpu, parser, write
+from benchmarks.common import environment, need_gpu, parser, per_m_table, write
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import current_device
 from flytune_nb.core.registry import get_kernel
@@ -121,10 +121,7 @@ def main(argv=None):
     md = ["# matmul host time per call, by load path", "",
           f"{env['device']}, {env['date']}, torch {env['torch']}, triton {env['triton']}, commit {env.get('commit')}. "
           f"Host time only (calls queued behind a GPU sleep), best of {BATCHES} x {CALLS} calls; bf16, N=K=4096.", "",
-          "| path | " + " | ".join(f"M={r['shape']['M']}" for r in rows) + " |",
-          "|---|" + "---|" * len(rows)]
-    for n in names:
-        md.append(f"| {n} | " + " | ".join(f"{r[n]:.1f} us" for r in rows) + " |")
+          *per_m_table(rows, names)]
     worst = max(v for r in rows for k, v in r.items() if k.endswith("rel_error"))
     md += ["", f"Every path's output against the fp64 product: relative error at most {worst:.2e}."]
     write("gemm_host_cost", {"env": env, "calls": CALLS, "batches": BATCHES, "rows": rows}, "\n".join(md),

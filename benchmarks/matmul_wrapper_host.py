@@ -14,7 +14,7 @@ import time
 from types import SimpleNamespace
 from unittest import mock
 
-from benchmarks.common import environment, env_line, parser, write
+from benchmarks.common import env_line, environment, parser, per_m_table, write
 
 CALLS = 2000
 BATCHES = 15  # best of 15: single batches on these shared VMs vary by up to 2x
@@ -78,11 +78,7 @@ def main(argv=None):
     names = [k for k in rows[0] if k != "shape"]
     md = ["# matmul wrapper host Python per call, launch excluded", "",
           f"{env_line(env)}. The wrapper sees {env['wrapper_device']}; its launch is a no-op. Best of {BATCHES} x "
-          f"{args.calls} calls; bf16, N=K=4096.", "",
-          "| path or piece | " + " | ".join(f"M={r['shape']['M']}" for r in rows) + " |",
-          "|---|" + "---|" * len(rows)]
-    for n in names:
-        md.append(f"| {n} | " + " | ".join(f"{r[n]:.2f} us" for r in rows) + " |")
+          f"{args.calls} calls; bf16, N=K=4096.", "", *per_m_table(rows, names, "path or piece", digits=2)]
     write("matmul_wrapper_host", {"env": env, "calls": args.calls, "batches": BATCHES, "rows": rows}, "\n".join(md),
           out=args.out)
 
