@@ -303,3 +303,28 @@ def test_census_pruning_on_this_gpu_takes_the_census_from_the_precompile_pool(de
     rows = store.census_for(store.frame()["key"].iloc[0])
     store.close()
     assert set(rows) == {default, spill, plain} and rows[spill].spills and not rows[plain].spills
+
+
+@pytest.mark.parametrize("knobs", [{"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "TMA": 1},
+                                   {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "TMA": 2},
+                                   {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "TMA": 1,
+                                    "SWAP_AB": 1}])
+def test_descriptors_made_without_tritons_recheck_launch_as_from_tensors_do(knobs, dev, monkeypatch):
+    """_compat.triton.descriptor_maker's descriptors through Triton's real launcher (cuTensorMapEncode, the remembered
+    launch): the same output bits as TensorDescriptor.from_tensor's, and both equal the fp64 product closely."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from flytune_nb.core.config import Config
+    from flytune_nb.measure.correctness import compare
+
+    if not dev.is_gpu or dev.backend != "cuda" or int("".join(c for c in dev.arch if c.isdigit()) or 0) < 90:
+        pytest.skip("host-side TMA descriptors need sm_90 or newer")
+    spec = get_kernel("matmul")
+    kmod = import_module(spec.run.__module__ + ".kernel")
+    cfg = Config({**knobs, "GROUP_SIZE_M": 8}, num_warps=4, num_stages=3)
+    inputs = spec.make_inputs({"M": 33, "N": 4096, "K": 4096}, "bf16", dev)
+    ours = spec.run(inputs, cfg).clone()
+    monkeypatch.setattr(kmod, "descriptor_maker", lambda: TensorDescriptor.from_tensor)
+    theirs = spec.run(inputs, cfg).clone()
+    assert torch.equal(ours, theirs)
+    assert compare(ours, spec.reference(inputs), spec.tol("bf16")).ok
