@@ -24,6 +24,11 @@ def shape_text(shape: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in shape.items())
 
 
+def grid_size_text(n_shapes: int, n_dtypes: int) -> str:
+    """``"2 shapes x 1 dtype"``: how big a sweep's grid is, as the CLI and the workbench say it."""
+    return f"{n_shapes} shape{'s' if n_shapes != 1 else ''} x {n_dtypes} dtype{'s' if n_dtypes != 1 else ''}"
+
+
 def parse_values(axis: str, text: str) -> list[int]:
     text = text.strip()
     if text.lower() in PRESETS:

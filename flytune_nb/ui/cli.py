@@ -6,7 +6,7 @@ import argparse
 import collections
 import sys
 
-from flytune_nb.core.shapes import shape_text
+from flytune_nb.core.shapes import grid_size_text, shape_text
 from flytune_nb.errors import RunError, UsageError
 
 EXIT_USAGE = 2
@@ -125,8 +125,8 @@ def _parser() -> argparse.ArgumentParser:
     ce.add_argument("--quiet", action="store_true", help="no progress bar")
     e = sub.add_parser("export", help="write SGLang-format config files from a results store")
     e.add_argument("--db", required=True, help="results store written by `flytune sweep`")
-    e.add_argument("--out", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/, "
-                                               "where lookup and check read)")
+    e.add_argument("--out", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the package's "
+                                               "committed flytune_nb/exports/, where lookup and check read)")
     e.add_argument("--kernel", default=None, help="only this kernel")
     e.add_argument("--replace-stale", action="store_true",
                    help="drop a file's entries of another kernel source, toolchain or timing mode that this export "
@@ -138,10 +138,12 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument("--dtype", default=None, help="default: bf16, or the kernel's first dtype without it")
     lk.add_argument("--device", default=None, help="a named target (mi300x, h200, ...; --list-targets of census) or "
                                                    "a device name as in file names (default: this machine's)")
-    lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR or the repo's exports/)")
+    lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the package's "
+                                                "committed flytune_nb/exports/)")
     lk.add_argument("--path", action="append", default=[], help=PATH_HELP)
     c = sub.add_parser("check", help="re-time committed configs on this device; non-zero exit on regression")
-    c.add_argument("dir", nargs="?", default=None, help="config dir (default: the repo's exports/)")
+    c.add_argument("dir", nargs="?", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the "
+                                                        "package's committed flytune_nb/exports/)")
     c.add_argument("--json", default=None, help="also write the rows as JSON here")
     c.add_argument("--md", default=None, help="also write a markdown table here")
     c.add_argument("--min-delta-us", type=float, default=None,
@@ -158,7 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--accept-drift", action="store_true",
                    help="for rows slower only than when exported (not than the heuristic default), record today's "
                         "latencies as the exported ones in provenance.json")
-    c.add_argument("--all", action="store_true", help="print every row (default: the rows that are not OK)")
+    c.add_argument("--all", action="store_true",
+                   help="print every row (default: every row up to 40 rows, else the rows that are not OK)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--path", action="append", default=[], help=PATH_HELP)
     ca = sub.add_parser("cache", help="where tuned winners are cached on disk; --clear forgets them")
@@ -302,7 +305,8 @@ def cmd_sweep(args) -> int:
                selection=_selection(args), twins=not args.no_twins,
                prune=None if args.prune_census is None else f"census:{args.prune_census}".rstrip(":"))
     n = len(sw.shapes) * len(sw.dtypes)
-    print(f"flytune: {sw.spec.name}: {len(sw.shapes)} shapes x {len(sw.dtypes)} dtypes = {n} searches "
+    print(f"flytune: {sw.spec.name}: {grid_size_text(len(sw.shapes), len(sw.dtypes))} = {n} "
+          f"search{'es' if n != 1 else ''} "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
           flush=True)
     try:
@@ -409,8 +413,8 @@ def cmd_census(args) -> int:
                     siblings=not args.every_config)
     store = Store(args.db)
     try:
-        print(f"flytune census: {census.spec.name} for {census.device.label}: {len(census.shapes)} shapes x "
-              f"{len(census.dtypes)} dtypes; rows in {args.db} (table census)", flush=True)
+        print(f"flytune census: {census.spec.name} for {census.device.label}: "
+              f"{grid_size_text(len(census.shapes), len(census.dtypes))}; rows in {args.db} (table census)", flush=True)
         census.db = store
         results = census.run()
     finally:
@@ -606,7 +610,8 @@ def cmd_cache(args) -> int:
     if args.clear:
         for d in kdirs:
             shutil.rmtree(d)
-        print(f"flytune: cleared {sum(counts.values())} cached winners under {root}"
+        cleared = sum(counts.values())
+        print(f"flytune: cleared {cleared} cached winner{'s' if cleared != 1 else ''} under {root}"
               f"{'' if args.kernel is None else f' for {args.kernel}'}")
         return 0
     print(f"tuning cache: {root}")
@@ -694,6 +699,20 @@ def cmd_demo(quiet: bool = False) -> int:
     return 0
 
 
+def _jupyter_command() -> str:
+    """How to start this environment's Jupyter from a plain shell: ``jupyter`` where that is the one on PATH, else its
+    full path (a .venv that was never activated puts none on PATH)."""
+    import shlex
+    import shutil
+    from pathlib import Path
+
+    mine = Path(sys.executable).parent / "jupyter"
+    found = shutil.which("jupyter")
+    if not mine.exists() or (found is not None and Path(found).resolve() == mine.resolve()):
+        return "jupyter"
+    return shlex.quote(str(mine.absolute()))
+
+
 def cmd_workbench(args) -> int:
     """Copy the packaged workbench notebook into ``args.dir`` (kept if it is there: it may hold the user's edits)
     and start JupyterLab on it there, so results and exports land in the user's folder, never in the package."""
@@ -714,7 +733,7 @@ def cmd_workbench(args) -> int:
         shutil.copyfile(NOTEBOOKS / "workbench.ipynb", target)
         print(f"flytune: copied the workbench notebook to {target}")
     command = [sys.executable, "-m", "jupyterlab", str(target.name)]
-    shown = f"cd {folder} && jupyter lab workbench.ipynb"
+    shown = f"cd {folder} && {_jupyter_command()} lab workbench.ipynb"
     if args.no_lab:
         print(f"open it with: {shown}")
         return 0

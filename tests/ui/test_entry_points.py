@@ -10,6 +10,8 @@ and the notebook alike. A test environment that presets TRITON_INTERPRET hides i
 their own."""
 import json
 import os
+import shlex
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -218,7 +220,11 @@ def test_flytune_workbench_copies_the_notebook_into_a_folder_of_the_users(tmp_pa
     nb = json.loads((target / "workbench.ipynb").read_text())
     params = "".join(next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))["source"])
     assert 'db = "workbench.db"' in params and 'export_dir = "exports"' in params  # the user's folder, relative
-    assert "cd " + str(target) in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "cd " + str(target) in printed
+    # the command it prints starts this environment's Jupyter from a plain shell, activated .venv or not
+    jupyter = shlex.split(printed.split("&& ", 1)[1])[0]
+    assert (shutil.which(jupyter) if jupyter == "jupyter" else Path(jupyter).is_file()), printed
     (target / "workbench.ipynb").write_text("edited")
     assert main(["workbench", str(target), "--no-lab"]) == 0 and (target / "workbench.ipynb").read_text() == "edited"
     (tmp_path / "file").write_text("x")

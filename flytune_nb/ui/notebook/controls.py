@@ -228,7 +228,8 @@ class GridEditor(W.VBox):
         warn = "".join(error_html(p) + "<br>" for p in self.problems())
         when = self._estimate.describe(n) if self._estimate is not None else "estimating the time…"
         self.preview.value = warn + (
-            f"<b>{n_shapes}</b> shapes x <b>{n_dtypes}</b> dtypes = <b>{n}</b> trials after pruning"
+            f"<b>{n_shapes}</b> shape{'s' if n_shapes != 1 else ''} x <b>{n_dtypes}</b> "
+            f"dtype{'s' if n_dtypes != 1 else ''} = <b>{n}</b> trial{'s' if n != 1 else ''} after pruning"
             f"{' and the budget' if budget else ''}; {when} on {dev_name} (less where the store has them already)")
 
     def _check_in_background(self, spec, shapes, dtypes, dev) -> None:
