@@ -269,6 +269,12 @@ def _us(v) -> str:
 
 def to_markdown(a: Audit) -> str:
     n_files = len({e.file for e in a.entries})
+    if not (a.entries or a.skipped or a.fallback):
+        return "\n".join([f"# SGLang fused-MoE configs on {a.device}: audit", "",
+                          f"SGLang {a.sglang}, Triton {a.triton}, {a.dtype}; folder `{a.root}`. SGLang ships no "
+                          f"fused-MoE config file for {a.device} there (file names carry `device_name={a.device}`): "
+                          f"nothing was timed. SGLang runs its default config for every shape on this device.",
+                          ""] + [f"- no file for {label}: `{name}`" for label, name in a.missing_files]) + "\n"
     lines = [f"# SGLang fused-MoE configs on {a.device}: audit",
              "",
              f"SGLang {a.sglang}, Triton {a.triton}, {a.dtype}; folder `{a.root}`. Every entry re-timed on SGLang's "

@@ -340,6 +340,21 @@ def test_audit_reports_slower_missing_fallback_and_broken_entries(tmp_path):
     assert "pass --shape \"E=9 N=96 K=... topk=...\"" in md
 
 
+def test_an_audit_of_a_device_sglang_ships_no_file_for_says_so_and_times_nothing(tmp_path):
+    """Only another GPU's files: nothing is timed, and the report says there is no file for this device rather than
+    describing a timing that never ran."""
+    from flytune_nb.artifacts.sglang_audit import audit, to_markdown
+
+    root = tmp_path / "sglang"
+    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=NVIDIA_H200.json", {1: _entry(1)})
+    timed = []
+    a = audit(root, dtype="fp16", measure=lambda *args: timed.append(args))
+    md = to_markdown(a)
+    assert timed == [] and a.entries == []
+    assert "ships no fused-MoE config file for CPU_interpreter" in md and "nothing was timed" in md
+    assert "Timed as" not in md and "captured" not in md
+
+
 def test_audit_of_fp8_times_the_fp8_w8a8_files_only(tmp_path):
     from flytune_nb.artifacts.sglang_audit import audit
     from flytune_nb.measure.trial import Trial
