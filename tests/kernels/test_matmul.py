@@ -100,7 +100,8 @@ def _exact_partials(M, N, K, splits):
     """Operands whose every K range's dot product is exact in fp32 (small integers times a power of two), so no
     summation order inside the interpreter's numpy matmul can change a bit. Range 0 is large (multiples of 2^14), range
     2 is its exact negation, and the odd ranges carry bits finer than the large range's fp32 ulp: only a sum of the
-    partials in split order, ((P0 + P1) + P2) + P3, rounds P1 to the large range's ulp, so the result shows the order."""
+    partials in split order, ((P0 + P1) + P2) + P3, rounds P1 to the large range's ulp, so the result shows the
+    order."""
     width = K // splits
     a = torch.randint(-3, 4, (M, K)).to(torch.float16)
     w = torch.randint(-3, 4, (N, K)).to(torch.float16)
