@@ -70,6 +70,8 @@ class TunedKernel:
             return self.spec.run(inputs, config)
         except KeyError as e:
             raise UsageError(f"{self.spec.name}: missing input {e} (got {', '.join(inputs)})") from None
+        except ValueError as e:  # a kernel wrapper's own argument check (a wrong weight shape, a strided out)
+            raise UsageError(f"{self.spec.name}: {e}") from e
 
     def config_for(self, inputs: dict) -> Config:
         fast = _fast_key(inputs)
@@ -85,6 +87,7 @@ class TunedKernel:
         spec = self.spec
         shape = _shape_of(spec, inputs)
         dtype = spec.check_dtype(_dtype_of(spec, inputs))
+        _check_outputs(spec, inputs)  # once per memory key: the outputs' shapes are in it
         config, source = self._resolve(shape, dtype, inputs)
         # A default is remembered too, so the next call with this shape is a dict lookup; a later explicit tune
         # overwrites it.
@@ -179,6 +182,28 @@ def _dtype_of(spec, inputs: dict):
         if hasattr(v, "dtype") and getattr(v, "is_floating_point", lambda: False)():
             return v.dtype
     raise UsageError(f"{spec.name}: no floating-point tensor among the inputs to take the dtype from")
+
+
+def _check_outputs(spec, inputs: dict) -> None:
+    """Every declared output the call passes (``spec.outputs``, e.g. ``out``) has the shape the kernel writes there,
+    which is the shape of its reference's result, run on meta tensors (no data, no compute). A smaller buffer would be
+    written past its end (memory corruption on a GPU; a crash in the interpreter), a larger one left partly unwritten.
+    A reference that cannot run on meta tensors vouches for nothing and the call goes on unchecked."""
+    given = [n for n in spec.outputs if isinstance(inputs.get(n), torch.Tensor)]
+    if not given or spec.reference is None:
+        return
+    try:
+        meta = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in inputs.items() if k not in given}
+        result = spec.reference(meta)
+    except Exception:  # noqa: BLE001 - an unchecked call is what it was before; the kernel's own checks still run
+        return
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for name, want in zip(spec.outputs, results):
+        got = inputs.get(name)
+        if name in given and isinstance(want, torch.Tensor) and tuple(got.shape) != tuple(want.shape):
+            raise UsageError(f"{spec.name}: {name} has shape {tuple(got.shape)}, but the kernel writes "
+                             f"{tuple(want.shape)} there; pass a tensor of that shape, or omit {name} to get a "
+                             f"new one")
 
 
 def _shape_of(spec, inputs: dict) -> dict:

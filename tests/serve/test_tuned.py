@@ -8,6 +8,7 @@ import torch
 import flytune_nb.serve.tuned as tuner_mod
 from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
+from flytune_nb.measure.correctness import compare
 from flytune_nb.measure.timer import CpuTimer
 from flytune_nb.serve.disk_cache import DiskCache
 from flytune_nb.serve.tuned import TunedKernel, tuned
@@ -149,6 +150,40 @@ def test_bad_call_inputs_are_one_clear_message(spec, dev, tmp_path):
                                                                                                  dtype=torch.int32))
     with pytest.raises(ValueError, match="cannot read the shape.*ZeroDivisionError"):
         op(x=torch.randn(4, 0), weight=torch.randn(0))
+
+
+@pytest.mark.parametrize("kernel,inputs", [
+    ("rmsnorm", lambda: {"x": torch.randn(8, 64), "weight": torch.randn(64)}),
+    ("softmax", lambda: {"x": torch.randn(8, 64)}),
+    ("matmul", lambda: {"a": torch.randn(4, 64, dtype=torch.float16), "w": torch.randn(32, 64, dtype=torch.float16)}),
+])
+def test_an_out_of_another_shape_is_refused_before_anything_is_written(kernel, inputs, dev, tmp_path):
+    """A smaller out would be written past its end (the interpreter crashed the process on it; a GPU corrupts
+    memory), a larger one left partly unwritten: both are one clear message, the buffer untouched; the right shape
+    gets the kernel's result, equal to the reference."""
+    from flytune_nb.errors import FlytuneError
+
+    spec = get_kernel(kernel)
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    args = inputs()
+    right = spec.reference(args)
+    for rows in (right.shape[0] // 2, right.shape[0] * 2):
+        out = torch.full((rows, right.shape[1]), 7.0, dtype=next(iter(args.values())).dtype)
+        with pytest.raises(FlytuneError, match=rf"out has shape \({rows}, {right.shape[1]}\), but the kernel writes "
+                                               rf"\({right.shape[0]}, {right.shape[1]}\)"):
+            op(**args, out=out)
+        assert (out == 7.0).all()
+    out = torch.empty(tuple(right.shape), dtype=next(iter(args.values())).dtype)
+    got = op(**args, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    assert compare(out, right, spec.tol("fp16")).ok
+
+
+def test_a_kernel_wrappers_own_argument_check_is_a_flytune_error(spec, dev, tmp_path):
+    from flytune_nb.errors import FlytuneError
+
+    with pytest.raises(FlytuneError, match=r"rmsnorm: weight must have shape \(64,\), got \(32,\)"):
+        TunedKernel(spec, device=dev, cache_dir=tmp_path)(x=torch.randn(4, 64), weight=torch.randn(32))
 
 
 def test_autotune_asked_later_in_the_session_searches_past_a_remembered_default(spec, dev, tmp_path, monkeypatch,
