@@ -289,6 +289,13 @@ class Store:
             df = pd.concat([df, axes], axis=1)
         return df
 
+    def kernels(self) -> list[str]:
+        """The kernels this store has trials of, by name."""
+        if not self.has_table("trials"):
+            return []
+        with self._lock:
+            return sorted(r[0] for r in self._db.execute("SELECT DISTINCT kernel FROM trials"))
+
     def has_table(self, table: str) -> bool:
         with self._lock:
             return self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",

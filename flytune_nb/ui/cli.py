@@ -438,6 +438,17 @@ def cmd_census(args) -> int:
     return 1 if failed else 0
 
 
+def _known_name(name: str, known: list[str], none_of: str, listed: str = "there") -> None:
+    """UsageError ``"<none_of> 'rmsnrm' (there: a, b); did you mean 'rmsnorm'?"`` unless ``name`` is in ``known``."""
+    import difflib
+
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, known, n=1)
+    raise UsageError(f"{none_of} {name!r} ({listed}: {', '.join(known) or 'none'})"
+                     + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
 def cmd_export(args) -> int:
     from flytune_nb.artifacts.export import export
     from flytune_nb.serve.lookup import config_dir
@@ -447,14 +458,17 @@ def cmd_export(args) -> int:
 
     store = Store(args.db, readonly=True)  # StoreError "no results store at ..." when it is missing
     try:
+        if args.kernel:
+            _known_name(args.kernel, store.kernels(), f"{args.db} has no trials of")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             written = export(store, args.out or config_dir(), kernel=args.kernel, paths=args.path,
                              replace_stale=args.replace_stale)
     finally:
         store.close()
-        for w in locals().get("caught", []):
-            print(f"warning: {w.message}", file=sys.stderr)
+        # export checks every file's merge before it writes any, so a merge's warning comes twice: print it once
+        for message in dict.fromkeys(str(w.message) for w in locals().get("caught", [])):
+            print(f"warning: {message}", file=sys.stderr)
     if not written:
         print(f"flytune: nothing to export from {args.db} (no passing trials"
               f"{' for ' + args.kernel if args.kernel else ''})")
@@ -523,6 +537,8 @@ def cmd_check(args) -> int:
     directory = Path(args.dir) if args.dir else config_dir()
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a folder")
+    for name in args.kernel or ():  # a misspelt --kernel would check nothing and pass a CI gate
+        _known_name(name, sorted(d.name for d in directory.iterdir() if d.is_dir()), f"{directory} has no exports of")
     dev = current_device()
     floor = MIN_DELTA_US if args.min_delta_us is None else args.min_delta_us
     if not floor >= 0 or floor == float("inf"):
@@ -605,6 +621,10 @@ def cmd_cache(args) -> int:
     root = default_dir()
     kdirs = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
     if args.kernel is not None:
+        from flytune_nb.core.registry import discover
+
+        _known_name(args.kernel, sorted({d.name for d in kdirs} | set(discover())), "no kernel named",
+                    "known")
         kdirs = [d for d in kdirs if d.name == args.kernel]
     counts = {d.name: len(list(d.glob("*.json"))) for d in kdirs}
     if args.clear:

@@ -1,3 +1,4 @@
+import json
 import pytest
 
 from flytune_nb.ui.cli import main
@@ -181,6 +182,42 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "(source: default" in captured.out and "warning: no config file" in captured.err
     assert main(["export", "--db", str(tmp_path / "missing.db")]) == 2
+
+
+def test_a_misspelt_kernel_is_one_error_not_an_empty_pass(swept, tmp_path, capsys, monkeypatch):
+    """check --kernel rmsnrm would check nothing and exit 0 (a CI gate that always passes); export and cache would
+    say there is nothing for it. Each names what is there and the near name, exit 2, and writes nothing."""
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("FLYTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    for argv, said in ((["check", str(out), "--kernel", "rmsnrm"], f"{out} has no exports of 'rmsnrm' (there: rmsnorm)"),
+                       (["export", "--db", str(swept.path), "--out", str(tmp_path / "ex2"), "--kernel", "rmsnrm"],
+                        "has no trials of 'rmsnrm' (there: rmsnorm)"),
+                       (["cache", "--clear", "--kernel", "rmsnrm"], "no kernel named 'rmsnrm' (known: ")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err and "did you mean 'rmsnorm'?" in err, err
+    assert not (tmp_path / "ex2").exists()
+
+
+def test_an_export_warning_is_printed_once(swept, tmp_path, capsys):
+    """Export checks every file's merge before writing any, so the merge's --replace-stale warning is raised twice;
+    the CLI prints it once."""
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    path = next(out.rglob("*.json"))
+    table = json.loads(path.read_text())
+    prov_path = path.parent / "provenance.json"
+    prov = json.loads(prov_path.read_text())
+    table["1024"] = table[next(iter(table))]
+    prov[path.name]["1024"] = {**prov[path.name][next(iter(prov[path.name]))], "source": "0" * 16}
+    path.write_text(json.dumps(table))
+    prov_path.write_text(json.dumps(prov))
+    capsys.readouterr()
+    assert main(["export", "--db", str(swept.path), "--out", str(out), "--replace-stale"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("--replace-stale drops batch sizes 1024") == 1, err
 
 
 
