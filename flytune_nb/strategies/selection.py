@@ -141,8 +141,10 @@ class Selection:
         if d is None:
             return self.reason
         if self.chose_default:
+            # a candidate that lost its lead once re-timed is slower, not "inside the band"
+            where = f", inside the {d.band:.1%} band" if d.margin >= 0 else ""
             return (f"default kept: re-timed over {self.repeats} rounds, the best candidate takes "
-                    f"{_less_or_more(d.margin)} than the default, inside the {d.band:.1%} band")
+                    f"{_less_or_more(d.margin)} than the default{where}")
         return (f"re-timed over {self.repeats} rounds: {d.margin:.1%} less time than the default "
                 f"({1 / d.median:.2f}x), beyond the {d.band:.1%} band")
 

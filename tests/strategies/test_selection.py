@@ -114,6 +114,17 @@ def test_the_rule_on_constructed_timings():
     assert sel.winner == b and sel.summary()["margin"] == pytest.approx(0.2) and sel.summary()["repeats"] == 5
 
 
+def test_the_kept_defaults_line_says_what_the_re_timing_showed():
+    """Kept because the best candidate is within the band: the line names the band. Kept because the candidate is
+    slower once re-timed: the line says how much slower and claims no band."""
+    rule = Rule(rounds=5)
+    d, a = _c(1), _c(2)
+    near = decide(d, [a], {d: [1.0] * 5, a: [0.985] * 5}, rule).line()
+    assert "1.5% less time than the default, inside the 2.0% band" in near, near
+    slower = decide(d, [a], {d: [1.0] * 5, a: [1.16] * 5}, rule).line()
+    assert "16.0% more time than the default" in slower and "band" not in slower, slower
+
+
 def test_failures_when_re_timed():
     rule = Rule(rounds=3)
     d, a, b = _c(1), _c(2), _c(3)
