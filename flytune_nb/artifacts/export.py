@@ -117,7 +117,8 @@ def _merge(entry: dict, table: dict, old_prov: dict, replace_stale: bool = False
         raise ArtifactError(
             f"{entry['path'].name}: batch sizes {', '.join(left)} there were tuned for another kernel source, "
             f"toolchain or timing mode (source {old.get('source')}, timing {old.get('timing') or 'events'}) than "
-            f"this export (source {next(iter(version))[0]}), which covers only {', '.join(sorted(covered, key=int))}; "
+            f"this export (source {next(iter(version))[0]}, timing {next(iter(version))[2]}), which covers only "
+            f"{', '.join(sorted(covered, key=int))}; "
             f"a file never mixes the two. Sweep every batch size of the file again (--grid \"M={','.join(sorted(set(left) | covered, key=int))} ...\"), "
             f"or pass --replace-stale to drop the old entries.")
     if left and replace_stale:

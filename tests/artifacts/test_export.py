@@ -178,7 +178,8 @@ def test_export_never_mixes_kernel_source_versions(tmp_path, capsys):
     edited = dataclasses.replace(get_kernel("rmsnorm"), fingerprint="edited-source")
     Sweep(edited, "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
     with pytest.warns(ArtifactWarning) as caught, \
-            pytest.raises(artifacts.ArtifactError, match=r'never mixes.*--grid "M=1,4 \.\.\."'):
+            pytest.raises(artifacts.ArtifactError, match=r'\(source edited-source, timing events\).*never mixes.*'
+                                                        r'--grid "M=1,4 \.\.\."'):
         export(Store(db), out)
     assert {"older source of the kernel" in str(w.message) for w in caught} == {True, False}  # and the left-out M=1
     assert (path.read_text(), (path.parent / "provenance.json").read_text()) == before
