@@ -399,14 +399,7 @@ def cmd_census(args) -> int:
         bar.refresh()
 
     if args.csv:  # checked before minutes of compiling, not after
-        from pathlib import Path
-
-        csv_path = Path(args.csv).expanduser()
-        if csv_path.is_dir():
-            raise UsageError(f"--csv {args.csv} is a folder; name a file in it")
-        if not csv_path.resolve().parent.is_dir():
-            raise UsageError(f"--csv {args.csv}: no folder {csv_path.resolve().parent}")
-        args.csv = str(csv_path)
+        args.csv = _report_path("--csv", args.csv)
     census = Census(args.kernel, args.grid, args.dtype, target=args.target, paths=args.path,
                     jobs=args.jobs, every=args.every, sample=args.sample, limit=args.limit,
                     configs=_configs(args.config), timeout=args.timeout, progress=progress,
@@ -436,6 +429,19 @@ def cmd_census(args) -> int:
         print(f"\n{failed} of the configs did not compile, or compiled to what no {census.device.name} launches "
               f"(the errors above)")
     return 1 if failed else 0
+
+
+def _report_path(option: str, value: str) -> str:
+    """A report file an option names, checked before the work whose result it holds (minutes of compiling or
+    timing would otherwise end in an errno and lose the rows): not a folder, and in a folder that exists."""
+    from pathlib import Path
+
+    path = Path(value).expanduser()
+    if path.is_dir():
+        raise UsageError(f"{option} {value} is a folder; name a file in it")
+    if not path.resolve().parent.is_dir():
+        raise UsageError(f"{option} {value}: no folder {path.resolve().parent}")
+    return str(path)
 
 
 def _known_name(name: str, known: list[str], none_of: str, listed: str = "there") -> None:
@@ -537,6 +543,8 @@ def cmd_check(args) -> int:
     directory = Path(args.dir) if args.dir else config_dir()
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a folder")
+    args.json = args.json and _report_path("--json", args.json)
+    args.md = args.md and _report_path("--md", args.md)
     for name in args.kernel or ():  # a misspelt --kernel would check nothing and pass a CI gate
         _known_name(name, sorted(d.name for d in directory.iterdir() if d.is_dir()), f"{directory} has no exports of")
     dev = current_device()
@@ -682,6 +690,8 @@ def cmd_audit_sglang(args) -> int:
         print(f"  {e.status:6} {e.file} M={e.M}: shipped {e.shipped_us or float('nan'):.1f} us, default "
               f"{e.default_us or float('nan'):.1f} us", flush=True)
 
+    args.md = _report_path("--md", args.md)
+    args.json = args.json and _report_path("--json", args.json)
     result = audit(args.dir, shapes=_audit_shapes(args.shape), dtype=args.dtype, search=args.search or 0,
                    listener=progress, timing=args.timing)
     md = to_markdown(result)

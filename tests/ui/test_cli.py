@@ -201,6 +201,16 @@ def test_a_misspelt_kernel_is_one_error_not_an_empty_pass(swept, tmp_path, capsy
     assert not (tmp_path / "ex2").exists()
 
 
+@pytest.mark.parametrize("option", ["--json", "--md"])
+def test_a_check_report_path_without_its_folder_is_refused_before_any_timing(option, swept, tmp_path, capsys):
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["check", str(out), option, str(tmp_path / "no" / "such" / "r.txt")]) == 2
+    captured = capsys.readouterr()
+    assert f"{option} {tmp_path / 'no' / 'such' / 'r.txt'}: no folder" in captured.err and captured.out == ""
+
+
 def test_an_export_warning_is_printed_once(swept, tmp_path, capsys):
     """Export checks every file's merge before writing any, so the merge's --replace-stale warning is raised twice;
     the CLI prints it once."""
