@@ -151,10 +151,21 @@ LOOKUP = Lookup()
 
 
 def lookup(spec, shape: dict, dtype: str, *, device=None, directory=None) -> tuple[Config, str]:
-    """(config, "artifact" | "default") for one call. ``device``: a DeviceInfo (default: the current one)."""
+    """(config, "artifact" | "default") for one call. ``spec``: a KernelSpec or a kernel's name; ``device``: a
+    DeviceInfo or a named target ("h200", "mi300x"; default: the current device). A shape without one of the kernel's
+    axes, with a non-integer or non-positive size, or an unknown dtype is one SpecError / UsageError."""
     from flytune_nb.core.device import current_device
 
+    if isinstance(spec, str):
+        from flytune_nb.core.registry import get_kernel
+
+        spec = get_kernel(spec)
+    if isinstance(device, str):
+        from flytune_nb.core.targets import get_target
+
+        device = get_target(device).device()
     device = device or current_device()
+    shape, dtype = spec.check_shape(shape), spec.check_dtype(dtype)
     found = LOOKUP(spec, shape, dtype, device, directory)
     if found is not None:
         return found, "artifact"

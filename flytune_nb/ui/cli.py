@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 
 from flytune_nb.core.shapes import grid_size_text, shape_text
@@ -213,8 +214,6 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         # `flytune census ... | head`: the reader stopped reading. What is stored stays; the exit status is the
         # shell's for a writer whose reader left (128 + SIGPIPE), as `yes | head` gives
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would raise again
         return EXIT_PIPE
     except (RunError, OSError) as e:
@@ -506,6 +505,8 @@ def cmd_lookup(args) -> int:
     from flytune_nb.serve.lookup import lookup
     from flytune_nb.core.registry import get_kernel
 
+    if args.dir and not os.path.isdir(args.dir):  # else every lookup "falls back to the default", silently wrong
+        raise UsageError(f"--dir {args.dir} is not a folder")
     spec = get_kernel(args.kernel, args.path)
     shapes = parse_grid(" ".join(args.shape), spec.axes)
     if len(shapes) != 1:

@@ -82,6 +82,21 @@ def test_only_configs_that_passed_are_exported(tmp_path, dev):
     assert {v["MODE"] for v in json.loads(path.read_text()).values()} == {0}
 
 
+def test_lookup_takes_a_kernel_name_and_refuses_a_bad_shape_or_dtype_in_one_message(swept, tmp_path):
+    from flytune_nb.errors import FlytuneError
+
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    by_name = lookup("rmsnorm", {"M": 4, "N": 256}, "float32", directory=out)
+    assert by_name == lookup(get_kernel("rmsnorm"), {"M": 4, "N": 256}, "fp32", directory=out)
+    assert by_name[1] == "artifact"
+    for shape, dtype, said in (({"M": 4}, "fp32", r"missing \['N'\]"), ({"M": "4", "N": 256}, "fp32", "positive integer"),
+                               ({"M": -4, "N": 256}, "fp32", "positive integer"), ([4, 256], "fp32", "a mapping"),
+                               ({"M": 4, "N": 256}, "bfloat", "unknown dtype 'bfloat'")):
+        with pytest.raises(FlytuneError, match=said):
+            lookup("rmsnorm", shape, dtype, directory=out)
+
+
 def test_export_lookup_tuned_launch_round_trip(swept, tmp_path, dev):
     out = tmp_path / "exports"
     [path] = export(swept, out)

@@ -182,6 +182,8 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "(source: default" in captured.out and "warning: no config file" in captured.err
     assert main(["export", "--db", str(tmp_path / "missing.db")]) == 2
+    assert main(["lookup", "rmsnorm", "M=5", "N=256", "--dir", str(tmp_path / "nowhere")]) == 2
+    assert f"--dir {tmp_path / 'nowhere'} is not a folder" in capsys.readouterr().err
 
 
 def test_a_misspelt_kernel_is_one_error_not_an_empty_pass(swept, tmp_path, capsys, monkeypatch):
