@@ -220,5 +220,9 @@ def tuned(kernel, **kwargs) -> TunedKernel:
     """``tuned("rmsnorm")`` or ``tuned(spec)``; kwargs as for TunedKernel."""
     from flytune_nb.core.registry import get_kernel
 
+    from flytune_nb.core.spec import KernelSpec
+
     spec = get_kernel(kernel) if isinstance(kernel, str) else kernel
+    if not isinstance(spec, KernelSpec):
+        raise UsageError(f"tuned() takes a kernel's name or its KernelSpec, got {type(kernel).__name__} {kernel!r}")
     return TunedKernel(spec, **kwargs)

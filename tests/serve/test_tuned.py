@@ -179,6 +179,14 @@ def test_an_out_of_another_shape_is_refused_before_anything_is_written(kernel, i
     assert compare(out, right, spec.tol("fp16")).ok
 
 
+def test_tuned_of_something_that_is_not_a_kernel_is_one_message():
+    from flytune_nb.errors import FlytuneError
+
+    for thing in (42, None):
+        with pytest.raises(FlytuneError, match="takes a kernel's name or its KernelSpec"):
+            tuned(thing)
+
+
 def test_a_kernel_wrappers_own_argument_check_is_a_flytune_error(spec, dev, tmp_path):
     from flytune_nb.errors import FlytuneError
 
