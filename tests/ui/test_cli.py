@@ -193,7 +193,7 @@ def test_a_misspelt_kernel_is_one_error_not_an_empty_pass(swept, tmp_path, capsy
     assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
     capsys.readouterr()
     monkeypatch.setenv("FLYTUNE_CACHE_DIR", str(tmp_path / "cache"))
-    for argv, said in ((["check", str(out), "--kernel", "rmsnrm"], f"{out} has no exports of 'rmsnrm' (there: rmsnorm)"),
+    for argv, said in ((["check", str(out), "--kernel", "rmsnrm"], f"{out} has no exports of, and no kernel is named, 'rmsnrm' (there: rmsnorm)"),
                        (["export", "--db", str(swept.path), "--out", str(tmp_path / "ex2"), "--kernel", "rmsnrm"],
                         "has no trials of 'rmsnrm' (there: rmsnorm)"),
                        (["cache", "--clear", "--kernel", "rmsnrm"], "no kernel named 'rmsnrm' (known: ")):
