@@ -1,9 +1,11 @@
 """Called as a serving user calls them, do our kernels match torch, and how close is their heuristic default to a small search on unswept model shapes?
 
 Against cuBLAS for GEMM, the better of eager and static torch.compile for the row kernels. The numbers the kernel targets are stated in, measured side by side in one run on one GPU. Each of our kernels is called through ``flytune_nb.tuned(...)`` (the committed export when lookup finds one, else the
-heuristic default; the ``source`` column says which) and timed with Triton's own timers, independent of flytune's:
-``do_bench_cudagraph`` (graph replay, as a serving engine runs decode: no L2 flush between calls) and ``do_bench``'s
-method (events, L2 flushed between calls; with a GPU spin that keeps the host's launch time out: Timers.flushed).
+heuristic default; the ``source`` column says which) and timed with Triton's own methods, independent of flytune's
+timer: ``do_bench_cudagraph``'s (graph replay, as a serving engine runs decode: no L2 flush between calls) and
+``do_bench``'s (events, L2 flushed between calls; with a GPU spin that keeps the host's launch time out). Every side
+of a comparison (ours, cuBLAS or eager and torch.compile, the heuristic default) is timed side by side, the reps
+alternated (Timers.graph_each, Timers.flushed_each), so the GPU's clock state falls on all sides alike.
 Every output is checked against the fp64 reference once.
 
 - gemm: matmul vs cuBLAS (``a @ w.T``) at M in 1..4096 on the committed (N, K) = (4096, 4096), (14336, 4096) and
@@ -76,17 +78,65 @@ class Timers:
 
         return float(triton.testing.do_bench_cudagraph(fn, rep=rep or self.rep, return_mode="median"))
 
+    def graph_each(self, fns: dict, rep: float | None = None) -> dict:
+        """Median ms per call of each callable under CUDA-graph replay, timed side by side: do_bench_cudagraph's
+        method (a graph of back-to-back calls, replayed; events around each replay) with the sides' replays
+        alternated, 20 each of about rep/2 ms, in ABBA order. Timed one after another instead, each side ran in
+        whatever state the GPU was left in by the side before it: a GEMM timed straight after cuBLAS's 200 ms of
+        back-to-back replays started from a power-limited clock (benchmarks/timing_order.py measures how much
+        that moves a ratio)."""
+        if not self.gpu:
+            return {name: self._cpu.measure(fn).p50 for name, fn in fns.items()}
+        import statistics
+
+        import torch
+
+        rep = rep or self.rep
+        stream = torch.cuda.Stream()
+        graphs, runs, got = {}, {}, {name: [] for name in fns}
+        with torch.cuda.stream(stream):
+            for name, fn in fns.items():
+                fn()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(5):
+                    fn()
+                end.record()
+                torch.cuda.synchronize()
+                runs[name] = max(1, int(rep / 2 / max(start.elapsed_time(end) / 5, 1e-4)))
+                graphs[name] = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graphs[name]):
+                    for _ in range(runs[name]):
+                        fn()
+                torch.cuda.synchronize()
+            names = list(fns)
+            for i in range(20):
+                for name in (names if i % 2 == 0 else names[::-1]):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    graphs[name].replay()
+                    end.record()
+                    end.synchronize()
+                    got[name].append(start.elapsed_time(end) / runs[name])
+        del graphs
+        return {name: float(statistics.median(v)) for name, v in got.items()}
+
     def flushed(self, fn, between=None) -> float:
-        """triton.testing.do_bench's method (a 256 MB buffer zeroed before each rep, events around the call alone,
-        the median) with one change: each rep's start event waits behind a GPU spin of four times the host's
-        slowest enqueue of ``fn`` seen in the warm-up, at least 200 us. do_bench relies on its flush (~70 us of writes on an H200) to
-        outlast the host's launch; a Python launcher that sometimes takes longer leaves the GPU idle inside the
-        measured interval, and the same config then read 25 and 54 us in one run (TMA descriptors are built on the
-        host each call). The spin keeps host time out of the kernel's time, for ours and torch's alike.
+        """flushed_each of one callable."""
+        return self.flushed_each({"fn": fn}, between)["fn"]
+
+    def flushed_each(self, fns: dict, between=None) -> dict:
+        """Median ms of each callable, triton.testing.do_bench's method (a 256 MB buffer zeroed before each rep,
+        events around the call alone) with two changes. Each rep's start event waits behind a GPU spin of four times
+        the host's slowest enqueue seen in the warm-up (of any side), at least 200 us: do_bench relies on its flush
+        (~70 us of writes on an H200) to outlast the host's launch, and a Python launcher that sometimes takes longer
+        leaves the GPU idle inside the measured interval (the same config read 25 and 54 us in one run: TMA
+        descriptors are built on the host each call). And the sides' reps alternate (ABBA), so each side's reps
+        follow the same mix of work and the GPU's clock state falls on all alike (see graph_each).
         ``between(cache)``, if given, replaces the zeroing (benchmarks/gemm_flush_gap.py varies what a rep starts
         from)."""
         if not self.gpu:
-            return self._cpu.measure(fn).p50
+            return {name: self._cpu.measure(fn).p50 for name, fn in fns.items()}
         import statistics
         import time
 
@@ -95,18 +145,19 @@ class Timers:
         from flytune_nb._compat.torch import gpu_sleep
 
         cache = torch.empty(int(256e6 // 4), dtype=torch.int32, device="cuda")
-        host = 0.0
+        host, est_ms = 0.0, 0.0
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         between = between or (lambda buf: buf.zero_())
-        for i in range(8):
-            between(cache)
-            start.record()
-            t0 = time.perf_counter()
-            fn()
-            host = max(host, time.perf_counter() - t0) if i else 0.0  # the first call may compile
-            end.record()
-            end.synchronize()
-        est_ms = max(start.elapsed_time(end), 1e-3)
+        for fn in fns.values():
+            for i in range(8):
+                between(cache)
+                start.record()
+                t0 = time.perf_counter()
+                fn()
+                host = max(host, time.perf_counter() - t0) if i else host  # the first call may compile
+                end.record()
+                end.synchronize()
+            est_ms += max(start.elapsed_time(end), 1e-3)
         # with twice that enqueue (+20 us) one config read 97 and 65 us in one run (M=256, N=14336): now and then
         # an enqueue slower than the warm-up's outlasted the spin
         spin_us = min(2000.0, max(200.0, 4e6 * host))
@@ -118,17 +169,20 @@ class Timers:
             end.synchronize()
             self._cycles_us = 200_000 / max(start.elapsed_time(end) * 1e3, 1e-3)
         cycles = int(spin_us * self._cycles_us)
-        reps = max(10, min(1000, int(self.rep / (est_ms + 0.075 + spin_us * 1e-3))))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        per_rep = est_ms / len(fns) + 0.075 + spin_us * 1e-3
+        reps = max(10, min(1000, int(self.rep / per_rep)))
+        names = list(fns)
+        events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                         for _ in range(reps)] for name in names}
         for i in range(reps):
-            between(cache)
-            gpu_sleep(cycles)
-            starts[i].record()
-            fn()
-            ends[i].record()
+            for name in (names if i % 2 == 0 else names[::-1]):
+                between(cache)
+                gpu_sleep(cycles)
+                events[name][i][0].record()
+                fns[name]()
+                events[name][i][1].record()
         torch.cuda.synchronize()
-        return float(statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)))
+        return {name: float(statistics.median(s.elapsed_time(e) for s, e in events[name])) for name in names}
 
 
 def _correct(spec, inputs, fn) -> bool:
@@ -231,14 +285,13 @@ def _gemm_row(spec, op, shape, group, dev, timers, compiles) -> dict:
     row = {"shape": shape, "group": group, "config": str(op.config_for(inputs)),
            "source": SOURCES.get(("matmul", tuple(shape.items())), op.last_source),
            "correct": ok}
-    ours(), theirs()
-    row.update(ours_graph=timers.graph(ours), cublas_graph=timers.graph(theirs), ours_flushed=timers.flushed(ours),
-               cublas_flushed=timers.flushed(theirs))
+    sides = {"ours": ours, "cublas": theirs}
     if row["source"] == "artifact":  # an export (swept before this kernel version): the heuristic's pick beside it
         default = spec.default(shape, DTYPE, dev)
-        mine = lambda: spec.run(inputs, default)  # noqa: E731
-        row.update(default=str(default), default_correct=_correct(spec, inputs, lambda i: spec.run(i, default)),
-                   default_graph=timers.graph(mine), default_flushed=timers.flushed(mine))
+        sides["default"] = lambda: spec.run(inputs, default)  # noqa: E731
+        row.update(default=str(default), default_correct=_correct(spec, inputs, lambda i: spec.run(i, default)))
+    for mode, times in (("graph", timers.graph_each(sides)), ("flushed", timers.flushed_each(sides))):
+        row.update({f"{side}_{mode}": t for side, t in times.items()})
     print(f"gemm {shape}: graph {row['cublas_graph'] / row['ours_graph']:.2f}x, flushed "
           f"{row['cublas_flushed'] / row['ours_flushed']:.2f}x ({row['source']}) {'' if ok else 'WRONG'}",
           flush=True)
@@ -309,21 +362,22 @@ def _row(kernel, spec, op, shape, dev, timers, compiles) -> dict:
     call = {k: v for k, v in inputs.items()}
     ours = lambda: op(**call)  # noqa: E731
     ok = _correct(spec, inputs, lambda i: op(**i))
-    eager = timers.graph(lambda: spec.baseline(inputs))
     compiled_fn = static_compiled(spec.baseline) if dev.is_gpu else spec.baseline
     for _ in range(3):
         compiled_fn(inputs)
-    compiled = timers.graph(lambda: compiled_fn(inputs))
-    mine = timers.graph(ours)
-    row = {"kernel": kernel, "shape": shape, "config": str(op.config_for(call)),
-           "source": SOURCES.get((kernel, tuple(shape.items())), op.last_source),
+    sides = {"ours": ours, "eager": lambda: spec.baseline(inputs), "compile": lambda: compiled_fn(inputs)}
+    source = SOURCES.get((kernel, tuple(shape.items())), op.last_source)
+    if source == "artifact":  # an export swept before this kernel version: the heuristic's pick beside it
+        default = spec.default(shape, DTYPE, dev)
+        sides["default"] = lambda: spec.run(inputs, default)  # noqa: E731
+    times = timers.graph_each(sides)
+    eager, compiled, mine = times["eager"], times["compile"], times["ours"]
+    row = {"kernel": kernel, "shape": shape, "config": str(op.config_for(call)), "source": source,
            "correct": ok, "ours_graph": mine, "eager_graph": eager, "compile_graph": compiled,
            "speedup": min(eager, compiled) / mine, "bytes": spec.bytes(shape, DTYPE)}
-    if row["source"] == "artifact":  # an export swept before this kernel version: the heuristic's pick beside it
-        default = spec.default(shape, DTYPE, dev)
-        t = timers.graph(lambda: spec.run(inputs, default))
+    if source == "artifact":
         row.update(default=str(default), default_correct=_correct(spec, inputs, lambda i: spec.run(i, default)),
-                   default_graph=t, default_speedup=min(eager, compiled) / t)
+                   default_graph=times["default"], default_speedup=min(eager, compiled) / times["default"])
     print(f"{kernel} {shape}: {row['speedup']:.2f}x the better of eager/compile ({row['source']}) "
           f"{'' if ok else 'WRONG'}", flush=True)
     return row
@@ -358,16 +412,17 @@ def run_regret(dev, timers, compiles, smoke: bool, limit: int) -> dict:
     for kernel, spec, shape, cands in plan:
         compiles.wait(kernel, shape)
         inputs = spec.make_inputs(shape, DTYPE, dev)
-        times = {}
+        times, runnable = {}, {}
         for c in cands:
             try:
-                if not _correct(spec, inputs, lambda i, c=c: spec.run(i, c)):
+                if _correct(spec, inputs, lambda i, c=c: spec.run(i, c)):
+                    runnable[str(c)] = lambda c=c: spec.run(inputs, c)
+                else:
                     times[str(c)] = math.inf
-                    continue
-                times[str(c)] = timers.graph(lambda c=c: spec.run(inputs, c), rep=5)
             except Exception as e:  # noqa: BLE001 - a candidate that fails is a data point, the default's is a loss
                 times[str(c)] = math.inf
                 print(f"  {kernel} {shape} {c}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+        times.update(timers.graph_each(runnable, rep=5) if runnable else {})
         default = str(cands[0])
         best = min(times, key=times.get)
         regret = times[default] / times[best] if math.isfinite(times[best]) else math.nan
@@ -388,9 +443,9 @@ def run_regret(dev, timers, compiles, smoke: bool, limit: int) -> dict:
 
 def markdown(env, res, wall_s: float, smoke: bool) -> str:
     lines = [f"# Serving calls vs torch{' (smoke: tiny shapes, interpreter timings)' if smoke else ''}",
-             f"{env_line(env)}. bf16. Ours through flytune_nb.tuned. Medians of Triton's "
-             "do_bench_cudagraph (graph) and do_bench's method behind a GPU spin (L2 flushed), us; ratios are "
-             "torch's time over ours; source: "
+             f"{env_line(env)}. bf16. Ours through flytune_nb.tuned. Medians of do_bench_cudagraph's method "
+             "(graph) and do_bench's method behind a GPU spin (L2 flushed), us, every side of a row timed side by "
+             "side (reps alternated); ratios are torch's time over ours; source: "
              f"where tuned() found the config (artifact: a committed export; default: the heuristic). "
              f"{wall_s:.0f} s.", ""]
     if "gemm" in res:
