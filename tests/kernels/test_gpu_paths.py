@@ -102,6 +102,25 @@ def test_the_swapped_operand_decode_tiles_pass(shape, dtype, dev):
     assert failures == [] and _locks_are_zero()
 
 
+@pytest.mark.parametrize("shape,dtype", [({"M": 256, "N": 11008, "K": 4096}, "bf16"),
+                                         ({"M": 300, "N": 200, "K": 328}, "fp16"),
+                                         ({"M": 1000, "N": 6144, "K": 4096}, "bf16")])
+def test_direct_store_tiles_pass(shape, dtype, dev):
+    """DIRECT_STORE (the output tile stored from registers, masked at M and N, instead of a clipped TMA store): two
+    128x128 or 64x128 tiles a SM on TMA=1, a split of them, and persistent 128x256 / 128x128 tiles on deeper
+    pipelines, on a ragged shape too (M=300, N=200, K=328: edge tiles in both directions), against the fp64
+    reference."""
+    spec = get_kernel("matmul")
+    sample = [Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": tma,
+                      "DIRECT_STORE": 1, **extra}, num_warps=warps, num_stages=stages)
+              for bm, bn, tma, warps, stages, extra in ((128, 128, 1, 4, 3, {}), (64, 128, 1, 4, 4, {}),
+                                                        (128, 128, 1, 4, 3, {"SPLIT_K": 2}),
+                                                        (128, 256, 2, 8, 4, {}), (128, 128, 2, 4, 6, {}))]
+    failures = [(str(x), t.status, t.reason) for x in sample
+                for t in [evaluate(spec, shape, dtype, x, dev, _timer(dev))] if not t.ok]
+    assert failures == [] and _locks_are_zero()
+
+
 @pytest.mark.parametrize("config", [
     Config({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "SPLIT_K": 8},
            num_warps=4, num_stages=4),

@@ -43,15 +43,17 @@ def test_every_tile_form_is_correct(shape, dtype, dev, cpu_timer):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-@pytest.mark.parametrize("tma", [1, 2])
-def test_tma_paths_are_correct(tma, dtype, dev, cpu_timer):
+@pytest.mark.parametrize("tma,extra", [(1, {}), (2, {}), (1, {"DIRECT_STORE": 1}), (2, {"DIRECT_STORE": 1}),
+                                       (1, {"DIRECT_STORE": 1, "SPLIT_K": 3})])
+def test_tma_paths_are_correct(tma, extra, dtype, dev, cpu_timer):
     """The TMA paths (descriptor loads, zero-filled edges, clipped stores; TMA=2 persistent, walking the tiles in
-    steps of the program count: 2 programs on this CPU) on ragged M, N and K, each against the fp64 reference."""
+    steps of the program count: 2 programs on this CPU; DIRECT_STORE's masked register stores, a split's too) on
+    ragged M, N and K, each against the fp64 reference (the trial poisons the output: an unwritten edge fails)."""
     spec = get_kernel("matmul")
     for shape in ({"M": 37, "N": 100, "K": 72}, {"M": 130, "N": 48, "K": 64}):
         for bm, bn, bk in ((16, 32, 32), (32, 64, 64)):
-            cfg = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 2, "TMA": tma},
-                         num_warps=4, num_stages=3)
+            cfg = Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 2, "TMA": tma,
+                          **extra}, num_warps=4, num_stages=3)
             t = evaluate(spec, shape, dtype, cfg, dev, cpu_timer)
             assert t.ok, (str(cfg), shape, t.status, t.reason)
 

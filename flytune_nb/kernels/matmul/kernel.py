@@ -138,16 +138,28 @@ def matmul_kernel(A, W, C, WS, LOCKS, M, N, K, stride_am, stride_ak, stride_wn, 
 
 
 @triton.jit
-def matmul_tma_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
+def _store_tile(C, stride_cm, stride_cn, off_m, off_n, tile, M, N, BLOCK_SIZE_M: tl.constexpr,
+                BLOCK_SIZE_N: tl.constexpr):
+    """Store an output tile straight from registers (masked at M and N), with no shared-memory staging."""
+    rows = (off_m + tl.arange(0, BLOCK_SIZE_M)).to(tl.int64)
+    cols = (off_n + tl.arange(0, BLOCK_SIZE_N)).to(tl.int64)
+    tl.store(C + rows[:, None] * stride_cm + cols[None, :] * stride_cn, tile.to(C.dtype.element_ty),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+@triton.jit
+def matmul_tma_kernel(a_desc, w_desc, c_desc, C, stride_cm, stride_cn, WS, LOCKS, M, N, K, programs,
                       BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
                       GROUP_SIZE_M: tl.constexpr, PERSISTENT: tl.constexpr, SPLIT_K: tl.constexpr,
-                      UPCAST: tl.constexpr):
+                      DIRECT_STORE: tl.constexpr, UPCAST: tl.constexpr):
     """The same tiles through Hopper's tensor memory accelerator: each K step is two bulk copies into shared memory
     (edges zero-filled, the store clipped by the hardware), so no thread computes an address or a mask. PERSISTENT:
     ``programs`` programs (one per SM) walk the tiles in steps of ``programs``: no tail wave, and the next tile's
     loads overlap this tile's epilogue. ``programs`` is a runtime argument, so a new M never compiles a new kernel.
     Otherwise one program per tile, or per (tile, K range) with SPLIT_K > 1 (never with PERSISTENT), reduced as the
-    pointer kernel reduces its splits."""
+    pointer kernel reduces its splits. DIRECT_STORE: the output tile goes from registers to memory with plain
+    stores instead of a TMA store, which stages it in shared memory (BLOCK_SIZE_M x BLOCK_SIZE_N x 2 bytes beside
+    the pipeline's buffers: 32 KiB for 128x128 in bf16)."""
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
@@ -171,13 +183,19 @@ def matmul_tma_kernel(a_desc, w_desc, c_desc, WS, LOCKS, M, N, K, programs,
                 w = w.to(tl.float32)
             acc = tl.dot(a, w.T, acc)
         if SPLIT_K == 1:
-            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+            if DIRECT_STORE:
+                _store_tile(C, stride_cm, stride_cn, off_m, off_n, acc, M, N, BLOCK_SIZE_M, BLOCK_SIZE_N)
+            else:
+                c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
         else:
             if _last_to_arrive(acc, WS, LOCKS, tile, tl.program_id(0), BLOCK_SIZE_M, BLOCK_SIZE_N) == SPLIT_K - 1:
                 total = _read_part(WS, tile * SPLIT_K, BLOCK_SIZE_M, BLOCK_SIZE_N)
                 for s in tl.static_range(1, SPLIT_K):
                     total += _read_part(WS, tile * SPLIT_K + s, BLOCK_SIZE_M, BLOCK_SIZE_N)
-                c_desc.store([off_m, off_n], total.to(c_desc.dtype))
+                if DIRECT_STORE:
+                    _store_tile(C, stride_cm, stride_cn, off_m, off_n, total, M, N, BLOCK_SIZE_M, BLOCK_SIZE_N)
+                else:
+                    c_desc.store([off_m, off_n], total.to(c_desc.dtype))
                 tl.atomic_xchg(LOCKS + tile, 0)
 
 
@@ -360,9 +378,9 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
         split = 1 if tma == 2 else config.get("SPLIT_K", 1)
         ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
         programs = min(tiles, dev.sm_count) if tma == 2 else tiles * split
-        launch(matmul_tma_kernel, (programs,), (*descs, ws, locks, M, N, K, programs), config,
-               BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
-               PERSISTENT=tma == 2, SPLIT_K=split, UPCAST=upcast)
+        launch(matmul_tma_kernel, (programs,), (*descs, c2, c2.stride(0), c2.stride(1), ws, locks, M, N, K, programs),
+               config, BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
+               PERSISTENT=tma == 2, SPLIT_K=split, DIRECT_STORE=bool(config.get("DIRECT_STORE", 0)), UPCAST=upcast)
         return out
     split = config.get("SPLIT_K", 1)
     ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
