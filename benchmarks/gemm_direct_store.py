@@ -9,7 +9,7 @@ alternate between two warpgroups, as cuBLAS's ping-pong kernels do; and 128x256x
 Per shape, side by side in one run (Timers.graph_each / flushed_each of serving_vs_torch: reps alternated), under
 graph replay and L2-flushed events: cuBLAS (torch.matmul), the heuristic default, and CANDIDATES (TMA=1 is one
 program per tile, scheduled by the hardware two to an SM where they fit; TMA=2 is the persistent kernel, one per
-SM). Every output is checked against an fp32 matmul. bf16, ~2 min on an H200.
+SM; with CTAS_PER_SM=2 two an SM). Every output is checked against an fp32 matmul. bf16, ~2 min on an H200.
 
 Usage: python -m benchmarks gemm_direct_store [--shapes "M,N,K;..."] [--rep-ms 10] [--out DIR]
 """
@@ -30,6 +30,8 @@ CANDIDATES = [
     ("1x 128x128x64 s4 w4", 128, 128, 64, 4, 4, {"TMA": 1}),
     ("2x 128x256x64 s4 w8 ds", 128, 256, 64, 8, 4, {"TMA": 2, "DIRECT_STORE": 1}),
     ("2x 128x128x64 s6 w4 ds", 128, 128, 64, 4, 6, {"TMA": 2, "DIRECT_STORE": 1}),
+    ("2x 128x128x64 s3 w4 ds, 2 a SM", 128, 128, 64, 4, 3, {"TMA": 2, "DIRECT_STORE": 1, "CTAS_PER_SM": 2}),
+    ("2x 64x128x64 s4 w4 ds, 2 a SM", 64, 128, 64, 4, 4, {"TMA": 2, "DIRECT_STORE": 1, "CTAS_PER_SM": 2}),
 ]
 
 

@@ -44,7 +44,8 @@ def test_every_tile_form_is_correct(shape, dtype, dev, cpu_timer):
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("tma,extra", [(1, {}), (2, {}), (1, {"DIRECT_STORE": 1}), (2, {"DIRECT_STORE": 1}),
-                                       (1, {"DIRECT_STORE": 1, "SPLIT_K": 3})])
+                                       (1, {"DIRECT_STORE": 1, "SPLIT_K": 3}),
+                                       (2, {"DIRECT_STORE": 1, "CTAS_PER_SM": 2})])
 def test_tma_paths_are_correct(tma, extra, dtype, dev, cpu_timer):
     """The TMA paths (descriptor loads, zero-filled edges, clipped stores; TMA=2 persistent, walking the tiles in
     steps of the program count: 2 programs on this CPU; DIRECT_STORE's masked register stores, a split's too) on

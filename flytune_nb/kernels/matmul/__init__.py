@@ -57,6 +57,6 @@ SPEC = KernelSpec(
                 "decode tiles, split-K and stream-K (deterministic reduction).",
     baseline=baseline,
     # absent = pointer loads, the whole K loop in one program: what a stored or exported config without them means
-    optional_knobs={"TMA": 0, "SPLIT_K": 1, "STREAM_K": 0, "SWAP_AB": 0, "DIRECT_STORE": 0},
+    optional_knobs={"TMA": 0, "SPLIT_K": 1, "STREAM_K": 0, "SWAP_AB": 0, "DIRECT_STORE": 0, "CTAS_PER_SM": 1},
     schedule_knobs=("GROUP_SIZE_M",),  # the grouped tile order: which tile, not how it is computed
 )

@@ -377,7 +377,9 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
             return out
         split = 1 if tma == 2 else config.get("SPLIT_K", 1)
         ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
-        programs = min(tiles, dev.sm_count) if tma == 2 else tiles * split
+        # CTAS_PER_SM=2: two persistent programs an SM, for tiles that fit twice (DIRECT_STORE 128x128x64 on 3
+        # stages: 96 KiB each); one that does not fit waits for an SM to free, and the result is the same
+        programs = min(tiles, dev.sm_count * config.get("CTAS_PER_SM", 1)) if tma == 2 else tiles * split
         launch(matmul_tma_kernel, (programs,), (*descs, c2, c2.stride(0), c2.stride(1), ws, locks, M, N, K, programs),
                config, BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
                PERSISTENT=tma == 2, SPLIT_K=split, DIRECT_STORE=bool(config.get("DIRECT_STORE", 0)), UPCAST=upcast)
