@@ -82,9 +82,11 @@ class Timers:
         """Median ms per call of each callable under CUDA-graph replay, timed side by side: do_bench_cudagraph's
         method (a graph of back-to-back calls, replayed; events around each replay) with the sides' replays
         alternated, 20 each of about rep/2 ms, in ABBA order. Timed one after another instead, each side ran in
-        whatever state the GPU was left in by the side before it: a GEMM timed straight after cuBLAS's 200 ms of
-        back-to-back replays started from a power-limited clock (benchmarks/timing_order.py measures how much
-        that moves a ratio)."""
+        whatever state the side before it left the GPU in: in one H200 run of this benchmark timed that way, the
+        same config timed at two places of a row differed by up to 7% (M=512, N=K=4096 flushed: 33.8 us right
+        after cuBLAS's graph timing, 31.6 after its own); over the 7 such rows of M >= 128 the timing right after
+        cuBLAS's (200 ms of back-to-back replays) was the slower in 5, by 2.5% on average.
+        benchmarks/timing_order.py measures what the order does to a ratio."""
         if not self.gpu:
             return {name: self._cpu.measure(fn).p50 for name, fn in fns.items()}
         import statistics
