@@ -37,6 +37,15 @@ stores the tile in the output dtype and resets the counter to zero. Nothing wait
 resident, e.g. beside NCCL kernels), nothing accumulates with atomics (the same inputs give the same bits every
 call), and no memset precedes the launch: the counters stay zero between calls (flytune_nb.kit.scratch).
 
+Two knobs of the TMA path trade the epilogue's shared memory for occupancy (both absent = off; not yet offered by
+the space or picked by the heuristic, until benchmarks/gemm_direct_store.py has timed them on a GPU):
+
+- DIRECT_STORE=1 stores the output tile from the accumulator's registers instead of staging it in shared memory for
+  a TMA store. A 128x128x64 tile on 3 stages then takes 98,328 bytes instead of 131,096 on sm_90 (Triton 3.6,
+  `flytune census matmul --target h200`), so two fit an SM's 227 KiB and the SM's tensor cores alternate between
+  two programs' warpgroups; a 128x256x64 tile fits 4 stages (229,408 bytes) instead of 3.
+- CTAS_PER_SM=2 (TMA=2) launches two persistent programs an SM instead of one.
+
 Each kernel writes its TMA K loop out: moved into one shared @triton.jit helper, the stream-K kernel's 128x256 tile
 compiled to 254 registers a thread instead of 174 (sm_90, Triton 3.6; `flytune census matmul --target h200`).
 
