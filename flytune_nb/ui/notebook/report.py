@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+import threading
 import warnings
 
 from flytune_nb.core.shapes import shape_text
@@ -43,36 +44,69 @@ def static_figures(results, spec=None) -> list:
     return figs
 
 
-def png_images(figs, width: int = 900) -> tuple[list, str]:
-    """PNG bytes per figure (None where none could be made) and, when some failed, why in one line."""
+# kaleido's first image starts Chromium (~4 s on the 2-core CPU box), each later one took ~0.4 s: a report that has
+# had no image after this long is not going to get one
+PNG_WAIT_S, PNG_WAIT_PER_FIGURE_S = 60.0, 15.0
+NO_BROWSER = ("no PNG copies (kaleido draws through Chrome or Chromium and finds neither: apt-get install chromium, "
+              "or run kaleido_get_chrome)")
+
+
+def chromium_path() -> str | None:
+    """The Chrome / Chromium kaleido would start (its own download, $BROWSER_PATH, or one on the PATH), None when
+    there is none, "" when that cannot be told (choreographer's finder moved: kaleido is then left to try)."""
+    try:
+        from choreographer.browsers.chromium import Chromium
+
+        return Chromium.find_browser(skip_local=False)
+    except Exception:  # noqa: BLE001 - an API we do not own: no answer, not a failure
+        return ""
+
+
+def png_images(figs, width: int = 900, wait_s: float | None = None) -> tuple[list, str]:
+    """PNG bytes per figure (None where none could be made) and, when some failed, why in one line. Never hangs:
+    kaleido 1.5 waits forever for a browser that failed to start (its server thread dies, the caller's queue join
+    does not return), so without a browser it is not started, and the images are drawn in a thread given
+    ``wait_s`` (default PNG_WAIT_S + PNG_WAIT_PER_FIGURE_S per figure)."""
     try:
         import kaleido
         import plotly.io as pio
     except ImportError as e:
         return [None] * len(figs), f"no PNG copies ({e.name} is not installed: pip install kaleido)"
-    images, why = [], ""
-    started = False
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # kaleido's notes about its server's options
-            kaleido.start_sync_server(silence_warnings=True)
-            started = True
-            for fig in figs:
+    if chromium_path() is None:
+        return [None] * len(figs), NO_BROWSER
+    images: list = []
+    why: list = []
+
+    def draw() -> None:
+        started = False
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # kaleido's notes about its server's options
+                kaleido.start_sync_server(silence_warnings=True)
+                started = True
+                for fig in figs:
+                    try:
+                        images.append(pio.to_image(fig, format="png", width=width, height=fig.layout.height or 450))
+                    except Exception as e:  # noqa: BLE001 - a browser that died: say so once
+                        images.append(None)
+                        why.append(f"no PNG copies (kaleido: {type(e).__name__}: {str(e).splitlines()[0][:160]})")
+        except Exception as e:  # noqa: BLE001
+            why.append(f"no PNG copies (kaleido could not start: {type(e).__name__}: {e})")
+        finally:
+            if started:
                 try:
-                    images.append(pio.to_image(fig, format="png", width=width, height=fig.layout.height or 450))
-                except Exception as e:  # noqa: BLE001 - no browser, a browser that died: say so once
-                    images.append(None)
-                    why = why or f"no PNG copies (kaleido: {type(e).__name__}: {str(e).splitlines()[0][:160]})"
-    except Exception as e:  # noqa: BLE001
-        why = f"no PNG copies (kaleido could not start: {type(e).__name__}: {e})"
-        images += [None] * (len(figs) - len(images))
-    finally:
-        if started:
-            try:
-                kaleido.stop_sync_server(silence_warnings=True)
-            except Exception:  # noqa: BLE001
-                pass
-    return images, why
+                    kaleido.stop_sync_server(silence_warnings=True)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    wait_s = PNG_WAIT_S + PNG_WAIT_PER_FIGURE_S * len(figs) if wait_s is None else wait_s
+    worker = threading.Thread(target=draw, name="flytune-png", daemon=True)
+    worker.start()
+    worker.join(wait_s)
+    done = list(images)  # the thread may still append after a timeout
+    if worker.is_alive():
+        why.insert(0, f"no PNG copies past the first {len(done)} (kaleido drew nothing more in {wait_s:.3g} s)")
+    return done + [None] * (len(figs) - len(done)), why[0] if why else ""
 
 
 def bundle(fig, png: bytes | None) -> dict:
