@@ -77,8 +77,14 @@ def main(argv=None) -> int:
                     sides[name] = lambda cfg=cfg: matmul(a, w, out, config=cfg)
             except Exception as e:  # noqa: BLE001 - a config that does not compile or launch is a data point
                 row["errors"][name] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-        row["graph_us"] = {k: v * 1e3 for k, v in timers.graph_each(sides).items()}
-        row["flushed_us"] = {k: v * 1e3 for k, v in timers.flushed_each(sides).items()}
+        try:
+            row["graph_us"] = {k: v * 1e3 for k, v in timers.graph_each(sides).items()}
+            row["flushed_us"] = {k: v * 1e3 for k, v in timers.flushed_each(sides).items()}
+        except Exception as e:  # noqa: BLE001 - a shape whose timing breaks (a capture that fails) is a result
+            row["timing_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            print(f"{M},{N},{K}: timing failed: {row['timing_error']}", flush=True)
+            rows.append(row)
+            continue
         rows.append(row)
         g, f = row["graph_us"], row["flushed_us"]
         best = min((k for k in g if k != "cuBLAS"), key=g.get)
@@ -102,6 +108,10 @@ def report(rows: list, env: dict, seconds: float) -> str:
     for r in rows:
         wrong += sum(1 for e in r["rel_error"].values() if not e < 1e-2)
         failed += len(r["errors"])
+        if "timing_error" in r:
+            lines.append(f"| {r['M']} | {r['N']} | {r['K']} | - | timing failed: {r['timing_error']} |" +
+                         " |" * len(names))
+            continue
         for mode in ("graph", "flushed"):
             t = r[f"{mode}_us"]
             best = min((k for k in t if k != "cuBLAS"), key=t.get)

@@ -224,3 +224,43 @@ def test_the_matmul_wrapper_host_cost_runs_on_the_cpu_through_each_load_path(tmp
         assert all(0 < row[k] < 1e4 for k in row if k != "shape")
     assert ("stand-in" in result["env"]["wrapper_device"]) != current_device().is_gpu
     assert "| swapped-operand TMA |" in (tmp_path / "matmul_wrapper_host.md").read_text()
+
+
+def test_gemm_direct_store_candidates_are_correct_and_its_report_shows_what_failed():
+    """Every config gemm_direct_store times computes a @ w.T in the interpreter (a ragged shape: edge tiles both
+    ways), and its table renders a shape whose timing broke, a config that did not compile and one that was wrong,
+    so no GPU run is lost to the report after its timings."""
+    from benchmarks.gemm_direct_store import CANDIDATES, _config, report
+    from flytune_nb.measure.correctness import compare
+
+    spec, dev = get_kernel("matmul"), current_device()
+    for name, *tile in CANDIDATES:
+        inputs = spec.make_inputs({"M": 40, "N": 72, "K": 128}, "fp16", dev)
+        v = compare(spec.run(inputs, _config(*tile)), spec.reference(inputs), spec.tol("fp16"),
+                    spec.element_tol("fp16"))
+        assert v.ok, (name, v.reason)
+    env = {"device": "NVIDIA_H200", "arch": "sm_90", "date": "now", "torch": "t", "triton": "3.6.0",
+           "flytune_nb": "0.1.0"}
+    bad, wrong = CANDIDATES[0][0], CANDIDATES[1][0]
+    rows = [{"M": 256, "N": 11008, "K": 4096, "default": "d", "errors": {}, "rel_error": {},
+             "timing_error": "RuntimeError: capture failed"},
+            {"M": 512, "N": 4096, "K": 4096, "default": "d", "errors": {bad: "CompilationError: out of resources"},
+             "rel_error": {"default": 1e-3, wrong: math.nan},
+             "graph_us": {"cuBLAS": 20.0, "default": 25.0}, "flushed_us": {"cuBLAS": 30.0, "default": 24.0}}]
+    text = report(rows, env, 1.0)
+    assert "| 256 | 11008 | 4096 | - | timing failed: RuntimeError: capture failed |" in text
+    assert "| 512 | 4096 | 4096 | graph | 20.0 | **25.0 (0.80x)** | failed | wrong |" in text
+    assert "| 512 | 4096 | 4096 | flushed | 30.0 | **24.0 (1.25x)** | failed | wrong |" in text
+    assert "Outputs off by 1e-2 or more: 1; configs that failed to compile or launch: 1" in text
+
+
+def test_timing_order_report_shows_each_protocols_ratio_and_the_order_effect():
+    from benchmarks.timing_order import PROTOCOLS, report
+
+    row = {"M": 256, "N": 11008, "K": 4096, "config": "c", "rel_error": 1e-3}
+    for p, (ours, theirs) in zip(PROTOCOLS, [(50.0, 40.0), (46.0, 40.0), (48.0, 40.0), (48.0, 40.0)]):
+        row[p] = {"graph": (ours * 1e-3, theirs * 1e-3), "flushed": (ours * 2e-3, theirs * 2e-3)}
+    text = report([row], {"device": "NVIDIA_H200", "arch": "sm_90", "date": "now", "torch": "t",
+                          "triton": "3.6.0", "flytune_nb": "0.1.0"}, 1.0)
+    assert ("| 256 | 11008 | 4096 | graph | 0.800x (50.0 / 40.0) | 0.870x (46.0 / 40.0) | 0.833x (48.0 / 40.0) | "
+            "0.833x (48.0 / 40.0) | -0.070 |") in text
