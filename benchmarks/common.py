@@ -181,6 +181,19 @@ def gemm_operands(M: int, N: int, K: int, *, seed: int | None = 0, device: str =
     return a, w, out, a.float() @ w.float().T
 
 
+def gemm_case(M: int, N: int, K: int, dev):
+    """(a, w, out, ref, default, cublas) of one bf16 GEMM shape: gemm_operands, the matmul heuristic's config there,
+    and torch.matmul writing a preallocated output of its own, as ours does (no allocation timed)."""
+    import torch
+
+    from flytune_nb.kernels.matmul import heuristic
+
+    a, w, out, ref = gemm_operands(M, N, K)
+    theirs = torch.empty_like(out)
+    return (a, w, out, ref, heuristic.default({"M": M, "N": N, "K": K}, "bf16", dev),
+            lambda: torch.matmul(a, w.T, out=theirs))
+
+
 def static_compiled(fn):
     """``torch.compile(fn)`` with static shapes on fresh dynamo state, warmed up: reusing one compiled function
     across shapes makes dynamo recompile it with dynamic shapes, which measured 40-60% slower (kernels_vs_torch's

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, write
+from benchmarks.common import env_line, environment, gemm_case, need_gpu, parser, shape_list, write
 
 NK = [(4096, 4096), (14336, 4096), (11008, 4096), (4096, 11008), (6144, 4096), (28672, 4096)]
 SHAPES = [(M, N, K) for M in (128, 256, 512, 1024, 4096) for N, K in NK]
@@ -54,19 +54,16 @@ def main(argv=None) -> int:
 
     from benchmarks.serving_vs_torch import Timers
     from flytune_nb.core.device import current_device
-    from flytune_nb.kernels.matmul import heuristic
     from flytune_nb.kernels.matmul.kernel import matmul
 
     dev = current_device()
     timers = Timers(dev, args.rep_ms)
     rows, t0 = [], time.perf_counter()
     for M, N, K in args.shapes:
-        a, w, out, ref = gemm_operands(M, N, K)
-        default = heuristic.default({"M": M, "N": N, "K": K}, "bf16", dev)
+        a, w, out, ref, default, cublas = gemm_case(M, N, K, dev)
         configs = {"default": default, **{name: _config(*c) for name, *c in CANDIDATES}}
         row = {"M": M, "N": N, "K": K, "default": str(default), "errors": {}, "rel_error": {}}
-        theirs_out = torch.empty_like(out)  # cuBLAS writes its own buffer, as ours does: no allocation timed
-        sides = {"cuBLAS": lambda: torch.matmul(a, w.T, out=theirs_out)}
+        sides = {"cuBLAS": cublas}
         for name, cfg in configs.items():
             try:
                 out.fill_(float("nan"))

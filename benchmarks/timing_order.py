@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, write
+from benchmarks.common import env_line, environment, gemm_case, need_gpu, parser, shape_list, write
 
 SHAPES = [(128, 4096, 4096), (256, 11008, 4096), (512, 4096, 4096), (512, 6144, 4096), (1024, 11008, 4096),
           (4096, 6144, 4096), (4096, 14336, 4096)]
@@ -47,22 +47,16 @@ def main(argv=None) -> int:
     ap.add_argument("--rep-ms", type=float, default=20.0, help="timing budget per measurement (ms)")
     args = ap.parse_args(argv)
     need_gpu("timing_order")
-    import torch
-
     from benchmarks.serving_vs_torch import Timers
     from flytune_nb.core.device import current_device
-    from flytune_nb.kernels.matmul import heuristic
     from flytune_nb.kernels.matmul.kernel import matmul
 
     dev = current_device()
     timers = Timers(dev, args.rep_ms)
     rows, t0 = [], time.perf_counter()
     for M, N, K in args.shapes:
-        a, w, out, ref = gemm_operands(M, N, K)
-        cfg = heuristic.default({"M": M, "N": N, "K": K}, "bf16", dev)
+        a, w, out, ref, cfg, theirs = gemm_case(M, N, K, dev)
         ours = lambda: matmul(a, w, out, config=cfg)  # noqa: E731
-        theirs_out = torch.empty_like(out)  # cuBLAS writes its own buffer, as ours does: no allocation timed
-        theirs = lambda: torch.matmul(a, w.T, out=theirs_out)  # noqa: E731
         out.fill_(float("nan"))
         ours()
         err = float((out.float() - ref).norm() / ref.norm())
