@@ -1,15 +1,15 @@
 """At mid and large M, does storing the output tile from registers (DIRECT_STORE) let two tiles share an SM, or a wide tile pipeline deeper, and close the gap to cuBLAS?
 
 matmul's TMA path stores each output tile with a TMA store, which stages it in shared memory beside the pipeline's
-buffers: 32 KiB for a 128x128 bf16 tile, 64 KiB for 128x256. Without that staging (DIRECT_STORE=1: plain stores
-from the accumulator's registers) a 128x128x64 tile on 3 stages takes 96 KiB, so two programs fit one SM's 227
-KiB (`flytune census matmul --target h200` reads 98,328 bytes, 8 warps an SM), and the SM's tensor cores
-alternate between two warpgroups, as cuBLAS's ping-pong kernels do; and 128x256x64 fits 4 stages instead of 3.
+buffers: 32 KiB for a 128x128 bf16 tile, 64 KiB for 128x256. Without that staging (DIRECT_STORE=1: masked stores
+from the accumulator's registers) two 128x128x64 3-stage programs fit one SM's 227 KiB, and 128x256x64 fits 4
+stages instead of 3. The question is whether a second program on the SM (its loads and MMAs running while the other
+waits or stores) or the deeper pipeline buys more than the register stores cost.
 
-Per shape, side by side in one run (Timers.graph_each / flushed_each of serving_vs_torch: reps alternated), under
-graph replay and L2-flushed events: cuBLAS (torch.matmul), the heuristic default, and CANDIDATES (TMA=1 is one
-program per tile, scheduled by the hardware two to an SM where they fit; TMA=2 is the persistent kernel, one per
-SM; with CTAS_PER_SM=2 two an SM). Every output is checked against an fp32 matmul. bf16, ~2 min on an H200.
+Per shape, side by side in one run (Timers.graph_each / flushed_each of serving_vs_torch), under graph replay and
+L2-flushed events: cuBLAS (torch.matmul into its own buffer), the heuristic default, and CANDIDATES (TMA=1 is one
+program per tile, placed by the hardware, two an SM where they fit; TMA=2 is the persistent kernel, one program an
+SM, or two with CTAS_PER_SM=2). Every output is checked against an fp32 matmul. bf16, ~2 min on an H200.
 
 Usage: python -m benchmarks gemm_direct_store [--shapes "M,N,K;..."] [--rep-ms 10] [--out DIR]
 """
@@ -21,17 +21,19 @@ from benchmarks.common import env_line, environment, gemm_case, need_gpu, parser
 
 NK = [(4096, 4096), (14336, 4096), (11008, 4096), (4096, 11008), (6144, 4096), (28672, 4096)]
 SHAPES = [(M, N, K) for M in (128, 256, 512, 1024, 4096) for N, K in NK]
-# (name, BM, BN, BK, warps, stages, knobs): two a SM where the census says they fit (98 KiB each), then one a SM
+# (name, BM, BN, BK, warps, stages, knobs). Shared memory and programs an SM as `flytune census matmul --target h200`
+# reads them on sm_90 (Triton 3.6), after each:
 CANDIDATES = [
-    ("1x 128x128x64 s3 w4 ds", 128, 128, 64, 4, 3, {"TMA": 1, "DIRECT_STORE": 1}),
-    ("1x 128x128x64 s3 w8 ds", 128, 128, 64, 8, 3, {"TMA": 1, "DIRECT_STORE": 1}),
-    ("1x 64x128x64 s4 w4 ds", 64, 128, 64, 4, 4, {"TMA": 1, "DIRECT_STORE": 1}),
-    ("1x 64x256x64 s3 w4 ds", 64, 256, 64, 4, 3, {"TMA": 1, "DIRECT_STORE": 1}),
-    ("1x 128x128x64 s4 w4", 128, 128, 64, 4, 4, {"TMA": 1}),
-    ("2x 128x256x64 s4 w8 ds", 128, 256, 64, 8, 4, {"TMA": 2, "DIRECT_STORE": 1}),
-    ("2x 128x128x64 s6 w4 ds", 128, 128, 64, 4, 6, {"TMA": 2, "DIRECT_STORE": 1}),
+    ("1x 128x128x64 s3 w4 ds", 128, 128, 64, 4, 3, {"TMA": 1, "DIRECT_STORE": 1}),  # 98,328 B, 2 an SM
+    ("1x 128x128x64 s3 w8 ds", 128, 128, 64, 8, 3, {"TMA": 1, "DIRECT_STORE": 1}),  # 98,328 B, 2 an SM
+    ("1x 64x128x64 s4 w4 ds", 64, 128, 64, 4, 4, {"TMA": 1, "DIRECT_STORE": 1}),  # 98,336 B, 2 an SM
+    ("1x 64x256x64 s3 w4 ds", 64, 256, 64, 4, 3, {"TMA": 1, "DIRECT_STORE": 1}),  # 122,904 B, 1 an SM
+    ("1x 128x128x64 s4 w4", 128, 128, 64, 4, 4, {"TMA": 1}),  # 163,872 B, 1 an SM: the staged store, for contrast
+    ("2x 128x256x64 s4 w8 ds", 128, 256, 64, 8, 4, {"TMA": 2, "DIRECT_STORE": 1}),  # 229,408 B (3 stages staged)
+    ("2x 128x128x64 s6 w4 ds", 128, 128, 64, 4, 6, {"TMA": 2, "DIRECT_STORE": 1}),  # 204,848 B (5 staged)
     ("2x 128x128x64 s3 w4 ds, 2 a SM", 128, 128, 64, 4, 3, {"TMA": 2, "DIRECT_STORE": 1, "CTAS_PER_SM": 2}),
     ("2x 64x128x64 s4 w4 ds, 2 a SM", 64, 128, 64, 4, 4, {"TMA": 2, "DIRECT_STORE": 1, "CTAS_PER_SM": 2}),
+    # the last two: 106,520 B (183 registers) and 106,528 B, 2 an SM
 ]
 
 
@@ -85,9 +87,10 @@ def main(argv=None) -> int:
             continue
         rows.append(row)
         g, f = row["graph_us"], row["flushed_us"]
-        best = min((k for k in g if k != "cuBLAS"), key=g.get)
+        best = min((k for k in g if k != "cuBLAS"), key=g.get, default=None)
         print(f"{M},{N},{K}: cuBLAS {g['cuBLAS']:.1f}/{f['cuBLAS']:.1f} us, default {g.get('default', 0):.1f}/"
-              f"{f.get('default', 0):.1f}, best {best} {g[best]:.1f}/{f[best]:.1f}", flush=True)
+              f"{f.get('default', 0):.1f}, " + (f"best {best} {g[best]:.1f}/{f[best]:.1f}" if best else
+                                                  "none of ours ran correctly"), flush=True)
     env = environment()
     write("gemm_direct_store", {"env": env, "candidates": [c[0] for c in CANDIDATES], "rows": rows},
           report(rows, env, time.perf_counter() - t0), out=args.out)
@@ -112,7 +115,7 @@ def report(rows: list, env: dict, seconds: float) -> str:
             continue
         for mode in ("graph", "flushed"):
             t = r[f"{mode}_us"]
-            best = min((k for k in t if k != "cuBLAS"), key=t.get)
+            best = min((k for k in t if k != "cuBLAS"), key=t.get, default=None)
             cells = []
             for n in names:
                 if n not in t:

@@ -59,9 +59,20 @@ SMOKE = {"gemm": {"committed": [(64, 64)], "unswept": [(48, 96)]}, "gemm_m": (1,
                       "fused_add_rmsnorm": ([300], (2,)), "softmax": ([5000], (1,))}}
 
 
+def side_order(names: list, i: int) -> list:
+    """The order the sides take in round ``i``: the list rotated by ``i`` and, every other round, reversed. Over any
+    2n rounds each of n sides takes every position equally often and follows each of its two neighbours in the list
+    (for two sides: ABBA...), so whatever state one side leaves the GPU in falls on the others alike."""
+    k = i % len(names)
+    turned = names[k:] + names[:k]
+    return turned[::-1] if (i // len(names)) % 2 else turned
+
+
 class Timers:
-    """graph(fn) / flushed(fn): median ms. On a GPU Triton's do_bench_cudagraph / do_bench; on the CPU interpreter a
-    wall clock for both (labelled as such: only the machinery is exercised there)."""
+    """Median ms per call, on a GPU by Triton's two methods: graph_each (do_bench_cudagraph's: a CUDA graph of
+    back-to-back calls, events around each replay) and flushed_each (do_bench's: an L2 flush before each rep, events
+    around the call), both timing several sides of a comparison side by side; graph(fn) and flushed(fn) time one.
+    On the CPU interpreter a wall clock for all (labelled as such: only the machinery is exercised there)."""
 
     def __init__(self, dev, rep_ms: float) -> None:
         self.gpu, self.rep = dev.is_gpu, rep_ms
@@ -72,21 +83,15 @@ class Timers:
             self._cpu = CpuTimer(reps=1, warmup=0)
 
     def graph(self, fn, rep: float | None = None) -> float:
-        if not self.gpu:
-            return self._cpu.measure(fn).p50
-        import triton.testing
-
-        return float(triton.testing.do_bench_cudagraph(fn, rep=rep or self.rep, return_mode="median"))
+        """graph_each of one callable."""
+        return self.graph_each({"fn": fn}, rep)["fn"]
 
     def graph_each(self, fns: dict, rep: float | None = None) -> dict:
-        """Median ms per call of each callable under CUDA-graph replay, timed side by side: do_bench_cudagraph's
-        method (a graph of back-to-back calls, replayed; events around each replay) with the sides' replays
-        alternated, 20 each of about rep/2 ms, in ABBA order. Timed one after another instead, each side ran in
-        whatever state the side before it left the GPU in: in one H200 run of this benchmark timed that way, the
-        same config timed at two places of a row differed by up to 7% (M=512, N=K=4096 flushed: 33.8 us right
-        after cuBLAS's graph timing, 31.6 after its own); over the 7 such rows of M >= 128 the timing right after
-        cuBLAS's (200 ms of back-to-back replays) was the slower in 5, by 2.5% on average.
-        benchmarks/timing_order.py measures what the order does to a ratio."""
+        """Median ms per call of each callable under CUDA-graph replay, timed side by side: one graph of back-to-back
+        calls per side (about rep/2 ms of them), replayed 20 times each, the sides' replays interleaved in
+        side_order. Timed one whole side after another instead, each side runs in whatever state the one before it
+        left the GPU (its clock after 200 ms of back-to-back GEMMs, say): benchmarks/timing_order.py measures what
+        that order does to a ratio."""
         if not self.gpu:
             return {name: self._cpu.measure(fn).p50 for name, fn in fns.items()}
         import statistics
@@ -113,7 +118,7 @@ class Timers:
                 torch.cuda.synchronize()
             names = list(fns)
             for i in range(20):
-                for name in (names if i % 2 == 0 else names[::-1]):
+                for name in side_order(names, i):
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
                     graphs[name].replay()
@@ -133,8 +138,8 @@ class Timers:
         the host's slowest enqueue seen in the warm-up (of any side), at least 200 us: do_bench relies on its flush
         (~70 us of writes on an H200) to outlast the host's launch, and a Python launcher that sometimes takes longer
         leaves the GPU idle inside the measured interval (the same config read 25 and 54 us in one run: TMA
-        descriptors are built on the host each call). And the sides' reps alternate (ABBA), so each side's reps
-        follow the same mix of work and the GPU's clock state falls on all alike (see graph_each).
+        descriptors are built on the host each call). And the sides' reps are interleaved in side_order, so the
+        GPU's state falls on all sides alike (see graph_each).
         ``between(cache)``, if given, replaces the zeroing (benchmarks/gemm_flush_gap.py varies what a rep starts
         from)."""
         if not self.gpu:
@@ -177,7 +182,7 @@ class Timers:
         events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                          for _ in range(reps)] for name in names}
         for i in range(reps):
-            for name in (names if i % 2 == 0 else names[::-1]):
+            for name in side_order(names, i):
                 between(cache)
                 gpu_sleep(cycles)
                 events[name][i][0].record()
@@ -424,7 +429,16 @@ def run_regret(dev, timers, compiles, smoke: bool, limit: int) -> dict:
             except Exception as e:  # noqa: BLE001 - a candidate that fails is a data point, the default's is a loss
                 times[str(c)] = math.inf
                 print(f"  {kernel} {shape} {c}: {type(e).__name__}: {str(e)[:120]}", flush=True)
-        times.update(timers.graph_each(runnable, rep=5) if runnable else {})
+        try:
+            times.update(timers.graph_each(runnable, rep=5) if runnable else {})
+        except Exception as e:  # noqa: BLE001 - one candidate that breaks its graph: time them one by one
+            print(f"  {kernel} {shape}: side by side failed ({type(e).__name__}), timing one by one", flush=True)
+            for name, fn in runnable.items():
+                try:
+                    times[name] = timers.graph(fn, rep=5)
+                except Exception as e:  # noqa: BLE001 - a candidate that fails is a data point
+                    times[name] = math.inf
+                    print(f"  {kernel} {shape} {name}: {type(e).__name__}: {str(e)[:120]}", flush=True)
         default = str(cands[0])
         best = min(times, key=times.get)
         regret = times[default] / times[best] if math.isfinite(times[best]) else math.nan

@@ -107,15 +107,17 @@ def test_the_swapped_operand_decode_tiles_pass(shape, dtype, dev):
                                          ({"M": 1000, "N": 6144, "K": 4096}, "bf16")])
 def test_direct_store_tiles_pass(shape, dtype, dev):
     """DIRECT_STORE (the output tile stored from registers, masked at M and N, instead of a clipped TMA store): two
-    128x128 or 64x128 tiles a SM on TMA=1, a split of them, and persistent 128x256 / 128x128 tiles on deeper
-    pipelines, on a ragged shape too (M=300, N=200, K=328: edge tiles in both directions), against the fp64
+    128x128 or 64x128 tiles a SM on TMA=1, a split of them, persistent 128x256 / 128x128 tiles on deeper pipelines,
+    and two persistent programs an SM (CTAS_PER_SM=2: at M=1000, N=6144, 384 tiles of 128x128 for 264 programs, so
+    they step), on a ragged shape too (M=300, N=200, K=328: edge tiles in both directions), against the fp64
     reference."""
     spec = get_kernel("matmul")
     sample = [Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 8, "TMA": tma,
                       "DIRECT_STORE": 1, **extra}, num_warps=warps, num_stages=stages)
               for bm, bn, tma, warps, stages, extra in ((128, 128, 1, 4, 3, {}), (64, 128, 1, 4, 4, {}),
                                                         (128, 128, 1, 4, 3, {"SPLIT_K": 2}),
-                                                        (128, 256, 2, 8, 4, {}), (128, 128, 2, 4, 6, {}))]
+                                                        (128, 256, 2, 8, 4, {}), (128, 128, 2, 4, 6, {}),
+                                                        (128, 128, 2, 4, 3, {"CTAS_PER_SM": 2}))]
     failures = [(str(x), t.status, t.reason) for x in sample
                 for t in [evaluate(spec, shape, dtype, x, dev, _timer(dev))] if not t.ok]
     assert failures == [] and _locks_are_zero()
