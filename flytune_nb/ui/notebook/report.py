@@ -45,10 +45,11 @@ def static_figures(results, spec=None) -> list:
 
 
 # kaleido's first image starts Chromium (~4 s on the 2-core CPU box), each later one took ~0.4 s: a report that has
-# had no image after this long is not going to get one
-PNG_WAIT_S, PNG_WAIT_PER_FIGURE_S = 60.0, 15.0
+# had no new image for this long is not going to get one
+PNG_FIRST_S, PNG_EACH_S = 60.0, 15.0
 NO_BROWSER = ("no PNG copies (kaleido draws through Chrome or Chromium and finds neither: apt-get install chromium, "
               "or run kaleido_get_chrome)")
+_STUCK: list = []  # why kaleido stopped answering in this process: later reports do not wait for it again
 
 
 def chromium_path() -> str | None:
@@ -62,51 +63,65 @@ def chromium_path() -> str | None:
         return ""
 
 
-def png_images(figs, width: int = 900, wait_s: float | None = None) -> tuple[list, str]:
-    """PNG bytes per figure (None where none could be made) and, when some failed, why in one line. Never hangs:
-    kaleido 1.5 waits forever for a browser that failed to start (its server thread dies, the caller's queue join
-    does not return), so without a browser it is not started, and the images are drawn in a thread given
-    ``wait_s`` (default PNG_WAIT_S + PNG_WAIT_PER_FIGURE_S per figure)."""
+def png_images(figs, width: int = 900, first_s: float = PNG_FIRST_S, each_s: float = PNG_EACH_S) -> tuple[list, str]:
+    """PNG bytes per figure (None where none could be made) and, when some are missing, why in one line. Never
+    hangs: kaleido 1.5 waits forever for a browser that failed to start (its server thread dies, the caller's queue
+    join never returns). So without a browser it is not started, and the images are drawn in a thread that must
+    give its first image within ``first_s`` and each later one within ``each_s``; one that stops answering is left
+    behind, and later reports in this process skip the images at once."""
     try:
         import kaleido
         import plotly.io as pio
     except ImportError as e:
         return [None] * len(figs), f"no PNG copies ({e.name} is not installed: pip install kaleido)"
+    if _STUCK:
+        return [None] * len(figs), _STUCK[0]
     if chromium_path() is None:
         return [None] * len(figs), NO_BROWSER
     images: list = []
     why: list = []
+    finished = threading.Event()
 
     def draw() -> None:
         started = False
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # kaleido's notes about its server's options
-                kaleido.start_sync_server(silence_warnings=True)
-                started = True
-                for fig in figs:
-                    try:
-                        images.append(pio.to_image(fig, format="png", width=width, height=fig.layout.height or 450))
-                    except Exception as e:  # noqa: BLE001 - a browser that died: say so once
-                        images.append(None)
-                        why.append(f"no PNG copies (kaleido: {type(e).__name__}: {str(e).splitlines()[0][:160]})")
+            kaleido.start_sync_server(silence_warnings=True)
+            started = True
+            for fig in figs:
+                try:
+                    images.append(pio.to_image(fig, format="png", width=width, height=fig.layout.height or 450))
+                except Exception as e:  # noqa: BLE001 - a browser that died: say so once
+                    images.append(None)
+                    why.append(f"no PNG copies (kaleido: {type(e).__name__}: {str(e).splitlines()[0][:160]})")
         except Exception as e:  # noqa: BLE001
             why.append(f"no PNG copies (kaleido could not start: {type(e).__name__}: {e})")
         finally:
             if started:
-                try:
-                    kaleido.stop_sync_server(silence_warnings=True)
-                except Exception:  # noqa: BLE001
-                    pass
+                _stop_server(kaleido)
+            finished.set()
 
-    wait_s = PNG_WAIT_S + PNG_WAIT_PER_FIGURE_S * len(figs) if wait_s is None else wait_s
-    worker = threading.Thread(target=draw, name="flytune-png", daemon=True)
-    worker.start()
-    worker.join(wait_s)
-    done = list(images)  # the thread may still append after a timeout
-    if worker.is_alive():
-        why.insert(0, f"no PNG copies past the first {len(done)} (kaleido drew nothing more in {wait_s:.3g} s)")
-    return done + [None] * (len(figs) - len(done)), why[0] if why else ""
+    with warnings.catch_warnings():  # in this thread: filters are per process, and the drawing may be left behind
+        warnings.simplefilter("ignore")  # kaleido's notes about its server's options
+        threading.Thread(target=draw, name="flytune-png", daemon=True).start()
+        seen, limit = 0, first_s
+        while not finished.wait(limit) and len(images) > seen:
+            seen, limit = len(images), each_s
+    if finished.is_set() or len(images) == len(figs):  # all drawn (stopping the server may still be under way)
+        return list(images) + [None] * (len(figs) - len(images)), why[0] if why else ""
+    done = list(images)
+    _STUCK.append("no PNG copies (kaleido stopped answering in this process: restart it to try again)")
+    # a server whose thread died is reset by stopping it, so other kaleido calls do not wait on it as well; one that
+    # is stuck would block the stop too, hence a thread of its own
+    threading.Thread(target=_stop_server, args=(kaleido,), name="flytune-png-stop", daemon=True).start()
+    return done + [None] * (len(figs) - len(done)), \
+        f"no PNG copies past the first {len(done)} (kaleido gave none for {limit:.3g} s)"
+
+
+def _stop_server(kaleido) -> None:
+    try:
+        kaleido.stop_sync_server(silence_warnings=True)
+    except Exception:  # noqa: BLE001 - stopping is best effort
+        pass
 
 
 def bundle(fig, png: bytes | None) -> dict:
