@@ -40,11 +40,12 @@ call), and no memset precedes the launch: the counters stay zero between calls (
 Two knobs of the TMA path trade the epilogue's shared memory for occupancy (both absent = off; not yet offered by
 the space or picked by the heuristic, until benchmarks/gemm_direct_store.py has timed them on a GPU):
 
-- DIRECT_STORE=1 stores the output tile from the accumulator's registers instead of staging it in shared memory for
-  a TMA store. A 128x128x64 tile on 3 stages then takes 98,328 bytes instead of 131,096 on sm_90 (Triton 3.6,
-  `flytune census matmul --target h200`), so two fit an SM's 227 KiB and the SM's tensor cores alternate between
-  two programs' warpgroups; a 128x256x64 tile fits 4 stages (229,408 bytes) instead of 3.
-- CTAS_PER_SM=2 (TMA=2) launches two persistent programs an SM instead of one.
+- DIRECT_STORE=1 (TMA=1 and TMA=2 tiles; the stream-K and swapped-operand kernels ignore it) stores the output
+  tile from the accumulator's registers instead of staging it in shared memory for a TMA store. A 128x128x64 tile
+  on 3 stages then takes 98,328 bytes instead of 131,096 on sm_90 (TMA=1; 106,520 persistent; Triton 3.6,
+  `flytune census matmul --target h200`), so two programs fit an SM's 227 KiB; a 128x256x64 tile fits 4 stages
+  (229,408 bytes) instead of 3.
+- CTAS_PER_SM=2 (TMA=2 without stream-K; ignored elsewhere) launches two persistent programs an SM instead of one.
 
 Each kernel writes its TMA K loop out: moved into one shared @triton.jit helper, the stream-K kernel's 128x256 tile
 compiled to 254 registers a thread instead of 174 (sm_90, Triton 3.6; `flytune census matmul --target h200`).
@@ -163,7 +164,7 @@ def matmul_tma_kernel(a_desc, w_desc, c_desc, C, stride_cm, stride_cn, WS, LOCKS
                       DIRECT_STORE: tl.constexpr, UPCAST: tl.constexpr):
     """The same tiles through Hopper's tensor memory accelerator: each K step is two bulk copies into shared memory
     (edges zero-filled, the store clipped by the hardware), so no thread computes an address or a mask. PERSISTENT:
-    ``programs`` programs (one per SM) walk the tiles in steps of ``programs``: no tail wave, and the next tile's
+    ``programs`` programs (one per SM, or CTAS_PER_SM per SM) walk the tiles in steps of ``programs``: no tail wave, and the next tile's
     loads overlap this tile's epilogue. ``programs`` is a runtime argument, so a new M never compiles a new kernel.
     Otherwise one program per tile, or per (tile, K range) with SPLIT_K > 1 (never with PERSISTENT), reduced as the
     pointer kernel reduces its splits. DIRECT_STORE: the output tile goes from registers to memory with plain
