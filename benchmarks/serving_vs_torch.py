@@ -5,7 +5,7 @@ heuristic default; the ``source`` column says which) and timed with Triton's own
 timer: ``do_bench_cudagraph``'s (graph replay, as a serving engine runs decode: no L2 flush between calls) and
 ``do_bench``'s (events, L2 flushed between calls; with a GPU spin that keeps the host's launch time out). Every side
 of a comparison (ours, cuBLAS or eager and torch.compile, the heuristic default) is timed side by side, the reps
-alternated (Timers.graph_each, Timers.flushed_each), so the GPU's clock state falls on all sides alike.
+interleaved (Timers.graph_each, Timers.flushed_each), so whatever state the GPU is in falls on all sides alike.
 Every output is checked against the fp64 reference once.
 
 - gemm: matmul vs cuBLAS (``a @ w.T``) at M in 1..4096 on the committed (N, K) = (4096, 4096), (14336, 4096) and
@@ -461,7 +461,7 @@ def markdown(env, res, wall_s: float, smoke: bool) -> str:
     lines = [f"# Serving calls vs torch{' (smoke: tiny shapes, interpreter timings)' if smoke else ''}",
              f"{env_line(env)}. bf16. Ours through flytune_nb.tuned. Medians of do_bench_cudagraph's method "
              "(graph) and do_bench's method behind a GPU spin (L2 flushed), us, every side of a row timed side by "
-             "side (reps alternated); ratios are torch's time over ours; source: "
+             "side (reps interleaved); ratios are torch's time over ours; source: "
              f"where tuned() found the config (artifact: a committed export; default: the heuristic). "
              f"{wall_s:.0f} s.", ""]
     if "gemm" in res:

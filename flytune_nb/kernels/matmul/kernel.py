@@ -164,8 +164,8 @@ def matmul_tma_kernel(a_desc, w_desc, c_desc, C, stride_cm, stride_cn, WS, LOCKS
                       DIRECT_STORE: tl.constexpr, UPCAST: tl.constexpr):
     """The same tiles through Hopper's tensor memory accelerator: each K step is two bulk copies into shared memory
     (edges zero-filled, the store clipped by the hardware), so no thread computes an address or a mask. PERSISTENT:
-    ``programs`` programs (one per SM, or CTAS_PER_SM per SM) walk the tiles in steps of ``programs``: no tail wave, and the next tile's
-    loads overlap this tile's epilogue. ``programs`` is a runtime argument, so a new M never compiles a new kernel.
+    ``programs`` programs (one per SM, or CTAS_PER_SM per SM) walk the tiles in steps of ``programs``: no tail
+    wave, and the next tile's loads overlap this tile's epilogue. ``programs`` is a runtime argument, so a new M never compiles a new kernel.
     Otherwise one program per tile, or per (tile, K range) with SPLIT_K > 1 (never with PERSISTENT), reduced as the
     pointer kernel reduces its splits. DIRECT_STORE: the output tile goes from registers to memory with plain
     stores instead of a TMA store, which stages it in shared memory (BLOCK_SIZE_M x BLOCK_SIZE_N x 2 bytes beside
@@ -388,7 +388,7 @@ def matmul(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None, *,
         split = 1 if tma == 2 else config.get("SPLIT_K", 1)
         ws, locks = _split_scratch(a2, c2, tiles, split, bm, bn)
         # CTAS_PER_SM=2: two persistent programs an SM, for tiles that fit twice (DIRECT_STORE 128x128x64 on 3
-        # stages: 96 KiB each); one that does not fit waits for an SM to free, and the result is the same
+        # stages: 106,520 bytes each on sm_90); one that does not fit waits for an SM to free, with the same result
         programs = min(tiles, dev.sm_count * config.get("CTAS_PER_SM", 1)) if tma == 2 else tiles * split
         launch(matmul_tma_kernel, (programs,), (*descs, c2, c2.stride(0), c2.stride(1), ws, locks, M, N, K, programs),
                config, BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=config["GROUP_SIZE_M"],
