@@ -55,6 +55,9 @@ def parse_list(dtypes) -> list[str]:
         dtypes = dtypes.replace(",", " ").split()
     elif isinstance(dtypes, torch.dtype):
         dtypes = [dtypes]
+    elif not isinstance(dtypes, (list, tuple, set, frozenset)):  # papermill's -p dtypes 3 is an int
+        raise DtypeError(f"dtypes must be text like 'bf16,fp16' or a list of names; got {type(dtypes).__name__} "
+                         f"{dtypes!r}")
     return [d.strip() if isinstance(d, str) else d for d in dtypes if not isinstance(d, str) or d.strip()]
 
 

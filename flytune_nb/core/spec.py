@@ -186,7 +186,10 @@ class KernelSpec:
                                               else [self.default_dtype])]
 
     def check_dtype(self, dtype: Any) -> str:
-        d = dtypes.canonical(dtype)
+        try:
+            d = dtypes.canonical(dtype)
+        except dtypes.DtypeError:  # name this kernel's dtypes, not every dtype flytune knows
+            raise dtypes.DtypeError(f"unknown dtype {dtype!r}; {self.name} supports {', '.join(self.dtypes)}") from None
         if d not in self.dtypes:
             raise dtypes.DtypeError(f"{self.name} supports {', '.join(self.dtypes)}; got {d}")
         return d

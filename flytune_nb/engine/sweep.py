@@ -13,6 +13,7 @@ import queue
 import threading
 from dataclasses import replace
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Callable, Iterable
 
 from flytune_nb.errors import RunError, UsageError
@@ -36,6 +37,20 @@ from flytune_nb.engine.lanes import (WorkerCrashed, WorkerError, WorkerStartErro
 # Interpreter timings only exercise the machinery, and an interpreted trial costs ~0.1-1 s: the stage re-times the
 # best candidate against the default over 3 rounds there (6 trials a shape at most, not the GPU's 20-40).
 INTERPRETER_RULE = Rule(top=1, rounds=3)
+
+
+def _shape_list(grid) -> list[dict]:
+    """A sequence of shape dicts (``[{"M": 1, "N": 4096}, ...]``); anything else is one clear UsageError, not a
+    TypeError from deep inside (papermill passes ``-p grid 5`` as an int)."""
+    what = ("grid must be text like 'M=1,64 N=4096', a dict of axis -> values, or a list of shape dicts; "
+            f"got {type(grid).__name__} {grid!r}")
+    try:
+        shapes = list(grid)
+    except TypeError:
+        raise UsageError(what) from None
+    if not all(isinstance(s, Mapping) for s in shapes):
+        raise UsageError(what)
+    return [dict(s) for s in shapes]
 
 
 class SweepError(RunError):
@@ -117,7 +132,7 @@ class Sweep:
         # under which it registers that object, so two such sweeps of one kernel (a notebook running an edited
         # heuristic beside the original) never swap specs.
         self._task_kernel = f"{self.spec.name}@sweep-{id(self):x}" if self._override else str(self._load_name)
-        self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
+        self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else _shape_list(grid)
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
         if not self.shapes:
             raise UsageError("the grid is empty")
@@ -171,6 +186,9 @@ class Sweep:
         self._live_lanes: list = []
         self.results: list[SearchResult] = []
         self.run_id: str | None = None
+        # trials timed by this run (first timings, re-timings, the selection's rounds): 0 when a resumed sweep
+        # found everything in its store, which the caller says rather than print stale tables as new
+        self.measured = 0
 
     # -- control -------------------------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -498,6 +516,7 @@ class Sweep:
         return sel
 
     def _measure(self, lane, shape, dtype, config: Config, fidelity: str, device: DeviceInfo) -> Trial:
+        self.measured += 1
         base = dict(kernel=self.spec.name, shape=dict(shape), dtype=dtype, config=config, device=device.name,
                     fidelity=fidelity)
         try:

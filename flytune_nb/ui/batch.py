@@ -10,7 +10,7 @@ from flytune_nb.errors import UsageError
 from flytune_nb.analysis.scores import speedup_rows
 from flytune_nb.artifacts.export import export, refuse_interpreter_timings
 from flytune_nb.ui.progress import TqdmListener
-from flytune_nb.ui.report import failure_line, summary_table, trials_table
+from flytune_nb.ui.report import failure_line, measured_line, summary_table, trials_table
 from flytune_nb.engine.sweep import Sweep
 
 
@@ -33,6 +33,21 @@ def _beside(db, suffix: str) -> str:
     return str(db.with_name(db.stem + suffix))
 
 
+def _flag(name: str, value) -> bool:
+    """True/False, or papermill's and a shell's spellings of them; anything else is a UsageError, never a truthy
+    guess ("no" would otherwise leave isolation on)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise UsageError(f"{name} must be True or False, got {value!r}")
+
+
 def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", budget: int | None = None,
               db: str = "batch.db", export_dir: str | None = "exports", results_csv: str | None = "",
               results_json: str | None = "", isolate: bool = True, paths=(), progress: bool = True,
@@ -50,6 +65,8 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
         timeout = float(timeout)
     except (TypeError, ValueError):
         raise UsageError(f"timeout must be a number of seconds, got {timeout!r}") from None
+    isolate, retry_failed, progress = (_flag("isolate", isolate), _flag("retry_failed", retry_failed),
+                                       _flag("progress", progress))
     if isinstance(paths, str):  # papermill -p paths ./my_kernels
         paths = [p for p in paths.split(",") if p.strip()]
     results_csv = _beside(db, ".results.csv") if results_csv == "" else results_csv
@@ -72,7 +89,8 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
         print(trials_table(results[0], sweep.spec))  # every config of the first shape: latency, pass/fail, marks
         print()
     print(summary_table(results))
-    print(f"\n{sum(len(r.trials) for r in results)} trials in {db}: {failure_line(results)}"
+    print(f"\n{sum(len(r.trials) for r in results)} trials in {db} ({measured_line(sweep.measured)}): "
+          f"{failure_line(results)}"
           + (f"; results: {', '.join(p for p in (results_csv, results_json) if p)}" if rows else "")
           + (f"; exported {len(written)} file(s) under {export_dir}" if written else ""))
     return results

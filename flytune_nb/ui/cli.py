@@ -284,7 +284,7 @@ _INTERRUPTED: list = []  # the trials a Ctrl-C cut, for main's message
 
 def cmd_sweep(args) -> int:
     from flytune_nb.ui.progress import TqdmListener
-    from flytune_nb.ui.report import failure_line, summary_table, trials_table
+    from flytune_nb.ui.report import failure_line, measured_line, summary_table, trials_table
     from flytune_nb.engine.sweep import Sweep
 
     baselines = None
@@ -323,7 +323,7 @@ def cmd_sweep(args) -> int:
             why = collections.Counter("spill" if d.startswith("spills") else "same binary" for d in dropped.values())
             print(f"census pruning, {shape} {dtype}: {len(dropped)} configs not timed "
                   f"({why['spill']} spill to scratch, {why['same binary']} duplicate another's binary)")
-    print(f"\ntrials: {failure_line(results)}" + (
+    print(f"\ntrials ({measured_line(sw.measured)}): {failure_line(results)}" + (
         "; `--retry-failed` measures the failed ones again" if any(not t.ok for r in results for t in r.trials)
         else ""))
     if results and results[0].device.backend == "interpreter":

@@ -76,6 +76,14 @@ def summary_table(results: list[SearchResult]) -> str:
                         "best p50", "search speedup", "pick", "why (re-timed)"])
 
 
+def measured_line(measured: int) -> str:
+    """What a run timed itself: a resumed sweep that found every trial in its store says so, rather than print the
+    stored tables as if just measured."""
+    if not measured:
+        return "nothing new measured: every trial was already in the store"
+    return f"{measured} timed by this run"
+
+
 def failure_line(results: list[SearchResult]) -> str:
     """ "0 of 24 failed" or "102 of 102 failed (all: launch_error: ...)": how many trials failed and why."""
     return summarize(t for r in results for t in r.trials).line()

@@ -8,7 +8,7 @@ from tests.conftest import PLUGINS
 @pytest.mark.parametrize("argv, msg", [
     (["sweep", "rmsnrom", "--grid", "M=1 N=8"], "Did you mean 'rmsnorm'"),
     (["sweep", "rmsnorm", "--grid", "M=1,a N=8"], "not a positive integer"),
-    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp4"], "unknown dtype 'fp4'"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp4"], "unknown dtype 'fp4'; rmsnorm supports bf16, fp16, fp32$"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--dtype", "fp8"], "rmsnorm supports bf16, fp16, fp32; got fp8"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--strategy", "magic"], "unknown strategy"),
     (["sweep", "rmsnorm", "--grid", "M=100000000 N=100000000"], "needs ~.* GiB"),
@@ -132,9 +132,13 @@ def test_cli_sweep_writes_the_store_and_resumes(tmp_path, capsys):
     argv = ["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", str(db), "--quiet",
             "--no-isolate"]
     assert main(argv) == 0 and _count(db) == 8
+    first = capsys.readouterr().out
+    assert "results in" in first and "2/8" in first
+    assert "trials (" in first and "timed by this run)" in first and "nothing new measured" not in first
+    assert main(argv) == 0 and _count(db) == 8  # resumed: every trial and the selection come from the store
+    assert "trials (nothing new measured: every trial was already in the store)" in capsys.readouterr().out
     assert main(argv + ["--strategy", "random", "--budget", "3"]) == 0 and _count(db) == 8  # all stored already
-    out = capsys.readouterr().out
-    assert "results in" in out and "2/8" in out
+    assert "results in" in capsys.readouterr().out
     assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--gpus", "0,x"]) == 2
     assert "comma-separated integers" in capsys.readouterr().err
     assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--baselines", "torch_jit"]) == 2
@@ -309,7 +313,7 @@ def test_sweep_prints_how_many_failed_and_why_with_reasons_whole(tmp_path, capsy
                "--quiet", "--no-isolate"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "trials: 6 of 8 failed" in out and "--retry-failed" in out
+    assert "timed by this run): 6 of 8 failed" in out and "--retry-failed" in out
     reason = "RuntimeError: launch failed: simulated out of memory for this config"
     assert len(reason) > 60 and f"] {reason}" in out  # the footnote carries it whole
     assert "µs" in out or " ms" in out
