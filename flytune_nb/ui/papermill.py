@@ -11,8 +11,10 @@ def run_notebook(name: str, out: str | Path, parameters: dict, cwd: str | Path |
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # The kernel's own log at ERROR: ipykernel 7 warns at every start that its local TCP sockets are unencrypted,
+    # a line in every headless run that says nothing about the run. Cell errors come back as outputs, not log lines.
     pm.execute_notebook(str(NOTEBOOKS / name), str(out), parameters=parameters, progress_bar=False,
-                        cwd=str(cwd or out.parent))
+                        cwd=str(cwd or out.parent), extra_arguments=["--IPKernelApp.log_level=ERROR"])
     return out
 
 

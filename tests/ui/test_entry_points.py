@@ -117,6 +117,7 @@ def test_papermill_batch_from_a_clean_environment_passes_and_keeps_its_outputs_b
     assert "2 trials in runs/b.db (" in out.stdout, out.stdout
     assert "timed by this run): 1 of 2 failed (all: timeout: no answer within 3 s" in out.stdout, out.stdout
     assert time.monotonic() - t0 < 120  # the hang cost its 3 s timeout, not the fixed 120 s
+    assert "without encryption" not in out.stderr  # ipykernel's start-up warning, in every run before
     assert (tmp_path / "runs" / "b.results.csv").exists() and (tmp_path / "runs" / "b.results.json").exists()
     assert not (tmp_path / "results.csv").exists() and not (tmp_path / "out" / "results.csv").exists()
 
