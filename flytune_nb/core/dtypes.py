@@ -1,6 +1,8 @@
 """Dtype names: users type ``bf16``; torch wants ``torch.bfloat16``; artifacts write ``bf16``."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from flytune_nb.errors import UsageError
@@ -55,7 +57,7 @@ def parse_list(dtypes) -> list[str]:
         dtypes = dtypes.replace(",", " ").split()
     elif isinstance(dtypes, torch.dtype):
         dtypes = [dtypes]
-    elif not isinstance(dtypes, (list, tuple, set, frozenset)):  # papermill's -p dtypes 3 is an int
+    elif not isinstance(dtypes, Iterable):  # papermill's -p dtypes 3 is an int
         raise DtypeError(f"dtypes must be text like 'bf16,fp16' or a list of names; got {type(dtypes).__name__} "
                          f"{dtypes!r}")
     return [d.strip() if isinstance(d, str) else d for d in dtypes if not isinstance(d, str) or d.strip()]

@@ -12,8 +12,8 @@ import math
 import queue
 import threading
 from dataclasses import replace
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Callable, Iterable
 
 from flytune_nb.errors import RunError, UsageError
@@ -189,6 +189,7 @@ class Sweep:
         # trials timed by this run (first timings, re-timings, the selection's rounds): 0 when a resumed sweep
         # found everything in its store, which the caller says rather than print stale tables as new
         self.measured = 0
+        self._measured_lock = threading.Lock()  # lanes (one thread per GPU) measure at once
 
     # -- control -------------------------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -516,7 +517,8 @@ class Sweep:
         return sel
 
     def _measure(self, lane, shape, dtype, config: Config, fidelity: str, device: DeviceInfo) -> Trial:
-        self.measured += 1
+        with self._measured_lock:
+            self.measured += 1
         base = dict(kernel=self.spec.name, shape=dict(shape), dtype=dtype, config=config, device=device.name,
                     fidelity=fidelity)
         try:

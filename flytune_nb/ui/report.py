@@ -77,11 +77,12 @@ def summary_table(results: list[SearchResult]) -> str:
 
 
 def measured_line(measured: int) -> str:
-    """What a run timed itself: a resumed sweep that found every trial in its store says so, rather than print the
-    stored tables as if just measured."""
+    """What a run timed itself (new trials and the selection stage's re-timings, so it can exceed the trial count):
+    a resumed sweep that found everything in its store says so, rather than print the stored tables as if just
+    measured."""
     if not measured:
         return "nothing new measured: every trial was already in the store"
-    return f"{measured} timed by this run"
+    return f"{measured} timing{'s' if measured != 1 else ''} this run"
 
 
 def failure_line(results: list[SearchResult]) -> str:

@@ -43,7 +43,7 @@ def test_batch_sweep_notebook_writes_store_results_exports_and_static_plots(tmp_
                         "export_dir": "ex", "isolate": False}, cwd=tmp_path)
     assert out.stat().st_size < 1_500_000
     text = printed_output(out)
-    assert "M=2 N=300" in text and "M=4 N=300" in text and "trials in b.db (" in text and "timed by this run): 0 of" in text
+    assert "M=2 N=300" in text and "M=4 N=300" in text and "trials in b.db (" in text and "this run): 0 of" in text
     rows = json.loads((tmp_path / "b.results.json").read_text())
     assert [r["M"] for r in rows] == [2, 4] and all(r["best_ms"] > 0 and r["speedup"] >= 1 for r in rows)
     assert (tmp_path / "b.results.csv").read_text().count("\n") == 3
