@@ -5,6 +5,8 @@
 #
 #   OUT=/some/folder bash scripts/gpu_remake_matmul_exports.sh
 #
+# Needs the `search` extra (optuna) for the surrogate strategy, beside torch and triton.
+#
 # Writes: $OUT/matmul_resweep.db (the store; commit it under benchmarks/results/<device>/stores/), the exports in
 # place under flytune_nb/exports/matmul/ plus a tar of them in $OUT (their names hold '=' and ',', which some copy
 # tools drop), and serving_vs_torch's result under $OUT/results/.

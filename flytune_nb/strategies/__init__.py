@@ -14,8 +14,20 @@ STRATEGIES = {"exhaustive": exhaustive, "random": random_search, "halving": halv
 SEEDED = {"random", "halving", "surrogate"}
 
 
+# strategies built on an optional extra: checked when a sweep is set up, not found missing mid-run by a worker
+NEEDS = {"surrogate": ("optuna", "flytune_nb[search]")}
+
+
 def get_strategy(name: str):
     try:
-        return STRATEGIES[name]
+        strategy = STRATEGIES[name]
     except KeyError:
         raise UsageError(f"unknown strategy {name!r}; choose from {', '.join(sorted(STRATEGIES))}") from None
+    if name in NEEDS:
+        import importlib.util
+
+        module, extra = NEEDS[name]
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"the {name} strategy needs {module}, which is not installed: pip install '{extra}' "
+                             f"(or choose another strategy: {', '.join(sorted(set(STRATEGIES) - set(NEEDS)))})")
+    return strategy

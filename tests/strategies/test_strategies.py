@@ -168,3 +168,25 @@ def test_the_surrogate_is_told_what_was_measured_before_it():
     trials = surrogate(rest, r, budget=10, seed=0, known=known)
     assert best not in {c for c, _ in r.calls} and len(trials) == 10
     assert min([t.p50 for t in trials if t.ok] + [known[0].p50]) == r.true_best
+
+
+def test_a_strategy_whose_extra_is_missing_is_one_line_before_the_sweep(monkeypatch, capsys, tmp_path):
+    """Without optuna (the `search` extra) a surrogate sweep stops at set-up with the install line, exit 2, and
+    writes no store; before, the ImportError came from inside the running sweep."""
+    import importlib.util
+
+    from flytune_nb.strategies import get_strategy
+    from flytune_nb.ui.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "optuna" else real(name, *a))
+    with pytest.raises(ValueError, match=r"the surrogate strategy needs optuna, which is not installed: "
+                                         r"pip install 'flytune_nb\[search\]'"):
+        get_strategy("surrogate")
+    assert get_strategy("random") is random_search  # the others need nothing extra
+    db = tmp_path / "s.db"
+    assert main(["sweep", "rmsnorm", "--grid", "M=1 N=64", "--dtype", "fp32", "--strategy", "surrogate",
+                 "--db", str(db), "--no-isolate"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs optuna" in err and "exhaustive, halving, random" in err, err
+    assert not db.exists()
