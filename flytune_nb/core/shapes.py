@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
+from collections.abc import Mapping
 
 from flytune_nb.errors import UsageError
 
@@ -93,3 +94,20 @@ def parse_grid(text: str | dict, axes: tuple[str, ...]) -> list[dict[str, int]]:
         raise GridError(f"grid must set each of the kernel's axes {list(axes)}; missing {missing}")
     combos = itertools.product(*(per_axis[a] for a in axes))
     return [dict(zip(axes, c)) for c in combos]
+
+
+def grid_shapes(grid, axes: tuple[str, ...]) -> list[dict]:
+    """What a sweep or a census takes as its grid: text, ``{axis: values}`` (both through parse_grid), or a sequence
+    of shape dicts. Anything else is one GridError, not a TypeError from deep inside (papermill passes
+    ``-p grid 5`` as an int)."""
+    if isinstance(grid, (str, dict)):
+        return parse_grid(grid, axes)
+    what = ("grid must be text like 'M=1,64 N=4096', a dict of axis -> values, or a list of shape dicts; "
+            f"got {type(grid).__name__} {grid!r}")
+    try:
+        shapes = list(grid)
+    except TypeError:
+        raise GridError(what) from None
+    if not all(isinstance(s, Mapping) for s in shapes):
+        raise GridError(what)
+    return [dict(s) for s in shapes]

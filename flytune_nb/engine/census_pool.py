@@ -369,14 +369,14 @@ class Census:
                  limit: int | None = None, configs: Iterable[Config] | None = None, timeout: float = 300.0,
                  progress: Callable | None = None, siblings: bool = True) -> None:
         from flytune_nb.core.registry import get_kernel
-        from flytune_nb.core.shapes import parse_grid
+        from flytune_nb.core.shapes import grid_shapes
 
         self.paths = tuple(str(p) for p in paths)
         self.spec = get_kernel(kernel, list(self.paths))
         if grid is None:
             self.shapes = [self.spec.example()]
         else:
-            self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else [dict(s) for s in grid]
+            self.shapes = grid_shapes(grid, self.spec.axes)
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
         self.dtypes = self.spec.check_dtypes(dtypes)
         if not self.shapes or not self.dtypes:

@@ -12,7 +12,6 @@ import math
 import queue
 import threading
 from dataclasses import replace
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -21,7 +20,7 @@ from flytune_nb.core.config import Config
 from flytune_nb.core.device import DeviceInfo
 from flytune_nb.measure.memory import ShapeTooLarge
 from flytune_nb.engine.events import Emitter, ShapeDone, ShapeSelected, SweepDone, TrialDone, TrialFailed, TrialStarted
-from flytune_nb.core.shapes import parse_grid
+from flytune_nb.core.shapes import grid_shapes
 from flytune_nb.core.registry import get_kernel, load_name
 from flytune_nb.engine.store import Store
 from flytune_nb.strategies import SEEDED, get_strategy
@@ -37,20 +36,6 @@ from flytune_nb.engine.lanes import (WorkerCrashed, WorkerError, WorkerStartErro
 # Interpreter timings only exercise the machinery, and an interpreted trial costs ~0.1-1 s: the stage re-times the
 # best candidate against the default over 3 rounds there (6 trials a shape at most, not the GPU's 20-40).
 INTERPRETER_RULE = Rule(top=1, rounds=3)
-
-
-def _shape_list(grid) -> list[dict]:
-    """A sequence of shape dicts (``[{"M": 1, "N": 4096}, ...]``); anything else is one clear UsageError, not a
-    TypeError from deep inside (papermill passes ``-p grid 5`` as an int)."""
-    what = ("grid must be text like 'M=1,64 N=4096', a dict of axis -> values, or a list of shape dicts; "
-            f"got {type(grid).__name__} {grid!r}")
-    try:
-        shapes = list(grid)
-    except TypeError:
-        raise UsageError(what) from None
-    if not all(isinstance(s, Mapping) for s in shapes):
-        raise UsageError(what)
-    return [dict(s) for s in shapes]
 
 
 class SweepError(RunError):
@@ -132,7 +117,7 @@ class Sweep:
         # under which it registers that object, so two such sweeps of one kernel (a notebook running an edited
         # heuristic beside the original) never swap specs.
         self._task_kernel = f"{self.spec.name}@sweep-{id(self):x}" if self._override else str(self._load_name)
-        self.shapes = parse_grid(grid, self.spec.axes) if isinstance(grid, (str, dict)) else _shape_list(grid)
+        self.shapes = grid_shapes(grid, self.spec.axes)
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
         if not self.shapes:
             raise UsageError("the grid is empty")

@@ -1,6 +1,6 @@
 import pytest
 
-from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid
+from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, grid_shapes, parse_grid
 
 
 def test_grid_is_the_cartesian_product_in_axis_order():
@@ -41,3 +41,13 @@ def test_a_shape_is_written_as_the_grid_syntax_writes_it():
 
     shape = {"M": 4, "N": 1024}
     assert shape_text(shape) == "M=4 N=1024" and parse_grid(shape_text(shape), ("M", "N")) == [shape]
+
+
+def test_grid_shapes_takes_text_a_dict_or_shape_dicts_and_refuses_anything_else():
+    axes = ("M", "N")
+    assert grid_shapes("M=1,2 N=8", axes) == grid_shapes({"M": [1, 2], "N": 8}, axes) == [
+        {"M": 1, "N": 8}, {"M": 2, "N": 8}]
+    assert grid_shapes(({"M": 3, "N": 5},), axes) == [{"M": 3, "N": 5}]
+    for bad, got in ((5, "got int 5"), (["M=1", "N=8"], "got list"), (None, "got NoneType")):
+        with pytest.raises(GridError, match="grid must be text like 'M=1,64 N=4096'.*" + got):
+            grid_shapes(bad, axes)

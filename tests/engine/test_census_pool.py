@@ -85,6 +85,8 @@ def test_a_bad_target_or_kernel_is_one_line_before_anything_starts(tmp_path):
         Census("rmsnorm", "M=4 N=256", target="mi301x")
     with pytest.raises(UsageError, match="unknown kernel"):
         Census("rmsnorm2", "M=4 N=256", target="mi300x")
+    with pytest.raises(UsageError, match="grid must be text like"):
+        Census("rmsnorm", 5, target="mi300x")
     with pytest.raises(UsageError, match="no GPU here"):
         Census("rmsnorm", "M=4 N=256")  # no target, and this machine has no GPU
     with pytest.raises(UsageError, match="prune option"):
