@@ -165,7 +165,8 @@ def matmul_tma_kernel(a_desc, w_desc, c_desc, C, stride_cm, stride_cn, WS, LOCKS
     """The same tiles through Hopper's tensor memory accelerator: each K step is two bulk copies into shared memory
     (edges zero-filled, the store clipped by the hardware), so no thread computes an address or a mask. PERSISTENT:
     ``programs`` programs (one per SM, or CTAS_PER_SM per SM) walk the tiles in steps of ``programs``: no tail
-    wave, and the next tile's loads overlap this tile's epilogue. ``programs`` is a runtime argument, so a new M never compiles a new kernel.
+    wave, and the next tile's loads overlap this tile's epilogue. ``programs`` is a runtime argument, so a new M
+    never compiles a new kernel.
     Otherwise one program per tile, or per (tile, K range) with SPLIT_K > 1 (never with PERSISTENT), reduced as the
     pointer kernel reduces its splits. DIRECT_STORE: the output tile goes from registers to memory with plain
     stores instead of a TMA store, which stages it in shared memory (BLOCK_SIZE_M x BLOCK_SIZE_N x 2 bytes beside
