@@ -30,9 +30,16 @@ K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles
   in each tile order (several row tiles share w's panels);
 - STREAM_K=1 for TMA=2 configs above M = 64 whose last round of tiles would leave more than 10% of the SMs' rounds
   idle.
-bf16 on the H200: M=N=K=4096: 2210 configs (1126 pointer + 1084 TMA, no split: 512 tiles of 128x256 fill 97%
-of 4 rounds); M=256, N=14336: 1368 (148 of them stream-K, 2 split); M=128, N=4096: 1358 (720 TMA, 322 split, 158 of
-those on TMA); M=64, N=4096: 1022 (350 persistent TMA, 68 swapped, 290 split); M=1: 272 (88 swapped, 172 split).
+DIRECT_STORE=1 on each persistent TMA tile one stage deeper than its deepest staged config: without the output tile
+staged for a TMA store (32 KiB for 128x128 bf16, 64 KiB for 128x256) a 128x128x64 tile runs 6 stages and a
+128x256x64 one 4. On an H100 at M = 256-512 (benchmarks/results/NVIDIA_H100_80GB_HBM3/gemm_direct_store.md, side
+by side with cuBLAS) those were the fastest of ten variants at 9 of 12 shapes (M=512, N=4096, K=11008: 67.9 us
+against 76.1 for the 5-stage staged tile; M=256, N=14336: 54.8 for 128x256x64 on 4 stages against 58.7). Two
+persistent programs an SM (CTAS_PER_SM=2, smaller tiles) lost at every shape there and are not offered.
+bf16 on the H200: M=N=K=4096: 2423 configs (1126 pointer + 1297 TMA, 213 of them DIRECT_STORE; no split: 512
+tiles of 128x256 fill 97% of 4 rounds); M=256, N=14336: 1485 (148 stream-K, 116 DIRECT_STORE, 3 split); M=128,
+N=4096: 1551 (913 TMA, 426 split, 262 of those on TMA); M=64, N=4096: 1092 (420 persistent TMA, 70 of them
+DIRECT_STORE, 68 swapped, 290 split); M=1: 272 (88 swapped, 172 split).
 MI300X also crosses matrix_instr_nonkdim 16/32 and waves_per_eu unset/2.
 """
 from __future__ import annotations
@@ -74,6 +81,7 @@ def configs(shape, dtype, device) -> list[Config]:
     out = _tiles(M, N, K, dtype, device, bms, bns, paths, sms, idle_warps=False)
     if not out:  # every tile too small to keep its warps busy (N=32 at decode on wave64): those, rather than none
         out = _tiles(M, N, K, dtype, device, bms, bns, paths, sms, idle_warps=True)
+    out += _deeper_direct_store(out, K, dtype, device)
     if M <= SWAP_AB_UP_TO_M and aligned and has_tma(device):
         out += _swapped(M, N, K, dtype, device, sms)
     if hip:
@@ -112,6 +120,24 @@ def _tiles(M, N, K, dtype, device, bms, bns, paths, sms, *, idle_warps: bool) ->
                 for g in (group_options(-(-M // bm)) if tma else [1]):
                     out.append(Config({**params, "GROUP_SIZE_M": g, "SPLIT_K": s, **({"TMA": 1} if tma else {})},
                                       num_warps=warps, num_stages=stages))
+    return out
+
+
+def _deeper_direct_store(tiles: list[Config], K: int, dtype, device) -> list[Config]:
+    """Each persistent TMA tile (not stream-K) once more, one stage deeper than its deepest staged config, with
+    DIRECT_STORE=1: the output tile goes from registers to memory, and the shared memory its TMA store would stage
+    holds one more stage of operands (see the module docstring)."""
+    deepest: dict = {}
+    for c in tiles:
+        if c.get("TMA") == 2 and not c.get("STREAM_K"):
+            key = (c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"], c["BLOCK_SIZE_K"], c["GROUP_SIZE_M"], c.num_warps)
+            deepest[key] = max(deepest.get(key, 0), c.num_stages)
+    out = []
+    for (bm, bn, bk, g, warps), stages in deepest.items():
+        deeper = stages + 1
+        if deeper <= -(-K // bk) and tile_fits(bm, bn, bk, warps, deeper, dtype, device):
+            out.append(Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g, "TMA": 2,
+                               "DIRECT_STORE": 1}, num_warps=warps, num_stages=deeper))
     return out
 
 

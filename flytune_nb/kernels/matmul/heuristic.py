@@ -78,6 +78,14 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   and write and read back fp32 partials of up to two tiles (128 KiB for 128x256). Triton 3.6's automatic warp
   specialization (tl.range(warp_specialize=True)) on the persistent loop measured 0.96-1.07x the plain kernel on
   the same tile there (median 1.00), so it is not a knob either.
+- 128 < M <= 512 on Hopper, where the rules above give 128x128x64 tiles (on 4 or 8 warps, 4 or 5 stages): the same
+  tile with DIRECT_STORE=1 on 4 warps and 6 stages. Stored from registers, the output tile needs none of the 32 KiB
+  of shared memory a TMA store stages it in, and that holds a sixth stage of operands. On an H100, side by side with
+  cuBLAS (benchmarks/results/NVIDIA_H100_80GB_HBM3/gemm_direct_store.md): M=512, N=4096, K=11008 67.9 us against
+  76.1 (0.89x), M=512, N=28672 191.5 against 197.9 under graph replay and 179.2 against 193.9 L2 flushed, M=256,
+  N=6144 26.4 against 27.9; the worst of the 8 shapes 1.019x (M=512, N=11008, graph; 0.962x flushed). At M=1024
+  it was 0.97-1.03x, so the staged tile stays there. The tile choice above was fitted on H200 sweeps of staged tiles
+  only (the tests check it there with this step off).
 - 64 < M <= 1024 on Hopper, last: where the persistent pick's tiles leave half the SMs or more idle, the same tile
   on TMA=1 with K split in the fewest ranges that fill 90% of the rounds (M=128, N=4096: 64 tiles of 64x128 split
   in two, 10.9 us against 12.5 unsplit, cuBLAS 12.5; at K=11008 30.1 against 36.8, cuBLAS 31.1; H200, graph replay,
@@ -112,6 +120,11 @@ SPLIT_BELOW = 0.6  # one round of tiles filling this share of the SMs is not spl
 # Graph replay of one GEMM keeps up to ~2/3 of the H200's 60 MiB L2 resident: w of N=5120, K=4096 (40 MiB) took
 # cuBLAS 11.8 us, N=6144 (48 MiB) 17.1 (benchmarks/results/NVIDIA_H200/gemm_balance.md)
 L2_RESIDENT = 0.7
+# Up to this M the persistent 128x128x64 picks store their output from registers (DIRECT_STORE) and pipeline 6
+# stages deep on 4 warps: 0.967x the staged tile's time under graph replay (geomean, worst 1.019x) and 0.960x L2
+# flushed (worst 0.990x) at the 8 such shapes of M = 256-512 on an H100; at M=1024 0.99-1.03x, so not there
+# (benchmarks/results/NVIDIA_H100_80GB_HBM3/gemm_direct_store.md)
+DEEP_UP_TO_M = 512
 
 
 def _split(tiles: int, K: int, bk: int, bm: int, bn: int, dtype_bytes: int, N: int, sms: int) -> int:
@@ -229,6 +242,15 @@ def _tiles(M: int, N: int, bm: int, bn: int) -> int:
 
 def _persistent(M: int, N: int, sms: int) -> tuple:
     """(BM, BN, BK, warps, stages, TMA knobs) for M > 128 on Hopper; see the module docstring."""
+    pick = _persistent_tile(M, N, sms)
+    if M <= DEEP_UP_TO_M and pick[:3] == (128, 128, 64):
+        return 128, 128, 64, 4, 6, {"TMA": 2, "DIRECT_STORE": 1}
+    return pick
+
+
+def _persistent_tile(M: int, N: int, sms: int) -> tuple:
+    """The persistent pick with its output tile staged for a TMA store (what _persistent deepens up to
+    DEEP_UP_TO_M)."""
     t256, t128, t64 = _tiles(M, N, 128, 256), _tiles(M, N, 128, 128), _tiles(M, N, 128, 64)
     if wave_use(t256, sms) >= FILLED:
         return 128, 256, 64, 8, 3, {"TMA": 2}

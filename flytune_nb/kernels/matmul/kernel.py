@@ -13,11 +13,11 @@ cp.async waits cost more than the MMA's issue slots can hide; TMA issues each ti
 
 SWAP_AB=1 (with TMA=1) is the decode path on Hopper: the kernel computes out.T = w @ a.T, so a 64-row slice of w
 fills the warpgroup MMA's 64-row side and the few rows of a (BLOCK_SIZE_M = 16..64) its narrow side, both loaded
-through TMA descriptors, one program per output tile (times SPLIT_K). Without it a decode tile pads M=1 to 16 rows of a
-16-row MMA fed by pointer loads. On the H200 at M <= 32 (benchmarks/results/NVIDIA_H200/gemm_swap_ab.md) its best tile
-was 1.05-1.37x faster than the best pointer tile at all 18 shapes, and 1.00-1.29x cuBLAS. BLOCK_SIZE_M / BLOCK_SIZE_N keep
-their meaning (the tile's extent along M and along N), so where TMA is unavailable the same config runs the pointer
-kernel.
+through TMA descriptors, one program per output tile (times SPLIT_K). Without it a decode tile pads M=1 to 16 rows
+of a 16-row MMA fed by pointer loads. On the H200 at M <= 32 (benchmarks/results/NVIDIA_H200/gemm_swap_ab.md) its best
+tile was 1.05-1.37x faster than the best pointer tile at all 18 shapes, and 1.00-1.29x cuBLAS. BLOCK_SIZE_M /
+BLOCK_SIZE_N keep their meaning (the tile's extent along M and along N), so where TMA is unavailable the same config
+runs the pointer kernel.
 
 Two knobs spread K over more programs when the output tiles alone would leave SMs idle (both absent = off):
 
@@ -33,12 +33,15 @@ Two knobs spread K over more programs when the output tiles alone would leave SM
 Both reduce a tile cut between programs the same deterministic way, in one launch: every program that holds part of
 a tile stores its fp32 partial in a scratch buffer, then increments the tile's arrival counter (acq_rel); the one
 that arrives last reads all parts back (its own too) and sums them in a fixed order (by split, or by program id),
-stores the tile in the output dtype and resets the counter to zero. Nothing waits on another program (no spin, so no deadlock when programs are not all
-resident, e.g. beside NCCL kernels), nothing accumulates with atomics (the same inputs give the same bits every
-call), and no memset precedes the launch: the counters stay zero between calls (flytune_nb.kit.scratch).
+stores the tile in the output dtype and resets the counter to zero. Nothing waits on another program (no spin, so
+no deadlock when programs are not all resident, e.g. beside NCCL kernels), nothing accumulates with atomics (the same
+inputs give the same bits every call), and no memset precedes the launch: the counters stay zero between calls
+(flytune_nb.kit.scratch).
 
-Two knobs of the TMA path trade the epilogue's shared memory for occupancy (both absent = off; not yet offered by
-the space or picked by the heuristic, until benchmarks/gemm_direct_store.py has timed them on a GPU):
+Two knobs of the TMA path trade the epilogue's shared memory for a deeper pipeline or occupancy (both absent = off;
+benchmarks/gemm_direct_store.py times them). The space offers DIRECT_STORE one stage deeper than a persistent tile's
+staged configs, and the heuristic picks it at M = 256-512 (configs.py, heuristic.py); CTAS_PER_SM=2 lost at every
+shape timed and is only reachable by naming it:
 
 - DIRECT_STORE=1 (TMA=1 and TMA=2 tiles; the stream-K and swapped-operand kernels ignore it) stores the output
   tile from the accumulator's registers instead of staging it in shared memory for a TMA store. A 128x128x64 tile
