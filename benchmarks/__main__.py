@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -50,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     found = discover()
     if not argv or argv[0] in ("-h", "--help", "list"):
-        print(listing(found))
+        try:
+            print(listing(found), flush=True)  # flushed here: at exit a closed pipe can only exit 120 with a message
+        except BrokenPipeError:  # `python -m benchmarks | head -3`: the reader left; a shell's status for that
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
         return 0
     name = argv[0].removesuffix(".py")
     if name not in found:

@@ -185,26 +185,11 @@ def main(argv: list[str] | None = None) -> int:
 
         prestart()  # its torch import overlaps this process's own (the imports below): ~1 s on 2 CPU cores
     try:
-        if args.cmd == "kernels":
-            return cmd_kernels(args)
-        if args.cmd == "sweep":
-            return cmd_sweep(args)
-        if args.cmd == "census":
-            return cmd_census(args)
-        if args.cmd == "export":
-            return cmd_export(args)
-        if args.cmd == "lookup":
-            return cmd_lookup(args)
-        if args.cmd == "check":
-            return cmd_check(args)
-        if args.cmd == "cache":
-            return cmd_cache(args)
-        if args.cmd == "demo":
-            return cmd_demo(quiet=args.quiet)
-        if args.cmd == "audit-sglang":
-            return cmd_audit_sglang(args)
-        if args.cmd == "workbench":
-            return cmd_workbench(args)
+        rc = COMMANDS[args.cmd](args)
+        # Output shorter than stdout's buffer (8 KiB into a pipe) is written only here or at exit; a reader that left
+        # (`| head`) makes that write fail, and at exit Python can only print "Exception ignored" and exit 120
+        sys.stdout.flush()
+        return rc
     except UsageError as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -783,6 +768,11 @@ def cmd_workbench(args) -> int:
         return subprocess.call(command, cwd=folder)
     except KeyboardInterrupt:
         return 0
+
+
+COMMANDS = {"kernels": cmd_kernels, "sweep": cmd_sweep, "census": cmd_census, "export": cmd_export,
+            "lookup": cmd_lookup, "check": cmd_check, "cache": cmd_cache, "audit-sglang": cmd_audit_sglang,
+            "demo": lambda args: cmd_demo(quiet=args.quiet), "workbench": cmd_workbench}
 
 
 if __name__ == "__main__":

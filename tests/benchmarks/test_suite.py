@@ -48,6 +48,19 @@ def test_the_listing_names_every_script_with_its_question():
     assert all("?" in question for question in listed.values()), listed  # each names the question it answers
 
 
+def test_a_listing_whose_reader_left_ends_quietly():
+    """`python -m benchmarks | head -3` from a user's shell (no PYTHONUNBUFFERED): the listing, shorter than stdout's
+    buffer, is written after the reader left; the shell's status for that (141) and nothing on stderr, not Python's
+    "Exception ignored ... BrokenPipeError" and 120."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
+    p = subprocess.Popen([sys.executable, "-m", "benchmarks"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 141 and not err.strip(), err
+
+
 def test_the_readme_table_has_a_row_per_script_with_a_result_that_exists():
     readme = (BENCH / "README.md").read_text()
     rows = {line.split("`")[1]: line for line in readme.splitlines() if line.startswith("| `")
