@@ -421,6 +421,33 @@ def test_the_recorded_sweeps_agree_with_the_persistent_rule(monkeypatch):
     assert checked >= 5
 
 
+def test_the_direct_store_step_changes_only_the_picks_it_deepens(monkeypatch):
+    """Over a grid of M, N and K (short K included), the default with the DIRECT_STORE step is the default without it,
+    except 128x128x64 persistent picks at 128 < M <= 512 with K at least 6 steps of 64 deep, which become that tile on
+    4 warps, 6 stages, DIRECT_STORE=1. At shorter K the space has no 6-stage tile: the staged pick stays as it was
+    (M=512, N=4096, K=256: 8 warps, 4 stages), rather than landing on a neighbour nobody timed."""
+    spec, dev = get_kernel("matmul"), SIM["H200"]
+    module = sys.modules[spec.default.__module__]
+    shapes = [{"M": M, "N": N, "K": K} for M in (96, 129, 192, 256, 384, 512, 640, 1024)
+              for N in (1024, 4096, 6144, 11008, 28672) for K in (128, 256, 320, 384, 4096)]
+    deep = {json.dumps(s): spec.default(s, "bf16", dev) for s in shapes}
+    monkeypatch.setattr(module, "DEEP_UP_TO_M", 0)
+    deepened = 0
+    for s in shapes:
+        with_step, without = deep[json.dumps(s)], spec.default(s, "bf16", dev)
+        if not with_step.get("DIRECT_STORE"):
+            assert with_step == without, s
+            continue
+        deepened += 1
+        assert 128 < s["M"] <= 512 and s["K"] >= 6 * 64, s
+        assert (without["BLOCK_SIZE_M"], without["BLOCK_SIZE_N"], without["BLOCK_SIZE_K"], without["TMA"]) == \
+            (128, 128, 64, 2) and not without.get("STREAM_K") and not without.get("SPLIT_K"), s
+        assert with_step == Config({**dict(without.params), "DIRECT_STORE": 1}, num_warps=4, num_stages=6), s
+    assert deepened >= 10
+    kept = deep[json.dumps({"M": 512, "N": 4096, "K": 256})]
+    assert (kept.num_warps, kept.num_stages, kept.get("DIRECT_STORE")) == (8, 4, None)
+
+
 def test_the_direct_store_step_on_the_h100_timings():
     """The committed H100 run of benchmarks/gemm_direct_store.py timed, side by side at 30 shapes of M = 128-4096,
     the heuristic's default as it was (staged output tiles) beside the DIRECT_STORE tiles. Wherever the heuristic

@@ -30,12 +30,15 @@ K splitting (flytune_nb.kit.spaces.split_k_options), only where a config's tiles
   in each tile order (several row tiles share w's panels);
 - STREAM_K=1 for TMA=2 configs above M = 64 whose last round of tiles would leave more than 10% of the SMs' rounds
   idle.
-DIRECT_STORE=1 on each persistent TMA tile one stage deeper than its deepest staged config: without the output tile
-staged for a TMA store (32 KiB for 128x128 bf16, 64 KiB for 128x256) a 128x128x64 tile runs 6 stages and a
-128x256x64 one 4. On an H100 at M = 256-512 (benchmarks/results/NVIDIA_H100_80GB_HBM3/gemm_direct_store.md, side
-by side with cuBLAS) those were the fastest of ten variants at 9 of 12 shapes (M=512, N=4096, K=11008: 67.9 us
-against 76.1 for the 5-stage staged tile; M=256, N=14336: 54.8 for 128x256x64 on 4 stages against 58.7). Two
-persistent programs an SM (CTAS_PER_SM=2, smaller tiles) lost at every shape there and are not offered.
+DIRECT_STORE=1 on each persistent TMA tile one stage deeper than its deepest staged config. Without the output tile
+staged for a TMA store (32 KiB for 128x128 bf16, 64 KiB for 128x256) a 128x128x64 tile runs 6 stages (204,848 bytes
+on sm_90, Triton 3.6) and a 128x256x64 one 4 (229,408). Smaller tiles get the 6th stage too, where the staged
+configs stop at 5 only because CUDA_STAGES does: that pairs the deeper pipeline with the register store, ~10% more
+configs. On an H100 at M = 256-512 (benchmarks/results/NVIDIA_H100_80GB_HBM3/gemm_direct_store.md, side by side
+with cuBLAS) those two tiles were the fastest of ten variants at 6 of 12 shapes under graph replay and 10 of 12 L2
+flushed (M=512, N=4096, K=11008: 67.9 us against 76.1 for the 5-stage staged tile; M=256, N=14336: 54.8 for
+128x256x64 on 4 stages against 58.7). Two persistent programs an SM (CTAS_PER_SM=2, smaller tiles) were never the
+fastest there (they beat the staged default at 5 of the 30 shapes, by at most 3%) and are not offered.
 bf16 on the H200: M=N=K=4096: 2423 configs (1126 pointer + 1297 TMA, 213 of them DIRECT_STORE; no split: 512
 tiles of 128x256 fill 97% of 4 rounds); M=256, N=14336: 1485 (148 stream-K, 116 DIRECT_STORE, 3 split); M=128,
 N=4096: 1551 (913 TMA, 426 split, 262 of those on TMA); M=64, N=4096: 1092 (420 persistent TMA, 70 of them

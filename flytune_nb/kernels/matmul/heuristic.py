@@ -78,8 +78,8 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   and write and read back fp32 partials of up to two tiles (128 KiB for 128x256). Triton 3.6's automatic warp
   specialization (tl.range(warp_specialize=True)) on the persistent loop measured 0.96-1.07x the plain kernel on
   the same tile there (median 1.00), so it is not a knob either.
-- 128 < M <= 512 on Hopper, where the rules above give 128x128x64 tiles (on 4 or 8 warps, 4 or 5 stages): the same
-  tile with DIRECT_STORE=1 on 4 warps and 6 stages. Stored from registers, the output tile needs none of the 32 KiB
+- 128 < M <= 512 on Hopper, where the rules above give 128x128x64 tiles (on 4 or 8 warps, 4 or 5 stages) and K is
+  at least 6 steps of 64: the same tile with DIRECT_STORE=1 on 4 warps and 6 stages. Stored from registers, the output tile needs none of the 32 KiB
   of shared memory a TMA store stages it in, and that holds a sixth stage of operands. On an H100, side by side with
   cuBLAS (benchmarks/results/NVIDIA_H100_80GB_HBM3/gemm_direct_store.md): M=512, N=4096, K=11008 67.9 us against
   76.1 (0.89x), M=512, N=28672 191.5 against 197.9 under graph replay and 179.2 against 193.9 L2 flushed, M=256,
@@ -122,9 +122,10 @@ SPLIT_BELOW = 0.6  # one round of tiles filling this share of the SMs is not spl
 L2_RESIDENT = 0.7
 # Up to this M the persistent 128x128x64 picks store their output from registers (DIRECT_STORE) and pipeline 6
 # stages deep on 4 warps: 0.967x the staged tile's time under graph replay (geomean, worst 1.019x) and 0.960x L2
-# flushed (worst 0.990x) at the 8 such shapes of M = 256-512 on an H100; at M=1024 0.99-1.03x, so not there
-# (benchmarks/results/NVIDIA_H100_80GB_HBM3/gemm_direct_store.md)
-DEEP_UP_TO_M = 512
+# flushed (worst 0.990x) at the 8 such shapes of M = 256-512 on an H100; at M=1024 0.97-1.03x, so not there
+# (benchmarks/results/NVIDIA_H100_80GB_HBM3/gemm_direct_store.md). The space has that config where K is at least
+# DEEP_K_STEPS steps of 64 deep; at shorter K the staged pick stays.
+DEEP_UP_TO_M, DEEP_K_STEPS = 512, 6
 
 
 def _split(tiles: int, K: int, bk: int, bm: int, bn: int, dtype_bytes: int, N: int, sms: int) -> int:
@@ -240,10 +241,10 @@ def _tiles(M: int, N: int, bm: int, bn: int) -> int:
     return -(-M // bm) * -(-N // bn)
 
 
-def _persistent(M: int, N: int, sms: int) -> tuple:
+def _persistent(M: int, N: int, K: int, sms: int) -> tuple:
     """(BM, BN, BK, warps, stages, TMA knobs) for M > 128 on Hopper; see the module docstring."""
     pick = _persistent_tile(M, N, sms)
-    if M <= DEEP_UP_TO_M and pick[:3] == (128, 128, 64):
+    if M <= DEEP_UP_TO_M and pick[:3] == (128, 128, 64) and -(-K // 64) >= DEEP_K_STEPS:
         return 128, 128, 64, 4, 6, {"TMA": 2, "DIRECT_STORE": 1}
     return pick
 
@@ -287,7 +288,7 @@ def default(shape, dtype, device) -> Config:
     elif device.backend == "hip":
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 2
     elif tma_ok:
-        bm, bn, bk, warps, stages, extra = _split_when_half_idle(M, N, K, dtype, sms, _persistent(M, N, sms))
+        bm, bn, bk, warps, stages, extra = _split_when_half_idle(M, N, K, dtype, sms, _persistent(M, N, K, sms))
     else:
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 3
         tiles = _tiles(M, N, bm, bn)
@@ -309,4 +310,5 @@ def default(shape, dtype, device) -> Config:
 
 
 def _path(c: Config) -> tuple:
-    return c.get("TMA", 0), c.get("SWAP_AB", 0), c.get("STREAM_K", 0), c.get("SPLIT_K", 1) > 1
+    # DIRECT_STORE too: nearest() weighs knobs by log2, where DIRECT_STORE=1 and its absence are the same distance
+    return c.get("TMA", 0), c.get("SWAP_AB", 0), c.get("STREAM_K", 0), c.get("SPLIT_K", 1) > 1, c.get("DIRECT_STORE", 0)

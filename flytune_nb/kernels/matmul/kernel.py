@@ -40,8 +40,8 @@ inputs give the same bits every call), and no memset precedes the launch: the co
 
 Two knobs of the TMA path trade the epilogue's shared memory for a deeper pipeline or occupancy (both absent = off;
 benchmarks/gemm_direct_store.py times them). The space offers DIRECT_STORE one stage deeper than a persistent tile's
-staged configs, and the heuristic picks it at M = 256-512 (configs.py, heuristic.py); CTAS_PER_SM=2 lost at every
-shape timed and is only reachable by naming it:
+staged configs, and the heuristic picks it for 128x128x64 tiles at 128 < M <= 512 (configs.py, heuristic.py);
+CTAS_PER_SM=2 was never the fastest variant timed and is only reachable by naming it:
 
 - DIRECT_STORE=1 (TMA=1 and TMA=2 tiles; the stream-K and swapped-operand kernels ignore it) stores the output
   tile from the accumulator's registers instead of staging it in shared memory for a TMA store. A 128x128x64 tile
