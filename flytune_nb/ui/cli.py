@@ -184,12 +184,27 @@ def main(argv: list[str] | None = None) -> int:
         from flytune_nb.engine.processes import prestart
 
         prestart()  # its torch import overlaps this process's own (the imports below): ~1 s on 2 CPU cores
+    rc = _run(args)
     try:
-        rc = COMMANDS[args.cmd](args)
         # Output shorter than stdout's buffer (8 KiB into a pipe) is written only here or at exit; a reader that left
         # (`| head`) makes that write fail, and at exit Python can only print "Exception ignored" and exit 120
         sys.stdout.flush()
-        return rc
+    except BrokenPipeError:
+        _drop_stdout()
+        return rc or EXIT_PIPE
+    return rc
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a reader that left is dropped, and Python's flush at
+    exit has nothing to fail on."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _run(args) -> int:
+    """The command's exit status; bad input, failures and Ctrl-C become one line on stderr and their status."""
+    try:
+        return COMMANDS[args.cmd](args)
     except UsageError as e:
         print(f"flytune: error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -199,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         # `flytune census ... | head`: the reader stopped reading. What is stored stays; the exit status is the
         # shell's for a writer whose reader left (128 + SIGPIPE), as `yes | head` gives
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would raise again
+        _drop_stdout()
         return EXIT_PIPE
     except (RunError, OSError) as e:
         print(f"flytune: failed: {e}", file=sys.stderr)
@@ -209,7 +224,6 @@ def main(argv: list[str] | None = None) -> int:
         print("flytune: interrupted; everything measured so far is in the results store (re-run to resume)"
               + "".join(cut), file=sys.stderr)
         return 130
-    return 0
 
 
 def cmd_kernels(args) -> int:

@@ -351,3 +351,26 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
     p.stdout.close()  # the reader is gone before the first line
     err = p.stderr.read()
     assert p.wait(timeout=120) == 141 and not err.strip(), err
+
+
+def test_a_command_that_prints_then_fails_into_a_closed_pipe_keeps_its_own_status_and_message(tmp_path):
+    """A command that wrote some lines, then failed, with `| head` gone: its failure line and status 1, not Python's
+    "Exception ignored ... BrokenPipeError" and 120 from the flush at exit (same environment as above)."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import sys\n"
+              "from flytune_nb.errors import RunError\n"
+              "from flytune_nb.ui import cli\n"
+              "def broken(args):\n"
+              "    print('a partial table')\n"
+              "    raise RunError('the store is locked')\n"
+              "cli.COMMANDS['kernels'] = broken\n"
+              "sys.exit(cli.main(['kernels']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=tmp_path, env=env)
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 1 and err.strip() == "flytune: failed: the store is locked", err
