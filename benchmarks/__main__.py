@@ -48,14 +48,22 @@ def listing(found: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    rc = _run(sys.argv[1:] if argv is None else list(argv))
+    # `python -m benchmarks | head -3`: output shorter than stdout's buffer is written here or at exit, where a
+    # reader that left can only give "Exception ignored" and status 120. The shell's status for it is 141. (The same
+    # as flytune's CLI does, written again here: importing flytune_nb would import torch, which listing avoids.)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return rc or 141
+    return rc
+
+
+def _run(argv: list[str]) -> int:
     found = discover()
     if not argv or argv[0] in ("-h", "--help", "list"):
-        try:
-            print(listing(found), flush=True)  # flushed here: at exit a closed pipe can only exit 120 with a message
-        except BrokenPipeError:  # `python -m benchmarks | head -3`: the reader left; a shell's status for that
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 141
+        print(listing(found))
         return 0
     name = argv[0].removesuffix(".py")
     if name not in found:
