@@ -22,7 +22,8 @@ from flytune_nb.core.device import INTERPRETER_NAME
 def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[dict]:
     """What an export would write: per file {"path", "by_m": {M: config dict}, "prov": {M: provenance},
     "stale": [M whose kernel source is not the kernel's current one], "left_out": [M the store has only on an
-    older kernel source, toolchain or timing mode than the file's newest rows]}.
+    older kernel source, toolchain or timing mode than the file's newest rows], "unfinished": [M a stopped sweep left
+    without a selection, not exported]}; a file whose every M is unfinished has an empty ``by_m``.
 
     Each entry is the shape's winner: the selection stage's (strategies/selection.py), whose latencies are the
     medians of its interleaved re-timing, or for a store without one the search's fastest median."""
@@ -34,6 +35,9 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         return []
     sels = store.frame(kernel, table="selections")
     sel_by_key = {r["key"]: r for _, r in sels.iterrows()} if len(sels) else {}
+    # Only a store that holds selections says anything by lacking one: those written before the selection stage
+    # have none, and their runs were often never marked finished.
+    unfinished_runs = _unfinished_runs(store, kernel) if len(sels) else set()
     out_dir = Path(out_dir)
     candidates, specs = [], {}
     for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
@@ -46,6 +50,10 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
         d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
         sel = sel_by_key.get(key)
+        # A sweep stopped mid-shape (killed, interrupted, out of time) leaves the part of the search it timed and no
+        # selection: its fastest median is neither the search's nor vetted against the default. Such a shape is
+        # left out until the same sweep, run again, resumes and finishes it.
+        unfinished = sel is None and bool(unfinished_runs) and set(g["run_id"]) <= unfinished_runs
         won = best
         selection = None
         if sel is not None:
@@ -67,7 +75,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         candidates.append({
             "path": path, "m": int(shape[spec.batch_axis]), "last_id": int(g["id"].max()),
             "version": (won["source"] or "", won["toolchain"] or "", timing), "config": json.loads(won["config"]),
-            "stale": (won["source"] or "") != current, "spec": spec,
+            "stale": (won["source"] or "") != current, "spec": spec, "unfinished": unfinished,
             "prov": _clean({
                 "kernel": kname, "device": device, "arch": won["arch"], "toolchain": toolchain,
                 "source": won["source"] or "",
@@ -78,11 +86,17 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
                 "default_config": json.loads(dflt["config"].iloc[0]) if len(dflt) else None})})
     groups: dict[Path, dict] = {}
     for path in {c["path"] for c in candidates}:
-        mine = [c for c in candidates if c["path"] == path]
+        unfinished = sorted(c["m"] for c in candidates if c["path"] == path and c["unfinished"])
+        mine = [c for c in candidates if c["path"] == path and not c["unfinished"]]
+        if not mine:
+            groups[path] = {"path": path, "by_m": {}, "prov": {}, "stale": [], "left_out": [],
+                            "unfinished": unfinished, "spec": None}
+            continue
         # One file = one kernel-source version, toolchain and timing mode: the most recently measured. Rows of an
         # older version (the kernel was edited since) are never mixed in, whatever their timestamps.
         newest = max(mine, key=lambda c: c["last_id"])["version"]
         entry = groups[path] = {"path": path, "by_m": {}, "prov": {}, "stale": [], "spec": mine[0]["spec"],
+                                "unfinished": unfinished,
                                 "left_out": sorted({c["m"] for c in mine} - {c["m"] for c in mine
                                                                               if c["version"] == newest})}
         for c in sorted((c for c in mine if c["version"] == newest), key=lambda c: c["last_id"]):
@@ -98,6 +112,14 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
             if c["stale"] and c["m"] not in entry["stale"]:
                 entry["stale"].append(c["m"])
     return [groups[p] for p in sorted(groups)]
+
+
+def _unfinished_runs(store, kernel: str | None) -> set:
+    """The ids of the runs this store records as started and never finished."""
+    runs = store.frame(kernel, table="runs")
+    if runs.empty or "finished" not in runs.columns:
+        return set()
+    return set(runs.loc[runs["finished"].isna() | (runs["finished"] == ""), "run_id"])
 
 
 def _version(p: dict) -> tuple:
@@ -152,6 +174,8 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
         path = entry["path"]
         out.append((path, entry["text"], path.read_text() if path.exists() else ""))
     for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
+        if not entry["by_m"]:
+            continue
         path = entry["path"]
         old = path.read_text() if path.exists() else ""
         try:
@@ -185,6 +209,12 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
     per exact key, under ``<out_dir>/flydsl_autotune/`` (flytune_nb.artifacts.flydsl); those are refused unless they
     were timed on an AMD GPU. Everything is checked before anything is written."""
     plan = plan_export(store, out_dir, kernel=kernel, paths=paths)
+    for e in plan:
+        if e["unfinished"]:
+            _warn(f"{e['path'].name}: batch sizes {','.join(map(str, e['unfinished']))} are left out: the sweep that "
+                  f"measured them stopped before it finished them (no selection against the default), so their "
+                  f"fastest is of part of the search; run the same sweep again to resume and finish them")
+    plan = [e for e in plan if e["by_m"]]
     refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})
     fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths)
     stale = [f"{e['path'].name} (M={','.join(map(str, e['stale']))})" for e in plan if e["stale"]]

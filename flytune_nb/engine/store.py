@@ -149,6 +149,8 @@ class Store:
         return {run_id: json.loads(info) for run_id, info in rows}
 
     def finish_run(self, run_id: str) -> None:
+        """Marks a run that measured all it planned; a killed or stopped run keeps ``finished`` empty, which tells
+        export that a shape of it with no selection was cut off mid-search."""
         with self._lock:
             self._db.execute("UPDATE runs SET finished=? WHERE run_id=?", (_now(), run_id))
 

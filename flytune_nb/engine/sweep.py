@@ -256,7 +256,8 @@ class Sweep:
             if errors:
                 raise errors[0]
             self.results = [results[i] for i in sorted(results)]
-            self.store.finish_run(self.run_id)
+            if not self._stop.is_set():  # a stopped run is not finished: export leaves its cut-off shape out
+                self.store.finish_run(self.run_id)
             self.emit(SweepDone(self.spec.name, self.results))
             completed = True
             return self.results

@@ -216,6 +216,38 @@ def test_export_never_mixes_kernel_source_versions(tmp_path, capsys):
     assert sorted(json.loads(path.read_text()), key=int) == ["1", "4"]
 
 
+def test_a_shape_cut_off_mid_search_is_left_out_until_the_sweep_resumes(tmp_path, capsys):
+    """A sweep stopped during M=16's search leaves that shape's first trials and no selection: exporting then writes
+    M=1 and M=4, says M=16 was left out and how to finish it, and leaves M=16 to lookup's nearest entry rather than
+    the fastest of part of a search. Running the same sweep again finishes M=16 and the export takes it."""
+    from flytune_nb.engine.events import TrialDone
+
+    db = tmp_path / "cut.db"
+    sweep = None
+
+    def stop_in_m16(event):
+        if isinstance(event, TrialDone) and event.trial.shape["M"] == 16:
+            sweep.stop()
+
+    sweep = Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=(), listeners=[stop_in_m16])
+    sweep.run()
+    store = Store(db)
+    m16 = store.frame("rmsnorm")
+    assert (m16["M"] == 16).any(), "the stop came after M=16's first trial was stored"
+    assert not (store.frame("rmsnorm", table="selections")["M"] == 16).any()
+    out = tmp_path / "ex"
+    with pytest.warns(ArtifactWarning, match=r"batch sizes 16 are left out: the sweep .* stopped .* run the same "
+                                             r"sweep again"):
+        [path] = export(store, out)
+    assert sorted(json.loads(path.read_text()), key=int) == ["1", "4"]
+    assert sorted(json.loads((path.parent / "provenance.json").read_text())[path.name], key=int) == ["1", "4"]
+    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ArtifactWarning)
+        export(Store(db), out)
+    assert sorted(json.loads(path.read_text()), key=int) == ["1", "4", "16"]
+
+
 def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
