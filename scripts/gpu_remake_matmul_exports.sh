@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Re-make matmul's committed H200 exports after a change to its kernel folder, on a GPU, in one go: a fresh sweep of
 # the exported (N, K) at SGLang's batch sizes, the export (dropping every entry of the old kernel source), and the
-# serving benchmark that reads the new files. About 450 s on the H200 (sweep ~250 s, benchmark ~150 s).
+# serving benchmark that reads the new files. About 450 s on the H200 (sweep ~250 s, benchmark ~150 s). On an H100
+# the sweep alone ran past 450 s (32 of its 36 shapes in 330 s; M = 3072 and 4096 take longest): where one call has
+# a time limit, stop it and run the script again with RESUME=1 and the same OUT, which keeps the store and resumes.
 #
 #   OUT=/some/folder bash scripts/gpu_remake_matmul_exports.sh
+#   OUT=/some/folder RESUME=1 bash scripts/gpu_remake_matmul_exports.sh
 #
 # Needs the `search` extra (optuna) for the surrogate strategy, beside torch and triton.
 #
@@ -15,7 +18,8 @@ OUT=${OUT:-$(mktemp -d)}
 PY=${PY:-python3}
 mkdir -p "$OUT/results"
 DB="$OUT/matmul_resweep.db"
-rm -f "$DB"  # from empty: a store's older rows would be exported beside the new ones' source only by --replace-stale
+# from empty: a store's older rows would be exported beside the new ones' source only by --replace-stale
+[ -n "${RESUME:-}" ] || rm -f "$DB"
 $PY -m flytune_nb sweep matmul --grid "M=sglang N=4096,14336 K=4096" --dtype bf16 --strategy surrogate --budget 24 \
     --baselines none --rep-ms 25 --db "$DB"
 $PY -m flytune_nb export --db "$DB" --kernel matmul --replace-stale

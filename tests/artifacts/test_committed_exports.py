@@ -88,3 +88,28 @@ def test_committed_h200_exports_are_valid_and_in_the_h200_space():
     assert dtypes_seen == {"bf16", "fp16"}
 
 
+
+
+def test_committed_h100_matmul_exports_are_found_on_an_h100_and_in_its_space():
+    """matmul's H100 files come from a surrogate sweep on an H100 that ran out of its time before M = 3072-4096: what
+    it finished (each shape vetted by the selection stage) is exported, the rest is left to the nearest entry. Every
+    entry must be in the space on a described H100, and be what lookup serves there."""
+    from flytune_nb.artifacts.files import BUILTIN_DIR
+    from flytune_nb.core.targets import get_target
+
+    h100 = get_target("h100").device()
+    files = sorted(BUILTIN_DIR.glob("matmul/triton_3_6_0/*device_name=NVIDIA_H100_80GB_HBM3*.json"))
+    assert [f.name.split(",device")[0] for f in files] == ["N=14336,K=4096", "N=4096,K=4096"]
+    spec = get_kernel("matmul")
+    for f in files:
+        table = artifacts.read_table(f)
+        prov = json.loads((f.parent / "provenance.json").read_text())[f.name]
+        assert sorted(table) == sorted(int(m) for m in prov) and min(table) == 1 and max(table) == 2048
+        for m, knobs in table.items():
+            p = prov[str(m)]
+            shape, dtype = {**p["shape"], "M": m}, p["dtype"]
+            assert p["device"] == "NVIDIA_H100_80GB_HBM3" and p["selection"] is not None
+            assert Config.from_dict(knobs) in spec.configs(shape, dtype, h100)
+            if triton.__version__.startswith("3.6.0"):
+                assert lookup(spec, shape, dtype, device=h100, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
+                                                                                          "artifact")
