@@ -79,7 +79,12 @@ def from_properties(props: Any, *, hip: bool, index: int = 0) -> DeviceInfo:
 # GPUs as current_device() described them where flytune's stored sweeps ran: for re-scoring a heuristic on stored
 # timings (benchmarks/heuristic_regret.py's "heuristic now") and CPU tests of GPU-only decisions. Nothing runs on
 # them.
-DESCRIBED = {"NVIDIA_H200": DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10)}
+DESCRIBED = {
+    "NVIDIA_H200": DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10),
+    # the lent H100 SXM5's own report (its stores' runs table): 79.2 GiB usable of its 80
+    "NVIDIA_H100_80GB_HBM3": DeviceInfo("cuda", "NVIDIA_H100_80GB_HBM3", "sm_90", 132, 50 << 20, 85017493504,
+                                        "cuda:0", 227 << 10),
+}
 
 
 def interpreter_device() -> DeviceInfo:
