@@ -114,6 +114,17 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
     return [groups[p] for p in sorted(groups)]
 
 
+def _without_unfinished(plan: list[dict], stacklevel: int = 4) -> list[dict]:
+    """The plan's files that have entries to write, after one warning per file that leaves shapes out unfinished."""
+    for e in plan:
+        if e["unfinished"]:
+            _warn(f"{e['path'].name}: batch sizes {','.join(map(str, e['unfinished']))} are left out: the sweep that "
+                  f"measured them stopped before it finished them (no selection against the default), so their "
+                  f"fastest is of part of the search; run the same sweep again to resume and finish them",
+                  stacklevel=stacklevel)
+    return [e for e in plan if e["by_m"]]
+
+
 def _unfinished_runs(store, kernel: str | None) -> set:
     """The ids of the runs this store records as started and never finished."""
     runs = store.frame(kernel, table="runs")
@@ -173,9 +184,7 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
     for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths):
         path = entry["path"]
         out.append((path, entry["text"], path.read_text() if path.exists() else ""))
-    for entry in plan_export(store, out_dir, kernel=kernel, paths=paths):
-        if not entry["by_m"]:
-            continue
+    for entry in _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths)):
         path = entry["path"]
         old = path.read_text() if path.exists() else ""
         try:
@@ -208,13 +217,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
     warning: `flytune check` will call them stale. A FlyDSL kernel's winners also become FlyDSL offline configs, one
     per exact key, under ``<out_dir>/flydsl_autotune/`` (flytune_nb.artifacts.flydsl); those are refused unless they
     were timed on an AMD GPU. Everything is checked before anything is written."""
-    plan = plan_export(store, out_dir, kernel=kernel, paths=paths)
-    for e in plan:
-        if e["unfinished"]:
-            _warn(f"{e['path'].name}: batch sizes {','.join(map(str, e['unfinished']))} are left out: the sweep that "
-                  f"measured them stopped before it finished them (no selection against the default), so their "
-                  f"fastest is of part of the search; run the same sweep again to resume and finish them")
-    plan = [e for e in plan if e["by_m"]]
+    plan = _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths))
     refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})
     fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths)
     stale = [f"{e['path'].name} (M={','.join(map(str, e['stale']))})" for e in plan if e["stale"]]

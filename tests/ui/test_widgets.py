@@ -658,3 +658,32 @@ def test_named_reference_configs_show_in_heuristic_vs_best_and_the_explorer(dev)
     fig = explorer_figure(trials_frame([r]), RANK)
     mark = next(t for t in fig.data if t.name == "SGLang shipped")
     assert list(mark.y) == [pytest.approx(3.0)]
+
+
+def test_the_export_panel_shows_the_shapes_a_stopped_sweep_leaves_out(tmp_path):
+    """A button's callback has no cell output for a warning to reach: the preview and the write both say, in the
+    panel, that the shape the sweep was stopped in is left out, and the file holds only the finished shapes."""
+    import json
+
+    from flytune_nb.engine.store import Store
+    from flytune_nb.ui.notebook.views import ExportPanel
+
+    sweep = None
+
+    def stop_in_m16(event):
+        if isinstance(event, TrialDone) and event.trial.shape["M"] == 16:
+            sweep.stop()
+
+    db = tmp_path / "cut.db"
+    sweep = Sweep("rmsnorm", "M=1,16 N=256", ["fp32"], db=db, isolate=False, baselines=(), listeners=[stop_in_m16])
+    sweep.run()
+    store = Store(db)
+    panel = ExportPanel(lambda: store, out_dir=str(tmp_path / "ex"), kernel_getter=lambda: "rmsnorm")
+    [(path, text, old)] = panel.refresh()
+    said = html.unescape(panel.html.value)
+    assert "batch sizes 16 are left out" in said and "new file" in said and not old
+    assert list(json.loads(text)) == ["1"]
+    panel.write()
+    said = html.unescape(panel.html.value)
+    assert "batch sizes 16 are left out" in said and "wrote:" in said
+    assert list(json.loads(path.read_text())) == ["1"]

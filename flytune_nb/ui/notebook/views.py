@@ -7,6 +7,7 @@ import base64
 import difflib
 import html
 import math
+import warnings
 from pathlib import Path
 
 import ipywidgets as W
@@ -492,6 +493,13 @@ class RunsView(W.VBox):
         return df
 
 
+def _notices(caught) -> str:
+    """What an export said beside its files (entries left out, stale sources), once each: a button's callback has no
+    cell output a warning would reach."""
+    said = dict.fromkeys(str(w.message) for w in caught)
+    return "".join(f"<p style='color:#a15c00'>&#9888; {html.escape(m)}</p>" for m in said)
+
+
 class ExportPanel(W.VBox):
     """Preview of the SGLang files an export would write, a diff against what is there, and a write button."""
 
@@ -523,7 +531,9 @@ class ExportPanel(W.VBox):
             return []
         try:
             store, out = self._target()
-            files = preview(store, out, kernel=self.kernel_getter(), paths=self.paths)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                files = preview(store, out, kernel=self.kernel_getter(), paths=self.paths)
         except Exception as e:  # noqa: BLE001 - shown inline
             self.html.value = error_html(str(e))
             return []
@@ -535,7 +545,7 @@ class ExportPanel(W.VBox):
             diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "committed", "new"))
             parts.append(f"<p><code>{html.escape(str(path))}</code> ({'new file' if not old else 'changed'})</p>"
                          f"<pre style='font-size:11px;max-height:300px;overflow:auto'>{html.escape(diff)}</pre>")
-        self.html.value = "".join(parts) or "<i>nothing to export (no passing trials)</i>"
+        self.html.value = _notices(caught) + ("".join(parts) or "<i>nothing to export (no passing trials)</i>")
         return files
 
     def write(self) -> None:
@@ -543,8 +553,11 @@ class ExportPanel(W.VBox):
 
         try:
             store, out = self._target()
-            written = export(store, out, kernel=self.kernel_getter(), paths=self.paths)
-            self.html.value = "wrote:<br>" + "<br>".join(f"<code>{html.escape(str(p))}</code>" for p in written)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                written = export(store, out, kernel=self.kernel_getter(), paths=self.paths)
+            self.html.value = _notices(caught) + "wrote:<br>" + "<br>".join(
+                f"<code>{html.escape(str(p))}</code>" for p in written)
         except Exception as e:  # noqa: BLE001
             self.html.value = error_html(str(e))
 
