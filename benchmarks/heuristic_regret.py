@@ -115,9 +115,9 @@ def main(argv=None):
               f"Computed {env['date']}" + (f" at commit {env['commit']}" if env["commit"] else "")
               + " from the stored timings (no GPU run).", "",
               "The searched best is the minimum of noisy timings (winner's curse); for the ~5 us small-M shapes the "
-              "H200's run-to-run noise is up to ~1 us, so those regrets are upper bounds. \"Now\": the kernel's "
-              "heuristic as it is in this checkout, scored on the store's timings (in-sample where the store "
-              "informed the rule)."]
+              "timer's run-to-run noise (up to ~1 us on the H200) makes those regrets upper bounds. \"Now\": the "
+              "kernel's heuristic as it is in this checkout, scored on the store's timings (in-sample where the "
+              "store informed the rule)."]
         for name, swept, now, unmeasured, dates in parts:
             md += ["", f"## `{name}` (swept {dates})", "", "The default the sweep timed:", "", *_table(swept), "",
                    f"The heuristic now (shapes whose current default the store never timed: {unmeasured}):", "",

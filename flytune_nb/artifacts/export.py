@@ -16,6 +16,7 @@ from flytune_nb.artifacts import flydsl
 from flytune_nb.artifacts.files import (
     BUILTIN_DIR, LOCK, PROVENANCE, ArtifactError, atomic_write, file_name, kernel_dir, read_provenance, read_table,
     render_for)
+from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.device import INTERPRETER_NAME
 
 
@@ -35,9 +36,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         return []
     sels = store.frame(kernel, table="selections")
     sel_by_key = {r["key"]: r for _, r in sels.iterrows()} if len(sels) else {}
-    # Only a store that holds selections says anything by lacking one: those written before the selection stage
-    # have none, and their runs were often never marked finished.
-    unfinished_runs = _unfinished_runs(store, kernel) if len(sels) else set()
+    cut_off = unfinished_keys(store, kernel)
     out_dir = Path(out_dir)
     candidates, specs = [], {}
     for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
@@ -50,10 +49,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]
         d_p50 = float(dflt["p50"].iloc[0]) if len(dflt) and dflt["status"].iloc[0] == "ok" else math.nan
         sel = sel_by_key.get(key)
-        # A sweep stopped mid-shape (killed, interrupted, out of time) leaves the part of the search it timed and no
-        # selection: its fastest median is neither the search's nor vetted against the default. Such a shape is
-        # left out until the same sweep, run again, resumes and finishes it.
-        unfinished = sel is None and bool(unfinished_runs) and set(g["run_id"]) <= unfinished_runs
+        unfinished = key in cut_off  # left out until the same sweep, run again, finishes it (artifacts/unfinished.py)
         won = best
         selection = None
         if sel is not None:
@@ -123,14 +119,6 @@ def _without_unfinished(plan: list[dict], stacklevel: int = 4) -> list[dict]:
                   f"fastest is of part of the search; run the same sweep again to resume and finish them",
                   stacklevel=stacklevel)
     return [e for e in plan if e["by_m"]]
-
-
-def _unfinished_runs(store, kernel: str | None) -> set:
-    """The ids of the runs this store records as started and never finished."""
-    runs = store.frame(kernel, table="runs")
-    if runs.empty or "finished" not in runs.columns:
-        return set()
-    return set(runs.loc[runs["finished"].isna() | (runs["finished"] == ""), "run_id"])
 
 
 def _version(p: dict) -> tuple:

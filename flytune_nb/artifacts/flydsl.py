@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from flytune_nb.artifacts.files import ArtifactError, atomic_write
+from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.config import Config
 
 VERSION = 1
@@ -202,9 +203,10 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=()) -> list[dict]:
         return []
     devices, specs, entries = None, {}, {}  # entries: path -> candidates
     root = Path(out_dir) / DIR
+    cut_off = unfinished_keys(store, kernel)  # export's SGLang files leave these out and say so
     for (kname, shape_json, dtype, key), g in df.groupby(["kernel", "shape", "dtype", "key"]):
         spec = specs.get(kname) or specs.setdefault(kname, get_kernel(kname, list(paths)))
-        if spec.backend != "flydsl":
+        if spec.backend != "flydsl" or key in cut_off:
             continue
         art = spec.extra.get("flydsl")
         if not isinstance(art, FlyDSLArtifact):

@@ -81,7 +81,7 @@ def from_properties(props: Any, *, hip: bool, index: int = 0) -> DeviceInfo:
 # them.
 DESCRIBED = {
     "NVIDIA_H200": DeviceInfo("cuda", "NVIDIA_H200", "sm_90", 132, 60 << 20, 140 << 30, "cuda:0", 227 << 10),
-    # the lent H100 SXM5's own report (its stores' runs table): 79.2 GiB usable of its 80
+    # as current_device() reported an H100 SXM5 (its stores' runs table): 79.2 GiB of its 80 usable
     "NVIDIA_H100_80GB_HBM3": DeviceInfo("cuda", "NVIDIA_H100_80GB_HBM3", "sm_90", 132, 50 << 20, 85017493504,
                                         "cuda:0", 227 << 10),
 }

@@ -112,10 +112,11 @@ class Target:
                           "meta", self.smem_per_block)
 
 
-def _h200() -> Target:
-    d = DESCRIBED["NVIDIA_H200"]
-    return Target("h200", d.name, d.backend, d.arch, d.sm_count, d.smem_bytes, d.l2_bytes, d.total_memory, 256 * KiB,
-                  note="as current_device() reported it on the project's H200")
+def _described(alias: str, name: str, note: str) -> Target:
+    """A target whose numbers are what current_device() reported on a real one (core.device.DESCRIBED)."""
+    d = DESCRIBED[name]
+    return Target(alias, d.name, d.backend, d.arch, d.sm_count, d.smem_bytes, d.l2_bytes, d.total_memory, 256 * KiB,
+                  note=note)
 
 
 TARGETS: dict[str, Target] = {t.alias: t for t in (
@@ -126,9 +127,8 @@ TARGETS: dict[str, Target] = {t.alias: t for t in (
            unverified=("l2_bytes", "device_name")),
     Target("mi355x", "AMD_Instinct_MI355X", "hip", "gfx950", 256, 160 * KiB, 4 * MiB, 288 * GiB, 512 * KiB,
            unverified=("l2_bytes",), note="vLLM names it AMD_Instinct_MI355_OAM"),
-    Target("h100", "NVIDIA_H100_80GB_HBM3", "cuda", "sm_90", 132, 227 * KiB, 50 * MiB, 80 * GiB, 256 * KiB,
-           note="H100 SXM5"),
-    _h200(),
+    _described("h100", "NVIDIA_H100_80GB_HBM3", note="H100 SXM5, as current_device() reported it"),
+    _described("h200", "NVIDIA_H200", note="as current_device() reported it on the project's H200"),
     Target("b200", "NVIDIA_B200", "cuda", "sm_100", 148, 227 * KiB, 126 * MiB, 180 * GiB, 256 * KiB,
            unverified=("units", "l2_bytes", "smem_per_block")),
 )}

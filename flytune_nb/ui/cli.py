@@ -474,7 +474,7 @@ def cmd_export(args) -> int:
         for message in dict.fromkeys(str(w.message) for w in locals().get("caught", [])):
             print(f"warning: {message}", file=sys.stderr)
     if not written:
-        print(f"flytune: nothing to export from {args.db} (no passing trials"
+        print(f"flytune: nothing to export from {args.db} (no finished shape with passing trials"
               f"{' for ' + args.kernel if args.kernel else ''})")
         return 1
     for p in written:

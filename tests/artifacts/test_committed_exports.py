@@ -88,8 +88,6 @@ def test_committed_h200_exports_are_valid_and_in_the_h200_space():
     assert dtypes_seen == {"bf16", "fp16"}
 
 
-
-
 def test_committed_h100_matmul_exports_are_found_on_an_h100_and_in_its_space():
     """matmul's H100 files come from a surrogate sweep on an H100 that ran out of its time before M = 3072-4096: what
     it finished (each shape vetted by the selection stage) is exported, the rest is left to the nearest entry. Every

@@ -248,6 +248,47 @@ def test_a_shape_cut_off_mid_search_is_left_out_until_the_sweep_resumes(tmp_path
     assert sorted(json.loads(path.read_text()), key=int) == ["1", "4", "16"]
 
 
+def test_a_shape_finished_without_a_selection_is_exported_once_a_run_has_finished_it(tmp_path):
+    """Selection off, a sweep stopped just after M=4's search ended: M=4 has trials and no selection, from a run never
+    marked finished, so it is left out (nothing says its search ended), and only for rmsnorm, the kernel whose
+    selections the store holds: softmax, stopped the same way, is judged on its own and never had one. Running the
+    rmsnorm sweep again measures nothing new and finishes, which is what clears M=4."""
+    from flytune_nb.artifacts.unfinished import unfinished_keys
+    from flytune_nb.engine.events import ShapeDone
+
+    db = tmp_path / "off.db"
+    Sweep("rmsnorm", "M=1 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()  # selection on: the store has some
+
+    for kernel in ("rmsnorm", "softmax"):
+        holder = {}
+
+        def stop_after_m4(event, holder=holder):
+            if isinstance(event, ShapeDone) and event.result.shape["M"] == 4:
+                holder["sweep"].stop()
+        holder["sweep"] = Sweep(kernel, "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(), selection=None,
+                                listeners=[stop_after_m4])
+        holder["sweep"].run()
+    store = Store(db)
+    cut = unfinished_keys(store)
+    assert {k for k in cut if "softmax" in k} == set() and len(cut) == 1
+    assert unfinished_keys(store, "rmsnorm") == cut and unfinished_keys(store, "softmax") == set()
+    out = tmp_path / "ex"
+    with pytest.warns(ArtifactWarning, match="batch sizes 4 are left out"):
+        written = export(store, out)
+    files = {p.parent.parent.name: p for p in written}
+    assert list(json.loads(files["rmsnorm"].read_text())) == ["1"]
+    assert list(json.loads(files["softmax"].read_text())) == ["4"]
+    again = Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(), selection=None)
+    again.run()
+    assert again.measured == 0  # resumed: nothing timed again
+    store = Store(db)
+    assert unfinished_keys(store) == set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ArtifactWarning)
+        export(store, out)
+    assert sorted(json.loads(files["rmsnorm"].read_text()), key=int) == ["1", "4"]
+
+
 def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")

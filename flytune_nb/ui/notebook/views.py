@@ -545,7 +545,8 @@ class ExportPanel(W.VBox):
             diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "committed", "new"))
             parts.append(f"<p><code>{html.escape(str(path))}</code> ({'new file' if not old else 'changed'})</p>"
                          f"<pre style='font-size:11px;max-height:300px;overflow:auto'>{html.escape(diff)}</pre>")
-        self.html.value = _notices(caught) + ("".join(parts) or "<i>nothing to export (no passing trials)</i>")
+        self.html.value = _notices(caught) + ("".join(parts)
+                                              or "<i>nothing to export (no finished shape with passing trials)</i>")
         return files
 
     def write(self) -> None:
