@@ -30,9 +30,14 @@ class LiveResults:
         self._pending: str | None = None
 
     def clear(self) -> None:
+        """Forget every shape, and the redraw a trial left buffered: fired after a kernel switch, it would bring the
+        previous kernel's shape back into the explorer."""
         with self._lock:
             self.entries.clear()
             self.finished.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._pending = None, None
 
     def results(self) -> list[SearchResult]:
         with self._lock:
@@ -94,16 +99,21 @@ class LiveResults:
             self._last = time.monotonic()
             self.on_change(label)
             return
-        self._pending = label
+        with self._lock:
+            self._pending = label
         if self._timer is None or not self._timer.is_alive():  # buffered: drawn within interval even if no event comes
             self._timer = threading.Timer(self.interval, self._fire)
             self._timer.daemon = True
             self._timer.start()
 
     def _fire(self) -> None:
+        with self._lock:  # a clear() racing this timer: its shape is gone, and nothing is drawn
+            label = self._pending if self._pending in self.entries else None
+        if label is None:
+            return
         self._last = time.monotonic()
         if self.on_change is not None:
-            self.on_change(self._pending)
+            self.on_change(label)
 
 
 def _device(name: str) -> DeviceInfo:
