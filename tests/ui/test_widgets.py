@@ -687,3 +687,41 @@ def test_the_export_panel_shows_the_shapes_a_stopped_sweep_leaves_out(tmp_path):
     said = html.unescape(panel.html.value)
     assert "batch sizes 16 are left out" in said and "wrote:" in said
     assert list(json.loads(path.read_text())) == ["1"]
+
+
+def test_a_redraw_buffered_before_a_kernel_switch_never_fires_after_it():
+    """Trials arriving faster than the redraw interval leave one redraw buffered on a timer. Clearing the live
+    results (what a kernel switch does) drops it: fired later, it would bring the previous kernel's shape back into
+    the explorer, as it did under a loaded machine."""
+    from flytune_nb.ui.notebook.live import LiveResults
+
+    live, drawn, label = LiveResults(interval=0.3), [], "M=4 N=256 fp32"
+    live.on_change = drawn.append
+    for i, cfg in enumerate((Config({"BLOCK_N": 64}, num_warps=1), Config({"BLOCK_N": 64}, num_warps=2))):
+        live(TrialDone("rmsnorm", _trial(cfg), i, 2))
+    assert drawn == [label] and live._timer is not None  # the first drawn at once, the second buffered
+    live.clear()
+    time.sleep(0.6)
+    assert drawn == [label] and live.entries == {}
+    live(TrialDone("rmsnorm", _trial(Config({"BLOCK_N": 64}, num_warps=4)), 0, 1))  # a new sweep's trials draw
+    time.sleep(0.6)
+    assert drawn[1:] == [label]
+
+
+def test_a_script_that_ends_right_after_a_kernel_switch_exits_cleanly(tmp_path):
+    """A kernel switch starts the grid preview's size check on a thread (its first call imports torch's symbolic
+    machinery, seconds); a process that ends while it runs must wait for it, not abort in C++ with exit 134."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    script = (f"from flytune_nb.ui.notebook import Workbench\n"
+              f"wb = Workbench('toy', {{'N': '64'}}, ['fp32'], db={str(tmp_path / 'x.db')!r}, isolate=False, "
+              f"paths=[{PLUGINS!r}])\n"
+              f"assert wb.wait_ready(60)\n"
+              f"wb.picker.dropdown.value = 'rmsnorm'\n")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""), "PYTHONPATH": REPO}
+    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "terminate called" not in p.stderr, p.stderr[-2000:]

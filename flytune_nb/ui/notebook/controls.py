@@ -4,10 +4,12 @@ Each shows bad input inline (one red line) instead of raising into the notebook.
 """
 from __future__ import annotations
 
+import atexit
 import difflib
 import html
 import threading
 import time
+import weakref
 
 import ipywidgets as W
 
@@ -20,6 +22,22 @@ from flytune_nb.core.registry import get_kernel, list_kernels
 from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid, shape_text, split_known
 from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.errors import UsageError
+
+# The grid preview's size checks run on daemon threads; one still inside torch's C++ when the interpreter finalises
+# aborts the process ("terminate called without an active exception", exit 134), e.g. a script or a kernel that
+# ends right after a kernel switch. At exit they stop between shapes and are waited for: the first check's import
+# of torch's symbolic machinery is the longest step, ~5 s on 2 cores.
+_FITS_THREADS: weakref.WeakSet = weakref.WeakSet()
+_EXITING = threading.Event()
+EXIT_WAIT_S = 30.0
+
+
+@atexit.register
+def _finish_fits_checks() -> None:
+    _EXITING.set()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for th in list(_FITS_THREADS):
+        th.join(max(0.0, deadline - time.monotonic()))
 
 PRESETS = {"custom": None, "SGLang batch sizes (1 ... 4096)": ",".join(map(str, SGLANG_BATCH_SIZES)),
            "decode (1, 2, 4, 8)": "1,2,4,8", "prefill (1024 ... 8192)": "1024,2048,4096,8192"}
@@ -252,7 +270,7 @@ class GridEditor(W.VBox):
                     self._render()
             for d in dtypes:
                 for s in shapes:
-                    if gen != self._fits_gen:
+                    if gen != self._fits_gen or _EXITING.is_set():
                         return
                     try:
                         check_fits(spec, s, d, dev)
@@ -267,6 +285,7 @@ class GridEditor(W.VBox):
                         return
 
         self.fits_thread = threading.Thread(target=work, daemon=True, name="flytune-fits")
+        _FITS_THREADS.add(self.fits_thread)
         self.fits_thread.start()
 
 
