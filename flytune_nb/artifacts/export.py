@@ -20,14 +20,16 @@ from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.device import INTERPRETER_NAME
 
 
-def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=()) -> list[dict]:
+def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
+                cut_off: set[str] | None = None) -> list[dict]:
     """What an export would write: per file {"path", "by_m": {M: config dict}, "prov": {M: provenance},
     "stale": [M whose kernel source is not the kernel's current one], "left_out": [M the store has only on an
     older kernel source, toolchain or timing mode than the file's newest rows], "unfinished": [M a stopped sweep left
     without a selection, not exported]}; a file whose every M is unfinished has an empty ``by_m``.
 
     Each entry is the shape's winner: the selection stage's (strategies/selection.py), whose latencies are the
-    medians of its interleaved re-timing, or for a store without one the search's fastest median."""
+    medians of its interleaved re-timing, or for a store without one the search's fastest median. ``cut_off``: the
+    store's unfinished_keys, when the caller has them already."""
     from flytune_nb.core.key import source_fingerprint
     from flytune_nb.core.registry import get_kernel
 
@@ -36,7 +38,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         return []
     sels = store.frame(kernel, table="selections")
     sel_by_key = {r["key"]: r for _, r in sels.iterrows()} if len(sels) else {}
-    cut_off = unfinished_keys(store, kernel)
+    cut_off = unfinished_keys(store, kernel) if cut_off is None else cut_off
     out_dir = Path(out_dir)
     candidates, specs = [], {}
     for (kname, shape_json, dtype, device, key), g in df.groupby(["kernel", "shape", "dtype", "device", "key"]):
@@ -110,14 +112,14 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
     return [groups[p] for p in sorted(groups)]
 
 
-def _without_unfinished(plan: list[dict], stacklevel: int = 4) -> list[dict]:
+def _without_unfinished(plan: list[dict]) -> list[dict]:
     """The plan's files that have entries to write, after one warning per file that leaves shapes out unfinished."""
     for e in plan:
         if e["unfinished"]:
             _warn(f"{e['path'].name}: batch sizes {','.join(map(str, e['unfinished']))} are left out: the sweep that "
                   f"measured them stopped before it finished them (no selection against the default), so their "
                   f"fastest is of part of the search; run the same sweep again to resume and finish them",
-                  stacklevel=stacklevel)
+                  stacklevel=4)
     return [e for e in plan if e["by_m"]]
 
 
@@ -168,11 +170,11 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
     """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
     ``export``, FlyDSL offline configs included (a file the export would refuse to mix previews as the error's
     message)."""
-    out = []
-    for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths):
+    out, cut_off = [], unfinished_keys(store, kernel)  # read once for both plans
+    for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off):
         path = entry["path"]
         out.append((path, entry["text"], path.read_text() if path.exists() else ""))
-    for entry in _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths)):
+    for entry in _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off)):
         path = entry["path"]
         old = path.read_text() if path.exists() else ""
         try:
@@ -205,9 +207,10 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
     warning: `flytune check` will call them stale. A FlyDSL kernel's winners also become FlyDSL offline configs, one
     per exact key, under ``<out_dir>/flydsl_autotune/`` (flytune_nb.artifacts.flydsl); those are refused unless they
     were timed on an AMD GPU. Everything is checked before anything is written."""
-    plan = _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths))
+    cut_off = unfinished_keys(store, kernel)  # read once for both plans
+    plan = _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off))
     refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})
-    fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths)
+    fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off)
     stale = [f"{e['path'].name} (M={','.join(map(str, e['stale']))})" for e in plan if e["stale"]]
     if stale:
         _warn(f"exported entries measured on an older source of the kernel than its current one: "

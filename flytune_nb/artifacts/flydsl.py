@@ -191,10 +191,11 @@ def read(path) -> dict:
 
 
 # -- from a results store ------------------------------------------------------------------------------------------
-def plan(store, out_dir, *, kernel: str | None = None, paths=()) -> list[dict]:
+def plan(store, out_dir, *, kernel: str | None = None, paths=(), cut_off: set[str] | None = None) -> list[dict]:
     """What an export writes for the store's FlyDSL kernels: per file {"path", "text", "prov"}. ArtifactError
     (nothing written) when a winner was not timed on an AMD GPU, when the store does not say which GPU it was, or when
-    two different winners would share one identity (the kernel's key cannot tell their shapes apart)."""
+    two different winners would share one identity (the kernel's key cannot tell their shapes apart). ``cut_off``:
+    the store's unfinished_keys, when the caller has them already."""
     from flytune_nb import backends
     from flytune_nb.core.registry import get_kernel
 
@@ -203,7 +204,8 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=()) -> list[dict]:
         return []
     devices, specs, entries = None, {}, {}  # entries: path -> candidates
     root = Path(out_dir) / DIR
-    cut_off = unfinished_keys(store, kernel)  # export's SGLang files leave these out and say so
+    if cut_off is None:  # export's SGLang files leave these out and say so
+        cut_off = unfinished_keys(store, kernel)
     for (kname, shape_json, dtype, key), g in df.groupby(["kernel", "shape", "dtype", "key"]):
         spec = specs.get(kname) or specs.setdefault(kname, get_kernel(kname, list(paths)))
         if spec.backend != "flydsl" or key in cut_off:
