@@ -99,3 +99,24 @@ def test_h200_registers_and_spills_come_from_the_cubin(pools):
     assert d.occupancy_unit == "warps/SM" and 0 < d.registers <= 255 and not d.spills
     assert any(k.startswith("wgmma.mma_async") for k in d.mma) and d.kernels[0]["insn"]["tma_loads"] > 0
     assert big.registers == 255 and big.spills and big.scratch_bytes > 64
+
+
+def test_a_direct_store_at_an_unaligned_n_stages_its_tile_and_the_space_leaves_out_what_then_overflows(pools):
+    """sm_90: a 256x64x64 persistent tile on 5 stages storing from registers fits the H200's shared memory where N
+    is a multiple of 16 and not where it is not: the register store then converts the accumulator through shared
+    memory, at least half its output tile more (the whole tile beyond the operand pipeline). The space offers it at
+    the first N and not at the second, and a sample of the DIRECT_STORE configs it offers at the second (every 8th
+    of 142: all of them take ~30 s to compile here) compiles within it."""
+    from flytune_nb.core.registry import get_kernel
+
+    spec, h200 = get_kernel("matmul"), TARGETS["h200"].device()
+    tile = Config({"BLOCK_SIZE_M": 256, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "TMA": 2,
+                   "DIRECT_STORE": 1}, num_warps=4, num_stages=5)
+    aligned, unaligned = {"M": 1024, "N": 11008, "K": 4096}, {"M": 1024, "N": 11000, "K": 4096}
+    (fits,), (over,) = census(pools["h200"], "matmul", aligned, tile), census(pools["h200"], "matmul", unaligned, tile)
+    assert not fits.smem_over_limit and over.smem_over_limit
+    assert over.shared_bytes - fits.shared_bytes >= 256 * 64 * 2 // 2
+    assert tile in spec.configs(aligned, "bf16", h200) and tile not in spec.configs(unaligned, "bf16", h200)
+    offered = [c for c in spec.configs(unaligned, "bf16", h200) if c.get("DIRECT_STORE")][::8]
+    assert offered and not [r.config for r in census(pools["h200"], "matmul", unaligned, *offered)
+                            if r.smem_over_limit]

@@ -84,7 +84,7 @@ def configs(shape, dtype, device) -> list[Config]:
     out = _tiles(M, N, K, dtype, device, bms, bns, paths, sms, idle_warps=False)
     if not out:  # every tile too small to keep its warps busy (N=32 at decode on wave64): those, rather than none
         out = _tiles(M, N, K, dtype, device, bms, bns, paths, sms, idle_warps=True)
-    out += _deeper_direct_store(out, K, dtype, device)
+    out += _deeper_direct_store(out, N, K, dtype, device)
     if M <= SWAP_AB_UP_TO_M and aligned and has_tma(device):
         out += _swapped(M, N, K, dtype, device, sms)
     if hip:
@@ -126,10 +126,15 @@ def _tiles(M, N, K, dtype, device, bms, bns, paths, sms, *, idle_warps: bool) ->
     return out
 
 
-def _deeper_direct_store(tiles: list[Config], K: int, dtype, device) -> list[Config]:
+def _deeper_direct_store(tiles: list[Config], N: int, K: int, dtype, device) -> list[Config]:
     """Each persistent TMA tile (not stream-K) once more, one stage deeper than its deepest staged config, with
     DIRECT_STORE=1: the output tile goes from registers to memory, and the shared memory its TMA store would stage
-    holds one more stage of operands (see the module docstring)."""
+    holds one more stage of operands (see the module docstring).
+    Where N is not a multiple of 16 the output's row stride loses Triton's 16-divisibility, and the register store
+    converts the accumulator's layout through shared memory: up to the whole output tile beside the pipeline. At
+    M=1024, N=11000, K=4096 (`flytune census matmul --target h200`, Triton 3.6) 256x64x64 on 5 stages asked for
+    237,608 bytes against 221,224 at N=11008, over the H200's 232,448, and so did every 256-row tile offered; the
+    bound counts the whole tile there, as for a TMA store."""
     deepest: dict = {}
     for c in tiles:
         if c.get("TMA") == 2 and not c.get("STREAM_K"):
@@ -138,7 +143,7 @@ def _deeper_direct_store(tiles: list[Config], K: int, dtype, device) -> list[Con
     out = []
     for (bm, bn, bk, g, warps), stages in deepest.items():
         deeper = stages + 1
-        if deeper <= -(-K // bk) and tile_fits(bm, bn, bk, warps, deeper, dtype, device):
+        if deeper <= -(-K // bk) and tile_fits(bm, bn, bk, warps, deeper, dtype, device, store_tile=N % 16 != 0):
             out.append(Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": g, "TMA": 2,
                                "DIRECT_STORE": 1}, num_warps=warps, num_stages=deeper))
     return out
