@@ -18,6 +18,13 @@ from flytune_nb.artifacts.files import (
     render_for)
 from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.device import INTERPRETER_NAME
+from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
+
+# An engine's lookup serves the nearest batch size's entry however far it is: one more than this many times away
+# was tuned for another regime (a file of M = 16384 and 32768 rows alone would serve fused_add_rmsnorm's M = 1 a
+# looped 4096-wide block, not the single pass its default takes). 8, not less: a grid of M = 1, 16, 64 serves 8
+# from M = 1 and is not worth a warning; M = 2048 from 64 (32x) is.
+FAR_FROM_ENTRY = 8
 
 
 def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
@@ -169,7 +176,7 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
             replace_stale: bool = False) -> list[tuple[Path, str, str]]:
     """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
     ``export``, FlyDSL offline configs included (a file the export would refuse to mix previews as the error's
-    message)."""
+    message), and the same warnings about entries left out or batch sizes far from every entry."""
     out, cut_off = [], unfinished_keys(store, kernel)  # read once for both plans
     for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off):
         path = entry["path"]
@@ -179,11 +186,13 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
         old = path.read_text() if path.exists() else ""
         try:
             table = read_table(path) if old else {}
-            prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
+            prov = _old_provenance(path)
         except ArtifactError:
             table, prov = {}, {}
         try:
-            text = render_for(entry["spec"], _merge(entry, table, prov, replace_stale)[0])
+            merged = _merge(entry, table, prov, replace_stale)[0]
+            text = render_for(entry["spec"], merged)
+            _warn_far(entry["spec"], path.name, merged)
         except ArtifactError as e:
             text = f"(not written: {e})\n"
         out.append((path, text, old))
@@ -223,12 +232,14 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
                   f"only on an older kernel source, toolchain or timing mode than its newest rows "
                   f"(M={','.join(map(str, sorted(e['by_m'])))}), and are left out of it; sweep them again "
                   f"(--grid \"M={','.join(map(str, every))} ...\") to export them")
-    # Check every file's merge before writing any: a refusal must not leave half an export behind.
+    # Check every file's merge before writing any: a refusal (or a warning turned into an error) must not leave half
+    # an export behind.
     for entry in plan:
         path = entry["path"]
+        merged = entry["by_m"]
         if path.exists():
-            _merge(entry, read_table(path), read_provenance(path.parent / PROVENANCE).get(path.name, {}),
-                   replace_stale)
+            merged = _merge(entry, read_table(path), _old_provenance(path), replace_stale)[0]
+        _warn_far(entry["spec"], path.name, merged)
     written = []
     for entry in plan:
         path = entry["path"]
@@ -242,11 +253,44 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
             prov_path = path.parent / PROVENANCE
             prov = read_provenance(prov_path)
             table = read_table(path) if path.exists() else {}
-            table, prov[path.name] = _merge(entry, table, prov.get(path.name, {}), replace_stale)
+            # a file deleted by hand leaves its provenance record behind: the file starts afresh, and so does that
+            old = prov.get(path.name, {}) if path.exists() else {}
+            table, prov[path.name] = _merge(entry, table, old, replace_stale)
             atomic_write(path, render_for(entry["spec"], table))
             atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
         written.append(path)
     return written + flydsl.write_planned(fly)
+
+
+def _old_provenance(path: Path) -> dict:
+    """The provenance of the file at ``path`` as its sidecar records it; nothing for a file that is not there."""
+    return read_provenance(path.parent / PROVENANCE).get(path.name, {}) if path.exists() else {}
+
+
+def _warn_far(spec, name: str, table: dict) -> None:
+    far = far_batch_sizes(table) if spec.batch_axis == "M" else []  # SGLang's sizes count tokens: M only
+    if far:
+        served = ", ".join(f"{m} (from M={e})" for m, e in far)
+        _warn(f"{name}: entries M={','.join(map(str, sorted(table, key=int)))}; lookup would serve batch sizes "
+              f"{served} an entry more than {FAR_FROM_ENTRY}x away, tuned for another regime; sweep those batch "
+              f"sizes too, or delete the file to leave the shape to the heuristic default", stacklevel=4)
+
+
+def far_batch_sizes(table: dict) -> list[tuple[int, int]]:
+    """(batch size, the entry lookup serves it) for SGLang's batch sizes below a file's largest entry whose nearest
+    entry is more than FAR_FROM_ENTRY times larger or smaller. Above the largest entry the file is as SGLang's own
+    files are."""
+    ms = sorted(int(m) for m in table)
+    if not ms:
+        return []
+    far = []
+    for m in SGLANG_BATCH_SIZES:
+        if m >= ms[-1]:
+            break
+        near = min(ms, key=lambda e: (abs(e - m), e))  # lookup's rule: the nearest, a tie to the smaller
+        if max(m, near) > FAR_FROM_ENTRY * min(m, near):
+            far.append((m, near))
+    return far
 
 
 def _clean(d: dict) -> dict:

@@ -10,7 +10,7 @@ import pytest
 import triton
 
 from flytune_nb.artifacts import files as artifacts
-from flytune_nb.artifacts.export import export
+from flytune_nb.artifacts.export import export, preview
 from flytune_nb.artifacts.files import file_name, triton_dir_name
 from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
@@ -303,3 +303,30 @@ def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, ca
     assert path.read_text() == before  # nothing written when the sidecar is bad
 
 
+def test_a_file_whose_entries_start_far_above_small_batch_sizes_says_which_sizes_its_nearest_entry_would_serve(
+        tmp_path):
+    """An engine's lookup serves the nearest batch size's entry, however far: a file of M=64 alone would run M=1 on
+    M=64's config. The preview and the export name the SGLang batch sizes whose served entry is more than 8x away,
+    and that entry. Deleting the file, as the warning offers, starts it afresh (its provenance record too); with the
+    small sizes swept the export says nothing."""
+    db, small = tmp_path / "far.db", tmp_path / "small.db"
+    Sweep("rmsnorm", "M=64 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    out = tmp_path / "ex"
+    far = (r"entries M=64; lookup would serve batch sizes 1 \(from M=64\), 2 \(from M=64\), 4 \(from M=64\) an "
+           r"entry more than 8x away")
+    with pytest.warns(ArtifactWarning, match=far):
+        preview(Store(db), out)  # says it before anything is written
+    assert not out.exists()
+    with pytest.warns(ArtifactWarning, match=far) as caught:
+        [path] = export(Store(db), out)
+    assert list(json.loads(path.read_text())) == ["64"]
+    assert sum("an entry more than 8x away" in str(w.message) for w in caught) == 1
+    path.unlink()
+    Sweep("rmsnorm", "M=1,8 N=256", ["fp32"], db=small, isolate=False, baselines=()).run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ArtifactWarning)
+        export(Store(small), out)
+        assert sorted(json.loads(path.read_text()), key=int) == ["1", "8"]
+        assert sorted(json.loads((path.parent / "provenance.json").read_text())[path.name], key=int) == ["1", "8"]
+        export(Store(db), out)
+    assert sorted(json.loads(path.read_text()), key=int) == ["1", "8", "64"]

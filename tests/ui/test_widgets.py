@@ -689,6 +689,24 @@ def test_the_export_panel_shows_the_shapes_a_stopped_sweep_leaves_out(tmp_path):
     assert list(json.loads(path.read_text())) == ["1"]
 
 
+def test_the_export_panel_preview_says_which_batch_sizes_only_a_far_entry_would_serve(tmp_path):
+    """A store of M=64 alone: the preview, before anything is written, says that batch sizes 1-4 would take M=64's
+    entry; the write says it again beside the file it wrote."""
+    from flytune_nb.engine.store import Store
+    from flytune_nb.ui.notebook.views import ExportPanel
+
+    db = tmp_path / "far.db"
+    Sweep("rmsnorm", "M=64 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    panel = ExportPanel(lambda: Store(db), out_dir=str(tmp_path / "ex"), kernel_getter=lambda: "rmsnorm")
+    [(path, _, old)] = panel.refresh()
+    assert "lookup would serve batch sizes 1 (from M=64), 2 (from M=64), 4 (from M=64)" in html.unescape(
+        panel.html.value)
+    assert not old and not path.exists()
+    panel.write()
+    said = html.unescape(panel.html.value)
+    assert "4 (from M=64) an entry more than 8x away" in said and "wrote:" in said and path.exists()
+
+
 def test_a_redraw_buffered_before_a_kernel_switch_never_fires_after_it():
     """Trials arriving faster than the redraw interval leave one redraw buffered on a timer. Clearing the live
     results (what a kernel switch does) drops it: fired later, it would bring the previous kernel's shape back into
