@@ -176,7 +176,7 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
             replace_stale: bool = False) -> list[tuple[Path, str, str]]:
     """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
     ``export``, FlyDSL offline configs included (a file the export would refuse to mix previews as the error's
-    message), and the same warnings about entries left out or batch sizes far from every entry."""
+    message), and the same warnings about entries left out or batch sizes whose nearest entry is far away."""
     out, cut_off = [], unfinished_keys(store, kernel)  # read once for both plans
     for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off):
         path = entry["path"]
