@@ -305,7 +305,7 @@ def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, ca
 
 def test_a_file_whose_entries_start_far_above_small_batch_sizes_says_which_sizes_its_nearest_entry_would_serve(
         tmp_path):
-    """An engine's lookup serves the nearest batch size's entry, however far: a file of M=64 alone would run M=1 on
+    """An engine's lookup serves the nearest batch size's entry, however far: a file of M=64 alone would serve M=1
     M=64's config. The preview and the export name the SGLang batch sizes whose served entry is more than 8x away,
     and that entry. Deleting the file, as the warning offers, starts it afresh (its provenance record too); with the
     small sizes swept the export says nothing."""
