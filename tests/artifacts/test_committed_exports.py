@@ -9,6 +9,7 @@ from flytune_nb.artifacts import files as artifacts
 from flytune_nb.artifacts.files import triton_dir_name
 from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
+from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
 from flytune_nb.engine.store import Store
 from flytune_nb.engine.sweep import Sweep
 from flytune_nb.serve.lookup import lookup
@@ -89,9 +90,8 @@ def test_committed_h200_exports_are_valid_and_in_the_h200_space():
 
 
 def test_committed_h100_matmul_exports_are_found_on_an_h100_and_in_its_space():
-    """matmul's H100 files come from a surrogate sweep on an H100 that ran out of its time before M = 3072-4096: what
-    it finished (each shape vetted by the selection stage) is exported, the rest is left to the nearest entry. Every
-    entry must be in the space on a described H100, and be what lookup serves there."""
+    """matmul's H100 files come from a surrogate sweep on an H100 over SGLang's 18 batch sizes, each shape vetted by
+    the selection stage. Every entry must be in the space on a described H100, and be what lookup serves there."""
     from flytune_nb.artifacts.files import BUILTIN_DIR
     from flytune_nb.core.targets import get_target
 
@@ -102,7 +102,7 @@ def test_committed_h100_matmul_exports_are_found_on_an_h100_and_in_its_space():
     for f in files:
         table = artifacts.read_table(f)
         prov = json.loads((f.parent / "provenance.json").read_text())[f.name]
-        assert sorted(table) == sorted(int(m) for m in prov) and min(table) == 1 and max(table) == 2048
+        assert sorted(table) == sorted(int(m) for m in prov) == list(SGLANG_BATCH_SIZES)
         for m, knobs in table.items():
             p = prov[str(m)]
             shape, dtype = {**p["shape"], "M": m}, p["dtype"]
