@@ -293,3 +293,44 @@ def test_side_by_side_order_gives_every_side_every_place_alike(n):
         assert sorted(r[place] for r in rounds) == sorted(names * 2)
     if n == 2:
         assert ["".join(r) for r in rounds] == ["AB", "BA", "BA", "AB"]
+
+
+def test_cublas_tiles_reads_the_tile_from_either_kernel_family_and_reports_fill_and_both_ratios():
+    from benchmarks.gemm_cublas_tiles import cublas_tile, fill, report
+
+    assert cublas_tile("nvjet_sm90_tst_168x128_64x5_1x2_h_bz_TNN") == (168, 128)
+    assert cublas_tile("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_kernel") == (
+        128, 256)
+    assert cublas_tile("void at::native::vectorized_elementwise_kernel<4>") is None
+    assert fill(132, 132) == 1.0 and fill(96, 132) == pytest.approx(96 / 132) and fill(133, 132) == pytest.approx(
+        133 / 264)
+    row = {"shape": {"M": 256, "N": 11008, "K": 4096}, "cublas_kernels": ["nvjet_sm90_tst_168x128_64x5_1x2_h_bz_TNN"],
+           "cublas_tile_nm": (168, 128), "cublas_tiles": 132, "cublas_fill": 1.0, "ours_tile_nm": (128, 128),
+           "ours_split_k": 1, "ours_tiles": 172, "ours_fill": round(fill(172, 132), 3),
+           "graph_us": {"ours": 50.0, "cublas": 40.0}, "flushed_us": {"ours": 52.0, "cublas": 39.0}}
+    text = report([row], 132, {"device": "NVIDIA_H200", "arch": "sm_90", "date": "now", "torch": "t",
+                               "triton": "3.6.0", "flytune_nb": "0.1.0"})
+    assert ("| 256 | 11008 | 4096 | 168x128 | 132 | 1.0 | 128x128 | 172 | 0.652 | 40.0 us | 50.0 us | 0.80x | 0.75x |"
+            in text), text
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_panel_tiles_compute_the_product_on_every_panel_and_schedule(persistent):
+    """Three panels (32 + 16 + 16 columns), an M and N that leave partial tiles, a K of two steps and a half: every
+    output element is written once, by the panel that owns its column."""
+    import torch
+
+    from benchmarks.gemm_panel_tiles import candidates, fill, panel_matmul
+
+    a = torch.randn(70, 80, dtype=torch.float16)
+    w = torch.randn(150, 80, dtype=torch.float16)
+    for bm, widths in ((32, (32, 16, 16)), (16, (32,)), (32, (16, 16))):
+        out = torch.full((70, 150), float("nan"), dtype=torch.float16)
+        panel_matmul(a, w, out, bm, widths, 32, persistent=persistent, sms=3, num_stages=2)()
+        ref = a.float() @ w.float().T
+        assert (out.float() - ref).abs().max().item() < 2e-2 * ref.abs().max().item(), (bm, widths)
+    # M=256, N=11008 on 132 SMs: 128 x (128+32+16) makes 2 x 63 = 126 tiles, the largest that fills the wave to 90%;
+    # the plain 128 x 128 tile (172 tiles, 65%) comes last, for comparison
+    got = candidates(256, 11008, 132)
+    assert got[0] == (128, (128, 32, 16)) and got[-1] == (128, (128,))
+    assert all(fill(-(-256 // bm) * -(-11008 // sum(p)), 132) >= 0.9 for bm, p in got[:-1])
