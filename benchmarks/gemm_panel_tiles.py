@@ -6,7 +6,8 @@ such a tile from up to three panels (192 = 128 + 64, 176 = 128 + 32 + 16, 224 = 
 accumulator and one tl.dot per panel, all sharing the tile's A block, its weight panels loaded through one TMA
 descriptor each, the output stored from registers. Two schedules: one program per tile, and persistent (one program
 per SM walking the tiles). A copy of the loop in this file, not a knob of matmul's kernel: it answers whether such a
-knob would pay.
+knob would pay. ``gemm_mid_tiles`` timed two-panel tiles (192 = 128 + 64 and 96 = 64 + 32) on the H200; this adds
+three-panel widths (176, 224) and picks each shape's tiles by the last wave's fill.
 
 Per shape, every panel tile whose count fills the last wave to >= 90% (the largest first, four of them) and the plain
 128x128 tile, on both schedules and three (K step, stages) pairs, timed under graph replay; then the fastest beside
