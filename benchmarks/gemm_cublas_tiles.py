@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 
-from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, write
+from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, wave_fill, write
 
 SHAPES = [(m, n, k) for n, k in ((4096, 4096), (14336, 4096), (11008, 4096), (6144, 4096), (4096, 11008))
           for m in (64, 128, 256, 512, 1024)]
@@ -30,10 +30,6 @@ def cublas_tile(name: str) -> tuple[int, int] | None:
     m = _NVJET.search(name) or _XMMA.search(name)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
-
-def fill(tiles: int, sms: int) -> float:
-    """The share of the SM slots the tiles' waves occupy, one program an SM."""
-    return tiles / (math.ceil(tiles / sms) * sms) if tiles else 0.0
 
 
 def _kernels_of(fn) -> list[str]:
@@ -78,9 +74,10 @@ def main(argv=None):
         our_tiles = math.ceil(M / bm) * math.ceil(N / bn) * split
         graph, flushed = timers.graph_each(sides), timers.flushed_each(sides)
         row = {"shape": {"M": M, "N": N, "K": K}, "cublas_kernels": names, "cublas_tile_nm": tile,
-               "cublas_tiles": their_tiles, "cublas_fill": their_tiles and round(fill(their_tiles, dev.sm_count), 3),
+               "cublas_tiles": their_tiles,
+               "cublas_fill": their_tiles and round(wave_fill(their_tiles, dev.sm_count), 3),
                "ours_config": str(cfg), "ours_source": op.last_source, "ours_tile_nm": (bn, bm), "ours_split_k": split,
-               "ours_tiles": our_tiles, "ours_fill": round(fill(our_tiles, dev.sm_count), 3), "ours_rel_err": err,
+               "ours_tiles": our_tiles, "ours_fill": round(wave_fill(our_tiles, dev.sm_count), 3), "ours_rel_err": err,
                "graph_us": {k: v * 1e3 for k, v in graph.items()},
                "flushed_us": {k: v * 1e3 for k, v in flushed.items()}}
         rows.append(row)

@@ -22,7 +22,7 @@ import time
 import triton
 import triton.language as tl
 
-from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, write
+from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, wave_fill, write
 
 SHAPES = [(256, 6144, 4096), (512, 6144, 4096), (256, 11008, 4096), (512, 11008, 4096), (256, 14336, 4096),
           (128, 6144, 4096), (1024, 11008, 4096), (1024, 14336, 4096), (128, 11008, 4096)]
@@ -102,15 +102,10 @@ def panel_matmul(a, w, out, bm: int, widths: tuple, bk: int, *, persistent: bool
     return call
 
 
-def fill(tiles: int, sms: int) -> float:
-    """The share of the SM slots the tiles' waves occupy, one program an SM."""
-    return tiles / (math.ceil(tiles / sms) * sms)
-
-
 def candidates(M: int, N: int, sms: int, keep: int = 4) -> list[tuple[int, tuple]]:
     """(BM, panel widths): the ``keep`` largest tiles whose last wave is >= 90% full, then 128 x 128."""
     tiles = [(bm, p) for bm in (128, 64) for p in PANELS if (bm, p) != (128, (128,))
-             and fill(math.ceil(M / bm) * math.ceil(N / sum(p)), sms) >= 0.9]
+             and wave_fill(math.ceil(M / bm) * math.ceil(N / sum(p)), sms) >= 0.9]
     tiles.sort(key=lambda t: -t[0] * sum(t[1]))
     return tiles[:keep] + [(128, (128,))]
 
