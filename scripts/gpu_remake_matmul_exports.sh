@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Re-make matmul's committed H200 exports after a change to its kernel folder, on a GPU, in one go: a fresh sweep of
-# the exported (N, K) at SGLang's batch sizes, the export (dropping every entry of the old kernel source), and the
-# serving benchmark that reads the new files. About 450 s on the H200 (sweep ~250 s, benchmark ~150 s). On H100s the
+# Re-make matmul's committed exports for the GPU it runs on after a change to its kernel folder, in one go: a fresh
+# sweep of the exported (N, K) at SGLang's batch sizes, the export (dropping every entry of the old kernel source), and
+# the serving benchmark that reads the new files. About 450 s on the H200 (sweep ~250 s, benchmark ~150 s). On H100s the
 # sweep and export took ~350 s on one host and the benchmark ~100 s, while another host's sweep alone ran past 450 s
 # (32 of its 36 shapes in 330 s; M = 3072 and 4096 take longest): where one call has a time limit, stop it and run
 # the script again with RESUME=1 and the same OUT, which keeps the store and resumes.
