@@ -9,12 +9,16 @@ and both calls' times under graph replay and L2-flushed events, side by side.
 cuBLAS is column-major: for ``a @ w.T`` it computes the transpose, so its tile's first extent runs along our N and
 its second along our M. That reading is the one under which its tile counts fill the SMs (M=256, N=11008: 66 x 2 =
 132 tiles of 168x128 for 132 SMs); the other reading would make 172. Fill = tiles / (waves x SMs), one program an SM
-(a tile that fits twice per SM may do better than its fill says). bf16, about a minute on an H200.
+(a tile that fits twice per SM may do better than its fill says). The report splits each graph ratio into that fill's
+share and the rest. bf16, about 30 s on an H100; ``--report JSON`` writes the markdown again from a stored result,
+without a GPU.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
+from pathlib import Path
 
 from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, wave_fill, write
 
@@ -49,7 +53,14 @@ def main(argv=None):
     ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
                     help="the shapes (default: M = 64..1024 at the (N, K) serving_vs_torch times)")
     ap.add_argument("--rep-ms", type=float, default=25.0, help="timing budget per side and mode (default 25)")
+    ap.add_argument("--report", type=Path, default=None, metavar="JSON",
+                    help="write the markdown again from a stored result (no GPU), into its device's folder")
     args = ap.parse_args(argv)
+    if args.report is not None:
+        stored = json.loads(args.report.read_text())
+        write("gemm_cublas_tiles", stored, report(stored["rows"], stored["sm_count"], stored["env"]), args.out,
+              device=stored["env"]["device"])
+        return
     need_gpu("gemm_cublas_tiles")
     import torch
 
@@ -89,20 +100,27 @@ def main(argv=None):
 
 
 def report(rows: list[dict], sms: int, env: dict) -> str:
-    """The markdown: one line per shape, both tiles, their tile counts and fills, both timing modes' ratios."""
+    """The markdown: one line per shape, both tiles, their tile counts and fills, both timing modes' ratios, and the
+    graph ratio cut in two factors: our fill over cuBLAS's (what the wave quantisation costs) and the rest (the
+    ratio over that: how fast an SM runs while it has a tile, padding and epilogue included). With time = work /
+    (SMs x fill x per-SM rate) the ratio is exactly their product."""
     lines = [f"# Which tile cuBLAS runs, and the last wave's fill ({sms} SMs)", "", env_line(env), "",
              "Tiles written N x M (cuBLAS's first extent runs along our N). Ratio = cuBLAS time / ours (> 1: ours "
-             "faster), bf16.", "",
+             "faster), bf16. The graph ratio = fill factor (our fill / cuBLAS's) x the rest (per-SM speed while "
+             "busy): a split that holds where each SM runs one compute-bound tile at a time (M >= 256 here); at small "
+             "M several memory-bound tiles share an SM and the fill says little.", "",
              "| M | N | K | cuBLAS tile | tiles | fill | ours tile | tiles | fill | cuBLAS graph | ours graph | "
-             "ratio graph | ratio flushed |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "ratio graph | fill factor | the rest | ratio flushed |", "|---" * 15 + "|"]
     for r in rows:
         s, g, f = r["shape"], r["graph_us"], r["flushed_us"]
         their = f"{r['cublas_tile_nm'][0]}x{r['cublas_tile_nm'][1]}" if r["cublas_tile_nm"] else "?"
         ours = f"{r['ours_tile_nm'][0]}x{r['ours_tile_nm'][1]}" + (f" split {r['ours_split_k']}"
                                                                  if r["ours_split_k"] > 1 else "")
+        factor = r["ours_fill"] / r["cublas_fill"] if r["cublas_fill"] else None
         lines.append(f"| {s['M']} | {s['N']} | {s['K']} | {their} | {r['cublas_tiles'] or '?'} | "
                      f"{r['cublas_fill'] or '?'} | {ours} | {r['ours_tiles']} | {r['ours_fill']} | "
                      f"{g['cublas']:.1f} us | {g['ours']:.1f} us | {g['cublas'] / g['ours']:.2f}x | "
-                     f"{f['cublas'] / f['ours']:.2f}x |")
+                     + (f"{factor:.2f} | {g['cublas'] / g['ours'] / factor:.2f} | " if factor else "? | ? | ")
+                     + f"{f['cublas'] / f['ours']:.2f}x |")
     lines += ["", "cuBLAS kernels: " + "; ".join(sorted({n for r in rows for n in r["cublas_kernels"]}))]
     return "\n".join(lines)

@@ -311,8 +311,28 @@ def test_cublas_tiles_reads_the_tile_from_either_kernel_family_and_reports_fill_
            "graph_us": {"ours": 50.0, "cublas": 40.0}, "flushed_us": {"ours": 52.0, "cublas": 39.0}}
     text = report([row], 132, {"device": "NVIDIA_H200", "arch": "sm_90", "date": "now", "torch": "t",
                                "triton": "3.6.0", "flytune_nb": "0.1.0"})
-    assert ("| 256 | 11008 | 4096 | 168x128 | 132 | 1.0 | 128x128 | 172 | 0.652 | 40.0 us | 50.0 us | 0.80x | 0.75x |"
+    # 0.80x = 0.65 (our fill over cuBLAS's) x 1.23 (the rest)
+    assert ("| 256 | 11008 | 4096 | 168x128 | 132 | 1.0 | 128x128 | 172 | 0.652 | 40.0 us | 50.0 us | 0.80x | 0.65 | "
+            "1.23 | 0.75x |" in text), text
+
+
+def test_cublas_tiles_rewrites_its_markdown_from_a_stored_result_without_a_gpu(tmp_path):
+    from benchmarks.gemm_cublas_tiles import main
+
+    env = {"device": "NVIDIA_H200", "arch": "sm_90", "date": "now", "torch": "t", "triton": "3.6.0",
+           "flytune_nb": "0.1.0"}
+    row = {"shape": {"M": 512, "N": 6144, "K": 4096}, "cublas_kernels": ["nvjet_sm90_tst_192x128_64x5_1x2_h_bz_TNT"],
+           "cublas_tile_nm": [192, 128], "cublas_tiles": 128, "cublas_fill": 0.97, "ours_tile_nm": [128, 64],
+           "ours_split_k": 1, "ours_tiles": 384, "ours_fill": 0.97, "graph_us": {"ours": 47.5, "cublas": 40.0},
+           "flushed_us": {"ours": 48.0, "cublas": 40.0}}
+    stored = tmp_path / "stored.json"
+    stored.write_text(json.dumps({"env": env, "sm_count": 132, "rows": [row]}))
+    main(["--report", str(stored), "--out", str(tmp_path / "out")])
+    text = (tmp_path / "out" / "gemm_cublas_tiles.md").read_text()
+    # the same fill on both sides: the whole 0.84x is per-SM speed
+    assert ("| 512 | 6144 | 4096 | 192x128 | 128 | 0.97 | 128x64 | 384 | 0.97 | 40.0 us | 47.5 us | 0.84x | 1.00 | 0.84 |"
             in text), text
+    assert json.loads((tmp_path / "out" / "gemm_cublas_tiles.json").read_text())["rows"][0]["ours_tiles"] == 384
 
 
 @pytest.mark.parametrize("persistent", [False, True])
