@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, wave_fill, write
+from flytune_nb.kernels.matmul.kernel import _store_tile, _tile_of
 
 SHAPES = [(256, 6144, 4096), (512, 6144, 4096), (256, 11008, 4096), (512, 11008, 4096), (256, 14336, 4096),
           (128, 6144, 4096), (1024, 11008, 4096), (1024, 14336, 4096), (128, 11008, 4096)]
@@ -31,14 +32,6 @@ PANELS = [(128,), (64, 32), (64, 32, 16), (128, 32), (128, 32, 16), (128, 64), (
           (128, 128, 64)]
 # (BLOCK_SIZE_K, num_stages); 5 stages of a 128 x 176 tile's 64-deep buffers take 195 KiB of the 227
 STEPS = ((64, 4), (64, 5), (128, 3))
-
-
-@triton.jit
-def _store_panel(C, stride_cm, off_m, off_n, acc, M, N, BM: tl.constexpr, BN: tl.constexpr):
-    rows = (off_m + tl.arange(0, BM)).to(tl.int64)
-    cols = off_n + tl.arange(0, BN)
-    tl.store(C + rows[:, None] * stride_cm + cols[None, :], acc.to(C.dtype.element_ty),
-             mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 @triton.jit
@@ -55,11 +48,9 @@ def panel_tiles_kernel(a_desc, w_desc0, w_desc1, w_desc2, C, stride_cm, M, N, K,
     else:
         start, stop, step = tl.program_id(0), tl.program_id(0) + 1, 1
     for tile in tl.range(start, stop, step, flatten=PERSISTENT):
-        group = GROUP_M * num_pid_n
-        first_m = (tile // group) * GROUP_M
-        size_m = min(num_pid_m - first_m, GROUP_M)
-        off_m = (first_m + (tile % group) % size_m) * BM
-        off_n = ((tile % group) // size_m) * TN
+        pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)  # matmul's grouped order
+        off_m = pid_m * BM
+        off_n = pid_n * TN
         acc0 = tl.zeros((BM, BN0), dtype=tl.float32)
         if BN1 > 0:
             acc1 = tl.zeros((BM, BN1), dtype=tl.float32)
@@ -72,11 +63,11 @@ def panel_tiles_kernel(a_desc, w_desc0, w_desc1, w_desc2, C, stride_cm, M, N, K,
                 acc1 = tl.dot(a, w_desc1.load([off_n + BN0, k * BK]).T, acc1)
             if BN2 > 0:
                 acc2 = tl.dot(a, w_desc2.load([off_n + BN0 + BN1, k * BK]).T, acc2)
-        _store_panel(C, stride_cm, off_m, off_n, acc0, M, N, BM, BN0)
+        _store_tile(C, stride_cm, 1, off_m, off_n, acc0, M, N, BM, BN0)
         if BN1 > 0:
-            _store_panel(C, stride_cm, off_m, off_n + BN0, acc1, M, N, BM, BN1)
+            _store_tile(C, stride_cm, 1, off_m, off_n + BN0, acc1, M, N, BM, BN1)
         if BN2 > 0:
-            _store_panel(C, stride_cm, off_m, off_n + BN0 + BN1, acc2, M, N, BM, BN2)
+            _store_tile(C, stride_cm, 1, off_m, off_n + BN0 + BN1, acc2, M, N, BM, BN2)
 
 
 def panel_matmul(a, w, out, bm: int, widths: tuple, bk: int, *, persistent: bool, sms: int, num_stages: int,
