@@ -356,3 +356,60 @@ def test_panel_tiles_compute_the_product_on_every_panel_and_schedule(persistent)
     got = candidates(256, 11008, 132)
     assert got[0] == (128, (128, 32, 16)) and got[-1] == (128, (128,))
     assert all(fill(-(-256 // bm) * -(-11008 // sum(p)), 132) >= 0.9 for bm, p in got[:-1])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tail_split_kernel_runs_whole_rounds_whole_and_sums_the_cut_tail(dtype):
+    """gemm_tail_split's kernel on the interpreter, described as 4 SMs: 5 x 7 tiles of 16x16 run 32 whole and cut
+    the last 3 in 2 or 3 K ranges (K ragged at its last step: zero-filled TMA edges); a grid under one round is
+    cut whole. Against an fp64 product; a second call gives the same bits (the counters were left at zero)."""
+    import torch
+
+    from benchmarks.gemm_tail_split import tail_split_matmul, whole_tiles
+
+    assert whole_tiles(172, 132) == 132 and whole_tiles(96, 132) == 0 and whole_tiles(264, 132) == 264
+    dt = getattr(torch, dtype)
+    for (M, N, K), split in (((70, 104, 72), 2), ((70, 104, 160), 3), ((10, 40, 96), 2)):
+        a, w = torch.randn(M, K, dtype=dt), torch.randn(N, K, dtype=dt)
+        out = torch.full((M, N), float("nan"), dtype=dt)
+        call = tail_split_matmul(a, w, out, (16, 16, 16, 4, 2), split, sms=4)
+        first = call().clone()
+        ref = a.double() @ w.double().T
+        assert (first.double() - ref).abs().max().item() < 1e-2 * ref.abs().max().item(), (M, N, K, split)
+        assert torch.equal(call(), first)
+
+
+def test_tail_split_timings_cover_the_splits_the_schedule_model_ranks_first():
+    """Which K splits gemm_tail_split times for a grid's last round, and the tile-times its schedule model
+    predicts: M=256, N=11008 in 128x128 tiles on 132 SMs (172 tiles: 132 whole, then 40 to cut) runs 2 tile-times
+    unsplit and 1.33 cut in 3; a grid under one round is all tail (96 tiles cut in 4: three rounds of quarter
+    tiles); a grid filling its last round has nothing to cut."""
+    from benchmarks.gemm_tail_split import rounds, tail_splits
+
+    assert rounds(172, 132, 1) == 2 and abs(rounds(172, 132, 3) - 4 / 3) < 1e-9
+    assert 3 in tail_splits(172, 132, 64) and 2 in tail_splits(172, 132, 64)
+    assert tail_splits(96, 132, 64) == [4] and rounds(96, 132, 4) == 0.75
+    assert tail_splits(264, 132, 64) == [] and tail_splits(112, 132, 64) == []  # 112 x 2 makes 2 rounds: no gain
+    assert all(64 // s >= 2 for s in tail_splits(172, 132, 64))
+    assert tail_splits(172, 132, 4) == [2]  # 4 K steps: a split keeps at least two
+
+
+def test_tail_split_report_puts_each_variant_beside_cublas():
+    from benchmarks.gemm_tail_split import report
+
+    tried = [{"tile": [128, 128, 64, 4, 4], "kind": "persistent", "split": 1, "config": "p", "tiles": 172,
+              "model_rounds": 1.3, "graph_us": 45.0, "rel_err": 0.0, "same_bits": True},
+             {"tile": [128, 128, 64, 4, 4], "kind": "tail split", "split": 3, "config": "128x128x64 split 3 tail",
+              "tiles": 172, "model_rounds": 4 / 3, "graph_us": 36.0, "rel_err": 0.0, "same_bits": True},
+             {"tile": [128, 256, 64, 8, 3], "kind": "one per tile", "split": 1, "config": "o", "tiles": 86,
+              "model_rounds": 1.0, "error": "OutOfResources: shared memory"}]
+    rows = [{"shape": {"M": 256, "N": 11008, "K": 4096}, "tried": tried, "wrong": [], "best_tail_split": tried[1],
+             "graph_us": {"cublas": 36.0, "tuned": 45.0, "persistent": 45.0, "tail split": 40.0},
+             "flushed_us": {"cublas": 40.0, "tuned": 50.0, "persistent": 50.0, "tail split": 40.0}}]
+    env = {"device": "GPU", "arch": "sm_90", "date": "d", "torch": "t", "triton": "3.6", "flytune_nb": "0"}
+    text = report(rows, env, 132)
+    assert ("| 256 | 11008 | 4096 | `128x128x64 split 3 tail` (172 tiles) | 36.0 | 45.0 | 45.0 | 40.0 | 0.80x, "
+            "0.80x, 0.90x | 0.80x, 0.80x, 1.00x |" in text), text
+    assert "| 128x128x64 w4 s4 | 172 | 45.0 | " in text and "3: 36.0 (1.33)" in text
+    assert "| 128x256x64 w8 s3 | 86 | " in text and "failed (1.00)" in text
+    assert "did not compile or launch: 1." in text
