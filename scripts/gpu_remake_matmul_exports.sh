@@ -8,6 +8,7 @@
 #
 #   OUT=/some/folder bash scripts/gpu_remake_matmul_exports.sh
 #   OUT=/some/folder RESUME=1 bash scripts/gpu_remake_matmul_exports.sh
+#   OUT=/some/folder BENCH=0 bash scripts/gpu_remake_matmul_exports.sh   # sweep and export only
 #
 # Needs the `search` extra (optuna) for the surrogate strategy, beside torch and triton.
 #
@@ -25,5 +26,5 @@ $PY -m flytune_nb sweep matmul --grid "M=sglang N=4096,14336 K=4096" --dtype bf1
     --baselines none --rep-ms 25 --db "$DB"
 $PY -m flytune_nb export --db "$DB" --kernel matmul --replace-stale
 tar -C flytune_nb/exports -cf "$OUT/matmul_exports.tar" matmul
-$PY -m benchmarks serving_vs_torch --out "$OUT/results"
+[ "${BENCH:-1}" = 0 ] || $PY -m benchmarks serving_vs_torch --out "$OUT/results"
 echo "done: $OUT"
