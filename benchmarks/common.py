@@ -143,6 +143,18 @@ def shape_list(text: str) -> list[tuple[int, ...]]:
         raise argparse.ArgumentTypeError(f"expected shapes as 'a,b;c,d', got {text!r}") from None
 
 
+def add_shapes(ap: argparse.ArgumentParser, shapes, help: str | None = None) -> None:
+    """A ``--shapes M,N,K;...`` option defaulting to ``shapes``, which the help lists unless ``help`` is given."""
+    ap.add_argument("--shapes", type=shape_list, default=shapes, metavar="M,N,K;...",
+                    help=help or "the shapes (default: " + ";".join(",".join(map(str, s)) for s in shapes) + ")")
+
+
+def add_budget(ap: argparse.ArgumentParser, seconds: float = 300.0) -> None:
+    """A ``--budget-s`` option: the run starts no new shape once this much time has passed."""
+    ap.add_argument("--budget-s", type=float, default=seconds,
+                    help=f"stop starting new shapes after this (default {seconds:g})")
+
+
 def copy_bandwidth(n_bytes: int = 4 << 30) -> float:
     """Measured device-to-device copy, bytes read + written per second (the memory-bound roofline)."""
     import torch

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from itertools import product
 
-from benchmarks.common import environment, need_gpu, parser, shape_list, write
+from benchmarks.common import add_shapes, environment, need_gpu, parser, write
 
 SHAPES = [(1, 11008, 4096), (1, 6144, 4096), (1, 5120, 4096), (32, 5120, 4096), (32, 11008, 4096),
           (64, 4096, 4096), (64, 6144, 4096), (64, 11008, 4096), (128, 4096, 4096), (128, 6144, 4096),
@@ -206,8 +206,7 @@ def report(rows: list, env: dict, sms: int, seconds: float | None) -> str:
 
 def main(argv=None):
     ap = parser(__doc__, __file__)
-    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
-                    help="the shapes (default: " + ";".join(",".join(map(str, s)) for s in SHAPES) + ")")
+    add_shapes(ap, SHAPES)
     ap.add_argument("--db", default=None, help="the store (default: <out>/stores/gemm_balance.db); re-running resumes")
     ap.add_argument("--rep-ms", type=float, default=10.0, help="timing budget per config in ms (default 10)")
     ap.add_argument("--name", default="gemm_balance", help="result file name (default: %(default)s)")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.common import environment, env_line, gemm_operands, need_gpu, parser, shape_list, write
+from benchmarks.common import add_shapes, env_line, environment, gemm_operands, need_gpu, parser, write
 
 SHAPES = [(256, 14336, 4096), (256, 11008, 4096), (128, 4096, 4096), (1024, 4096, 11008), (4096, 4096, 4096)]
 MODES = ("graph", "spin", "dirty", "clean", "dirty + warm code")
@@ -32,8 +32,7 @@ def _read_all(buf) -> None:
 
 def main(argv=None):
     ap = parser(__doc__, __file__)
-    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
-                    help="the shapes (default: " + ";".join(",".join(map(str, s)) for s in SHAPES) + ")")
+    add_shapes(ap, SHAPES)
     args = ap.parse_args(argv)
     need_gpu("gemm_flush_gap")
     import torch

@@ -22,7 +22,8 @@ import time
 import triton
 import triton.language as tl
 
-from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, wave_fill, write
+from benchmarks.common import (
+    add_budget, add_shapes, env_line, environment, gemm_operands, need_gpu, parser, wave_fill, write)
 from flytune_nb.kernels.matmul.kernel import _store_tile, _tile_of
 
 SHAPES = [(256, 6144, 4096), (512, 6144, 4096), (256, 11008, 4096), (512, 11008, 4096), (256, 14336, 4096),
@@ -103,9 +104,8 @@ def candidates(M: int, N: int, sms: int, keep: int = 4) -> list[tuple[int, tuple
 
 def main(argv=None):
     ap = parser(__doc__, __file__)
-    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
-                    help="the shapes (default: " + ";".join(",".join(map(str, s)) for s in SHAPES) + ")")
-    ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new shapes after this (default 300)")
+    add_shapes(ap, SHAPES)
+    add_budget(ap)
     args = ap.parse_args(argv)
     need_gpu("gemm_panel_tiles")
     import torch

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from benchmarks.common import environment, need_gpu, parser, shape_list, write
+from benchmarks.common import add_shapes, environment, need_gpu, parser, write
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import current_device
 from flytune_nb.serve.lookup import artifact_hook
@@ -31,8 +31,7 @@ TILES = [(128, 128, 64, 4, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 3), (128,
 
 def main(argv=None):
     ap = parser(__doc__, __file__)
-    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
-                    help="the shapes (default: " + ";".join(",".join(map(str, s)) for s in SHAPES) + ")")
+    add_shapes(ap, SHAPES)
     ap.add_argument("--name", default="gemm_paths", help="result file name (default: %(default)s)")
     args = ap.parse_args(argv)
     need_gpu("gemm_paths")

@@ -21,7 +21,7 @@ import contextlib
 import statistics
 import time
 
-from benchmarks.common import environment, env_line, gemm_operands, need_gpu, parser, shape_list, write
+from benchmarks.common import add_shapes, env_line, environment, gemm_operands, need_gpu, parser, write
 
 SHAPES = [(128, 11008, 4096), (256, 11008, 4096), (256, 6144, 4096), (256, 4096, 11008), (256, 14336, 4096),
           (512, 11008, 4096), (512, 6144, 4096), (512, 14336, 4096), (1024, 11008, 4096), (128, 4096, 11008),
@@ -100,8 +100,7 @@ def _short(tile) -> str:
 
 def main(argv=None):
     ap = parser(__doc__, __file__)
-    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
-                    help="the shapes (default: " + ";".join(",".join(map(str, s)) for s in SHAPES) + ")")
+    add_shapes(ap, SHAPES)
     ap.add_argument("--name", default="gemm_persistent_variants", help="result file name (default: %(default)s)")
     args = ap.parse_args(argv)
     need_gpu("gemm_persistent_variants")

@@ -22,7 +22,7 @@ import time
 import triton
 import triton.language as tl
 
-from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, write
+from benchmarks.common import add_budget, add_shapes, env_line, environment, gemm_operands, need_gpu, parser, write
 from flytune_nb.kernels.matmul.kernel import _last_to_arrive, _read_part, _tile_of
 
 SHAPES = [(256, 11008, 4096), (512, 6144, 4096), (256, 6144, 4096), (512, 11008, 4096), (1024, 11008, 4096),
@@ -138,9 +138,8 @@ def _config(tile, **knobs):
 
 def main(argv=None):
     ap = parser(__doc__, __file__)
-    ap.add_argument("--shapes", type=shape_list, default=SHAPES, metavar="M,N,K;...",
-                    help="the shapes (default: " + ";".join(",".join(map(str, s)) for s in SHAPES) + ")")
-    ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new shapes after this (default 300)")
+    add_shapes(ap, SHAPES)
+    add_budget(ap)
     args = ap.parse_args(argv)
     need_gpu("gemm_tail_split")
     import torch
