@@ -155,6 +155,16 @@ def add_budget(ap: argparse.ArgumentParser, seconds: float = 300.0) -> None:
                     help=f"stop starting new shapes after this (default {seconds:g})")
 
 
+def within_budget(shapes, budget_s: float):
+    """``shapes`` one by one until ``budget_s`` seconds have passed since the first; then says which were left out."""
+    t0 = time.perf_counter()
+    for i, shape in enumerate(shapes):
+        if time.perf_counter() - t0 > budget_s:
+            print(f"budget spent: {len(shapes) - i} shapes not run, from {shape} on", flush=True)
+            return
+        yield shape
+
+
 def copy_bandwidth(n_bytes: int = 4 << 30) -> float:
     """Measured device-to-device copy, bytes read + written per second (the memory-bound roofline)."""
     import torch

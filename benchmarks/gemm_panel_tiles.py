@@ -17,13 +17,12 @@ Every output is checked against an fp32 matmul. bf16, about 2 minutes on an H100
 from __future__ import annotations
 
 import math
-import time
 
 import triton
 import triton.language as tl
 
 from benchmarks.common import (
-    add_budget, add_shapes, env_line, environment, gemm_operands, need_gpu, parser, wave_fill, write)
+    add_budget, add_shapes, env_line, environment, gemm_operands, need_gpu, parser, wave_fill, within_budget, write)
 from flytune_nb.kernels.matmul.kernel import _store_tile, _tile_of
 
 SHAPES = [(256, 6144, 4096), (512, 6144, 4096), (256, 11008, 4096), (512, 11008, 4096), (256, 14336, 4096),
@@ -115,11 +114,8 @@ def main(argv=None):
     from flytune_nb.core.device import current_device
 
     dev = current_device()
-    timers, op, rows, t0 = Timers(dev, 25.0), flytune_nb.tuned("matmul"), [], time.perf_counter()
-    for M, N, K in args.shapes:
-        if time.perf_counter() - t0 > args.budget_s:
-            print(f"budget spent: M={M} N={N} K={K} and later shapes not run", flush=True)
-            break
+    timers, op, rows = Timers(dev, 25.0), flytune_nb.tuned("matmul"), []
+    for M, N, K in within_budget(args.shapes, args.budget_s):
         a, w, out, ref = gemm_operands(M, N, K)
         scale = ref.abs().max().item()
         tried = []

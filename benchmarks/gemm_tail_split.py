@@ -17,12 +17,12 @@ twice (the second call's bits must equal the first's). bf16, about 2 minutes on 
 from __future__ import annotations
 
 import math
-import time
 
 import triton
 import triton.language as tl
 
-from benchmarks.common import add_budget, add_shapes, env_line, environment, gemm_operands, need_gpu, parser, write
+from benchmarks.common import (
+    add_budget, add_shapes, env_line, environment, gemm_operands, need_gpu, parser, within_budget, write)
 from flytune_nb.kernels.matmul.kernel import _last_to_arrive, _read_part, _tile_of
 
 SHAPES = [(256, 11008, 4096), (512, 6144, 4096), (256, 6144, 4096), (512, 11008, 4096), (1024, 11008, 4096),
@@ -151,11 +151,8 @@ def main(argv=None):
 
     dev = current_device()
     sms = dev.sm_count
-    timers, op, rows, t0 = Timers(dev, 25.0), flytune_nb.tuned("matmul"), [], time.perf_counter()
-    for M, N, K in args.shapes:
-        if time.perf_counter() - t0 > args.budget_s:
-            print(f"budget spent: M={M} N={N} K={K} and later shapes not run", flush=True)
-            break
+    timers, op, rows = Timers(dev, 25.0), flytune_nb.tuned("matmul"), []
+    for M, N, K in within_budget(args.shapes, args.budget_s):
         a, w, out, ref = gemm_operands(M, N, K)
         scale = ref.abs().max().item()
         tried = []
