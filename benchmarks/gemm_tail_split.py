@@ -6,13 +6,13 @@ At mid M the output tiles fill whole rounds of the SMs and then part of one more
 reduced in split order by the last program to arrive: 132 whole + 40 x 3 = 252 programs, 1.33 tile-times by the
 schedule model. matmul's persistent stream-K kernel schedules the same work and ran at 0.75x cuBLAS there
 (gemm_persistent_variants); this is the same cut without a persistent loop. A copy of that kernel in this file, with
-matmul's own tile order, partial store, read-back and output store: it answers whether such a knob would pay.
+matmul's own tile order, partial store and read-back: it answers whether such a knob would pay.
 
 Per shape and tile, under graph replay: the persistent TMA tile (TMA=2, what the heuristic serves at mid M), the same
 tile one program per tile (TMA=1), and the tail cut in the three S the schedule model puts fastest (where the grid is
 under one round every tile is the tail: matmul's plain SPLIT_K of such grids). Then the fastest tail split beside
 cuBLAS and flytune_nb.tuned(), side by side in both timing modes. Every output is checked against an fp32 matmul,
-twice (the second call's bits must equal the first's). bf16, about 2 minutes on an H100.
+twice (the second call's bits must equal the first's). bf16, about 100 s on an H100.
 """
 from __future__ import annotations
 
@@ -121,8 +121,8 @@ def tail_splits(tiles: int, sms: int, k_steps: int, keep: int = 3) -> list[int]:
 
 
 def rounds(tiles: int, sms: int, split: int) -> float:
-    """Tile-times a grid takes with its tail cut in ``split`` (1: not cut), one program an SM: whole rounds, then one
-    round of cut programs."""
+    """Tile-times a grid takes with its tail cut in ``split`` (1: not cut), one program an SM: the whole rounds, then
+    the rounds of cut programs, each 1/split of a tile-time (the cut's own costs left out)."""
     whole = tiles // sms if tiles >= sms else 0
     tail = tiles - whole * sms
     return whole + (math.ceil(tail * split / sms) / split if tail else 0)
