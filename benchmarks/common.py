@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -189,12 +188,6 @@ def need_gpu(name: str) -> None:
 
     if not current_device().is_gpu:
         raise UsageError(f"{name} times kernels on a GPU and this machine has none (`--help` says what it measures)")
-
-
-def wave_fill(tiles: int, sms: int) -> float:
-    """The share of the SM slots a launch's tiles occupy over their waves, one program an SM: 96 tiles on 132 SMs
-    fill 0.73, 133 fill 0.50."""
-    return tiles / (math.ceil(tiles / sms) * sms) if tiles else 0.0
 
 
 def gemm_operands(M: int, N: int, K: int, *, seed: int | None = 0, device: str = "cuda"):

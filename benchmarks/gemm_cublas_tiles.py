@@ -20,7 +20,8 @@ import math
 import re
 from pathlib import Path
 
-from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, wave_fill, write
+from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, write
+from flytune_nb.kit.spaces import wave_use
 
 SHAPES = [(m, n, k) for n, k in ((4096, 4096), (14336, 4096), (11008, 4096), (6144, 4096), (4096, 11008))
           for m in (64, 128, 256, 512, 1024)]
@@ -86,9 +87,9 @@ def main(argv=None):
         graph, flushed = timers.graph_each(sides), timers.flushed_each(sides)
         row = {"shape": {"M": M, "N": N, "K": K}, "cublas_kernels": names, "cublas_tile_nm": tile,
                "cublas_tiles": their_tiles,
-               "cublas_fill": their_tiles and round(wave_fill(their_tiles, dev.sm_count), 3),
+               "cublas_fill": their_tiles and round(wave_use(their_tiles, dev.sm_count), 3),
                "ours_config": str(cfg), "ours_source": op.last_source, "ours_tile_nm": (bn, bm), "ours_split_k": split,
-               "ours_tiles": our_tiles, "ours_fill": round(wave_fill(our_tiles, dev.sm_count), 3), "ours_rel_err": err,
+               "ours_tiles": our_tiles, "ours_fill": round(wave_use(our_tiles, dev.sm_count), 3), "ours_rel_err": err,
                "graph_us": {k: v * 1e3 for k, v in graph.items()},
                "flushed_us": {k: v * 1e3 for k, v in flushed.items()}}
         rows.append(row)

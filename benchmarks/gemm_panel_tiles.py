@@ -22,8 +22,9 @@ import triton
 import triton.language as tl
 
 from benchmarks.common import (
-    add_budget, add_shapes, env_line, environment, gemm_operands, need_gpu, parser, wave_fill, within_budget, write)
+    add_budget, add_shapes, env_line, environment, gemm_operands, need_gpu, parser, within_budget, write)
 from flytune_nb.kernels.matmul.kernel import _store_tile, _tile_of
+from flytune_nb.kit.spaces import wave_use
 
 SHAPES = [(256, 6144, 4096), (512, 6144, 4096), (256, 11008, 4096), (512, 11008, 4096), (256, 14336, 4096),
           (128, 6144, 4096), (1024, 11008, 4096), (1024, 14336, 4096), (128, 11008, 4096)]
@@ -96,7 +97,7 @@ def panel_matmul(a, w, out, bm: int, widths: tuple, bk: int, *, persistent: bool
 def candidates(M: int, N: int, sms: int, keep: int = 4) -> list[tuple[int, tuple]]:
     """(BM, panel widths): the ``keep`` largest tiles whose last wave is >= 90% full, then 128 x 128."""
     tiles = [(bm, p) for bm in (128, 64) for p in PANELS if (bm, p) != (128, (128,))
-             and wave_fill(math.ceil(M / bm) * math.ceil(N / sum(p)), sms) >= 0.9]
+             and wave_use(math.ceil(M / bm) * math.ceil(N / sum(p)), sms) >= 0.9]
     tiles.sort(key=lambda t: -t[0] * sum(t[1]))
     return tiles[:keep] + [(128, (128,))]
 

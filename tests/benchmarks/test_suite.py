@@ -296,7 +296,7 @@ def test_side_by_side_order_gives_every_side_every_place_alike(n):
 
 
 def test_cublas_tiles_reads_the_tile_from_either_kernel_family_and_reports_fill_and_both_ratios():
-    from benchmarks.common import wave_fill as fill
+    from flytune_nb.kit.spaces import wave_use as fill
     from benchmarks.gemm_cublas_tiles import cublas_tile, report
 
     assert cublas_tile("nvjet_sm90_tst_168x128_64x5_1x2_h_bz_TNN") == (168, 128)
@@ -341,7 +341,7 @@ def test_panel_tiles_compute_the_product_on_every_panel_and_schedule(persistent)
     output element is written once, by the panel that owns its column."""
     import torch
 
-    from benchmarks.common import wave_fill as fill
+    from flytune_nb.kit.spaces import wave_use as fill
     from benchmarks.gemm_panel_tiles import candidates, panel_matmul
 
     a = torch.randn(70, 80, dtype=torch.float16)
