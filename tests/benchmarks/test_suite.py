@@ -413,3 +413,62 @@ def test_tail_split_report_puts_each_variant_beside_cublas():
     assert "| 128x128x64 w4 s4 | 172 | 45.0 | " in text and "3: 36.0 (1.33)" in text
     assert "| 128x256x64 w8 s3 | 86 | " in text and "failed (1.00)" in text
     assert "did not compile or launch: 1." in text
+
+
+def _ncu_raw(kernels: list[dict], units: dict) -> str:
+    """A page as `ncu --import R --csv --page raw` prints it: ncu's own line, the names, the units, one row a kernel
+    (numbers with thousands grouped, as ncu writes them)."""
+    from benchmarks.gemm_profile import METRICS
+
+    head = ["ID", "Kernel Name"] + METRICS
+    rows = [head, ["", ""] + [units.get(m, "") for m in METRICS]]
+    for i, k in enumerate(kernels):
+        rows.append([str(i), k["name"]] + [f"{k.get(m, 1.0):,}" for m in METRICS])
+    return "==PROF== Disconnected\n" + "\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n"
+
+
+def test_gemm_profile_reads_ncu_counters_and_splits_the_ratio_into_fill_and_per_sm_speed():
+    from benchmarks.gemm_profile import _TENSOR, assign, parse_raw_csv, report, summary
+
+    def kernel(name, us, busy, tensor, grid):
+        return {"name": name, "gpu__time_duration.sum": us * 1e3, "sm__cycles_active.avg": busy * 1e5,
+                "sm__cycles_elapsed.max": 1e5, f"{_TENSOR}.avg.pct_of_peak_sustained_active": tensor,
+                "launch__grid_size": grid, "smsp__warp_issue_stalled_wait_per_warp_active.pct": 3.0,
+                "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct": 9.0}
+
+    # ours at 256x11008: two rounds of 172 tiles leave SMs idle (busy 0.65) at the tensor pipe's pace of cuBLAS's
+    raw = _ncu_raw([kernel("matmul_kernel", 52.8, 0.65, 80.0, 172), kernel("nvjet_sm90_tst_168x128", 41.0, 0.97, 82.0,
+                                                                            132),
+                    kernel("matmul_kernel", 30.0, 0.95, 60.0, 132), kernel("nvjet_a", 24.0, 0.96, 80.0, 132),
+                    kernel("reduce", 1.0, 0.1, 0.0, 8)], {"gpu__time_duration.sum": "nsecond"})
+    kernels = parse_raw_csv(raw)
+    assert [k["Kernel Name"] for k in kernels] == ["matmul_kernel", "nvjet_sm90_tst_168x128", "matmul_kernel",
+                                                   "nvjet_a", "reduce"]
+    assert kernels[0]["gpu__time_duration.sum"] == 52800.0  # "52,800.0" read as a number
+    windows = [{"shape": [256, 11008, 4096], "side": "ours", "config": "c1", "rel_err": 0.0, "names": ["m"]},
+               {"shape": [256, 11008, 4096], "side": "cublas", "names": ["n"]},
+               {"shape": [512, 6144, 4096], "side": "ours", "config": "c2", "rel_err": 0.0, "names": ["m"]},
+               {"shape": [512, 6144, 4096], "side": "cublas", "names": ["n", "r"]}]
+    placed = assign(kernels, windows)
+    assert [len(w["kernels"]) for w in placed] == [1, 1, 1, 2]
+    with pytest.raises(ValueError, match="profiled 5 kernels where torch.profiler counted 4"):
+        assign(kernels, windows[:3] + [{**windows[3], "names": ["n"]}])
+    s = summary(kernels[0])
+    assert s["us"] == pytest.approx(52.8) and s["sm_busy"] == pytest.approx(0.65) and s["grid"] == 172
+    assert s["top_stalls"][0] == ("long_scoreboard", 9.0)
+    for w in placed:
+        w["kernels"] = [summary(k) for k in w["kernels"]]
+    env = {"device": "GPU", "arch": "sm_90", "date": "d", "torch": "t", "triton": "3.6", "flytune_nb": "0"}
+    text = report({"env": env, "calls": placed, "dropped": ["lts__t_sector_hit_rate.pct"]})
+    assert ("| 256 | 11008 | 4096 | 0.78x | 0.67 | 0.98 | fill (0.67): our SMs idle more of the time |" in text), text
+    # cuBLAS's two kernels count in its time (25 us against 30): per-SM speed is what ours lacks there
+    assert "| 512 | 6144 | 4096 | 0.83x | 0.99 | 0.75 | per-SM speed (0.75): our busy SMs" in text, text
+    assert "`nvjet_a` (+1 more)" in text and "left out: lts__t_sector_hit_rate.pct" in text
+    assert "all within 2e-2" in text
+    # ncu scales units unless told not to: a time in us and shared memory in KB are read back in ns and bytes
+    scaled = parse_raw_csv(_ncu_raw([{"name": "k", "gpu__time_duration.sum": 52.8,
+                                      "launch__shared_mem_per_block_dynamic": 200.0}],
+                                    {"gpu__time_duration.sum": "usecond",
+                                     "launch__shared_mem_per_block_dynamic": "Kbyte"}))
+    assert scaled[0]["gpu__time_duration.sum"] == pytest.approx(52800.0)
+    assert summary(scaled[0])["smem_kb"] == pytest.approx(200e3 / 1024)
