@@ -191,13 +191,21 @@ def profile(shapes, ncu: str, workdir: Path) -> tuple[list[dict], list[str]]:
         missing = set(_MISSING.findall(run.stdout + run.stderr)) & set(metrics)
         if run.returncode == 0 and not missing:
             break
-        if not missing:
-            raise RuntimeError(f"ncu failed (rc {run.returncode}): {(run.stdout + run.stderr)[-1500:]}")
+        if not missing:  # e.g. a sandbox without access to the counters: ncu's own words, not a traceback
+            from flytune_nb.errors import RunError
+
+            said = [ln for ln in (run.stdout + run.stderr).splitlines() if "ERROR" in ln or "rror" in ln]
+            raise RunError(f"ncu failed (rc {run.returncode}): {(said or ['no message'])[-1].strip()[:300]}")
         dropped += sorted(missing)
         metrics = [m for m in metrics if m not in missing]
-    raw = subprocess.run([ncu, "--import", f"{rep_path}.ncu-rep", "--csv", "--page", "raw", "--print-units", "base"], capture_output=True,
-                         text=True, timeout=300)
-    placed = assign(parse_raw_csv(raw.stdout), windows)
+    raw = subprocess.run([ncu, "--import", f"{rep_path}.ncu-rep", "--csv", "--page", "raw", "--print-units", "base"],
+                         capture_output=True, text=True, timeout=300)
+    try:
+        placed = assign(parse_raw_csv(raw.stdout), windows)
+    except ValueError as e:
+        from flytune_nb.errors import RunError
+
+        raise RunError(f"{e}: which kernel is whose is unknown, so nothing is reported") from None
     for w in placed:
         w["kernels"] = [{**summary(k), "raw": {m: k[m] for m in metrics if m in k}} for k in w["kernels"]]
     return placed, dropped
