@@ -415,14 +415,15 @@ def test_tail_split_report_puts_each_variant_beside_cublas():
     assert "did not compile or launch: 1." in text
 
 
-def _ncu_raw(kernels: list[dict], units: dict) -> str:
+def _ncu_raw(kernels: list[dict], units: dict, ids=None) -> str:
     """A page as `ncu --import R --csv --page raw` prints it: ncu's own line, the names, the units, one row a kernel
-    (numbers with thousands grouped, as ncu writes them)."""
+    (numbers with thousands grouped, as ncu writes them; ``ids`` numbers the rows, which the page need not list in
+    launch order)."""
     from benchmarks.gemm_profile import METRICS
 
     head = ["ID", "Kernel Name"] + METRICS
     rows = [head, ["", ""] + [units.get(m, "") for m in METRICS]]
-    for i, k in enumerate(kernels):
+    for i, k in zip(ids or range(len(kernels)), kernels):
         rows.append([str(i), k["name"]] + [f"{k.get(m, 1.0):,}" for m in METRICS])
     return "==PROF== Disconnected\n" + "\n".join(",".join(f'"{c}"' for c in r) for r in rows) + "\n"
 
@@ -436,23 +437,32 @@ def test_gemm_profile_reads_ncu_counters_and_splits_the_ratio_into_fill_and_per_
                 "launch__grid_size": grid, "smsp__warp_issue_stalled_wait_per_warp_active.pct": 3.0,
                 "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct": 9.0}
 
-    # ours at 256x11008: two rounds of 172 tiles leave SMs idle (busy 0.65) at the tensor pipe's pace of cuBLAS's
-    raw = _ncu_raw([kernel("matmul_kernel", 52.8, 0.65, 80.0, 172), kernel("nvjet_sm90_tst_168x128", 41.0, 0.97, 82.0,
-                                                                            132),
-                    kernel("matmul_kernel", 30.0, 0.95, 60.0, 132), kernel("nvjet_a", 24.0, 0.96, 80.0, 132),
-                    kernel("reduce", 1.0, 0.1, 0.0, 8)], {"gpu__time_duration.sum": "nsecond"})
+    # ours at 256x11008: two rounds of 172 tiles leave SMs idle (busy 0.65) at the tensor pipe's pace of cuBLAS's.
+    # The page lists the rows out of launch order (IDs 3, 0, 4, 1, 2).
+    launched = [kernel("matmul_tma_kernel", 52.8, 0.65, 80.0, 172), kernel("nvjet_168x128", 41.0, 0.97, 82.0, 132),
+                kernel("matmul_tma_kernel", 30.0, 0.95, 60.0, 132), kernel("nvjet_a", 24.0, 0.96, 80.0, 132),
+                kernel("void reduce<float>(float*)", 1.0, 0.1, 0.0, 8)]
+    order = [3, 0, 4, 1, 2]
+    raw = _ncu_raw([launched[i] for i in order], {"gpu__time_duration.sum": "nsecond"}, ids=order)
     kernels = parse_raw_csv(raw)
-    assert [k["Kernel Name"] for k in kernels] == ["matmul_kernel", "nvjet_sm90_tst_168x128", "matmul_kernel",
-                                                   "nvjet_a", "reduce"]
+    assert [k["Kernel Name"] for k in kernels] == ["matmul_tma_kernel", "nvjet_168x128", "matmul_tma_kernel",
+                                                   "nvjet_a", "void reduce<float>(float*)"]
     assert kernels[0]["gpu__time_duration.sum"] == 52800.0  # "52,800.0" read as a number
-    windows = [{"shape": [256, 11008, 4096], "side": "ours", "config": "c1", "rel_err": 0.0, "names": ["m"]},
-               {"shape": [256, 11008, 4096], "side": "cublas", "names": ["n"]},
-               {"shape": [512, 6144, 4096], "side": "ours", "config": "c2", "rel_err": 0.0, "names": ["m"]},
-               {"shape": [512, 6144, 4096], "side": "cublas", "names": ["n", "r"]}]
+    windows = [{"shape": [256, 11008, 4096], "side": "ours", "config": "c1", "source": "artifact", "rel_err": 0.0,
+                "names": ["matmul_tma_kernel"]},
+               {"shape": [256, 11008, 4096], "side": "cublas", "names": ["nvjet_168x128"]},
+               {"shape": [512, 6144, 4096], "side": "ours", "config": "c2", "source": "default", "rel_err": 0.0,
+                "names": ["matmul_tma_kernel"]},
+               {"shape": [512, 6144, 4096], "side": "cublas", "names": ["nvjet_a", "reduce"]}]
     placed = assign(kernels, windows)
-    assert [len(w["kernels"]) for w in placed] == [1, 1, 1, 2]
+    assert [[k["Kernel Name"] for k in w["kernels"]] for w in placed][3] == ["nvjet_a", "void reduce<float>(float*)"]
     with pytest.raises(ValueError, match="profiled 5 kernels where torch.profiler counted 4"):
-        assign(kernels, windows[:3] + [{**windows[3], "names": ["n"]}])
+        assign(kernels, windows[:3] + [{**windows[3], "names": ["nvjet_a"]}])
+    # the same total, but counted with a helper kernel in our call instead of cuBLAS's: the names catch it
+    shifted = windows[:2] + [{**windows[2], "names": ["matmul_tma_kernel", "reduce"]}, {**windows[3],
+                                                                                        "names": ["nvjet_a"]}]
+    with pytest.raises(ValueError, match=r"at \[512, 6144, 4096\] \(ours\) ncu saw"):
+        assign(kernels, shifted)
     s = summary(kernels[0])
     assert s["us"] == pytest.approx(52.8) and s["sm_busy"] == pytest.approx(0.65) and s["grid"] == 172
     assert s["top_stalls"][0] == ("long_scoreboard", 9.0)
@@ -463,8 +473,14 @@ def test_gemm_profile_reads_ncu_counters_and_splits_the_ratio_into_fill_and_per_
     assert ("| 256 | 11008 | 4096 | 0.78x | 0.67 | 0.98 | fill (0.67): our SMs idle more of the time |" in text), text
     # cuBLAS's two kernels count in its time (25 us against 30): per-SM speed is what ours lacks there
     assert "| 512 | 6144 | 4096 | 0.83x | 0.99 | 0.75 | per-SM speed (0.75): our busy SMs" in text, text
-    assert "`nvjet_a` (+1 more)" in text and "left out: lts__t_sector_hit_rate.pct" in text
-    assert "all within 2e-2" in text
+    assert "`c1` (artifact)" in text and "`nvjet_a` (+1 more)" in text
+    assert "left out: lts__t_sector_hit_rate.pct" in text and "all within 2e-2" in text
+    # a counter ncu did not give, or a cuBLAS tensor pipe at 0: no reading, no division by zero
+    placed[1]["kernels"][0] = {**placed[1]["kernels"][0], "tensor_active_pct": 0.0}
+    placed[2]["kernels"][0] = {**placed[2]["kernels"][0], "sm_busy": math.nan}
+    placed[2]["rel_err"] = 0.5
+    text = report({"env": env, "calls": placed})
+    assert text.count("a counter is missing: no reading") == 2 and "1 WRONG" in text, text
     # ncu scales units unless told not to: a time in us and shared memory in KB are read back in ns and bytes
     scaled = parse_raw_csv(_ncu_raw([{"name": "k", "gpu__time_duration.sum": 52.8,
                                       "launch__shared_mem_per_block_dynamic": 200.0}],
@@ -472,3 +488,13 @@ def test_gemm_profile_reads_ncu_counters_and_splits_the_ratio_into_fill_and_per_
                                      "launch__shared_mem_per_block_dynamic": "Kbyte"}))
     assert scaled[0]["gpu__time_duration.sum"] == pytest.approx(52800.0)
     assert summary(scaled[0])["smem_kb"] == pytest.approx(200e3 / 1024)
+
+
+def test_gemm_profile_report_is_rewritten_from_the_stored_counters(tmp_path):
+    """--report reads the stored result's raw counters again (no GPU) and writes the same markdown as the run."""
+    stored = BENCH / "results" / "NVIDIA_H100_80GB_HBM3" / "gemm_profile.json"
+    (tmp_path / "gemm_profile.json").write_text(stored.read_text())
+    assert bench(["gemm_profile", "--report", str(tmp_path / "gemm_profile.json")]) in (0, None)
+    again = (tmp_path / "gemm_profile.md").read_text()
+    assert "| 256 | 6144 | 4096 | 0.91x | 0.75 | 1.21 | fill (0.75)" in again, again
+    assert bench(["gemm_profile", "--report", str(tmp_path / "none.json")]) == 2
