@@ -190,6 +190,20 @@ def need_gpu(name: str) -> None:
         raise UsageError(f"{name} times kernels on a GPU and this machine has none (`--help` says what it measures)")
 
 
+def kernels_launched(fn) -> list[str]:
+    """The names of the GPU kernels one call of ``fn`` launches, in order, read with torch.profiler after a warm-up
+    call (memsets are not kernels to a profiler that replays kernels, so they are left out)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type.name == "CUDA" and not e.name.startswith("Memset")]
+
+
 def gemm_operands(M: int, N: int, K: int, *, seed: int | None = 0, device: str = "cuda"):
     """(a, w, out, ref) of a bf16 ``a @ w.T`` benchmark: a (M, K) ~ N(0, 1), w (N, K) ~ N(0, 1/64^2) (outputs of
     order 1), an empty (M, N) output and the fp32 product to check it against. ``seed`` None draws unseeded."""

@@ -20,7 +20,8 @@ import math
 import re
 from pathlib import Path
 
-from benchmarks.common import env_line, environment, gemm_operands, need_gpu, parser, shape_list, write
+from benchmarks.common import (
+    env_line, environment, gemm_operands, kernels_launched, need_gpu, parser, shape_list, write)
 from flytune_nb.kit.spaces import wave_use
 
 SHAPES = [(m, n, k) for n, k in ((4096, 4096), (14336, 4096), (11008, 4096), (6144, 4096), (4096, 11008))
@@ -34,19 +35,6 @@ def cublas_tile(name: str) -> tuple[int, int] | None:
     """(extent along our N, extent along our M) of a cuBLAS kernel's name, or None when the name carries no tile."""
     m = _NVJET.search(name) or _XMMA.search(name)
     return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-
-def _kernels_of(fn) -> list[str]:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type.name == "CUDA" and not e.name.startswith("Memset")]
 
 
 def main(argv=None):
@@ -76,7 +64,7 @@ def main(argv=None):
         a, w, out, ref = gemm_operands(M, N, K)
         theirs = torch.empty_like(out)
         sides = {"ours": lambda: op(a=a, w=w, out=out), "cublas": lambda: torch.matmul(a, w.T, out=theirs)}
-        names = _kernels_of(sides["cublas"])
+        names = kernels_launched(sides["cublas"])
         cfg = op.config_for({"a": a, "w": w, "out": out})
         sides["ours"]()
         err = ((out.float() - ref).abs().max() / ref.abs().max()).item()

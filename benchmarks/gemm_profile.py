@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import env_line, environment, need_gpu, parser, shape_list, write
+from benchmarks.common import env_line, environment, kernels_launched, need_gpu, parser, shape_list, write
 
 # The four mid-M shapes furthest behind cuBLAS on the H200 (serving_vs_torch: 0.78-0.85x graph) and M = 64's
 # graph-only loss, then three contrasts: ahead in the flushed mode (K = 11008), level at mid M, level at large M.
@@ -185,7 +185,6 @@ def child(shapes) -> None:
 def profile(shapes, ncu: str, workdir: Path) -> tuple[list[dict], list[str]]:
     """(the calls in launch order with their kernels' counters, the metrics left out because this ncu does not know
     them)."""
-    from benchmarks.gemm_cublas_tiles import _kernels_of
     from flytune_nb.core.device import current_device
     from flytune_nb.errors import RunError
 
@@ -194,8 +193,8 @@ def profile(shapes, ncu: str, workdir: Path) -> tuple[list[dict], list[str]]:
     for shape in shapes:
         ours, theirs, config, source, err = _calls(shape, dev)
         windows.append({"shape": list(shape), "side": "ours", "config": config, "source": source,
-                        "rel_err": err, "names": _kernels_of(ours)})
-        windows.append({"shape": list(shape), "side": "cublas", "names": _kernels_of(theirs)})
+                        "rel_err": err, "names": kernels_launched(ours)})
+        windows.append({"shape": list(shape), "side": "cublas", "names": kernels_launched(theirs)})
     spec = workdir / "shapes.json"
     spec.write_text(json.dumps([list(s) for s in shapes]))
     metrics, dropped = list(METRICS), []
