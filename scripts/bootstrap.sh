@@ -2,13 +2,19 @@
 # Create .venv if missing and install flytune_nb into it (editable, with dev extras).
 #
 # torch: if the Python that creates the venv already imports a CUDA or ROCm build of torch (e.g. conda's pytorch),
-# the venv is made with --system-site-packages and that torch is used as is. Otherwise the CPU build torch==2.13.0 is
-# installed (on our machines pip takes it from local disk; an unpinned torch would pull a multi-GB CUDA build).
-# Force a choice with FLYTUNE_TORCH=system (reuse) or FLYTUNE_TORCH=cpu (install the pinned CPU build).
+# the venv is made with --system-site-packages and that torch is used as is. Otherwise the CPU build of torch 2.13.0
+# is installed. On Linux x86_64 PyPI's torch==2.13.0 is the CUDA build (~3 GB of nvidia-* wheels, and a Triton of its
+# own that then stands in for the pinned one), so there the CPU build is asked for by name, torch==2.13.0+cpu: from
+# the sources pip is configured with (a local wheel folder or mirror), else from PyTorch's CPU index; only when
+# neither has it does the plain pin install, with a warning. Elsewhere (macOS, aarch64) PyPI's build is the CPU one.
+# Force a choice with FLYTUNE_TORCH=system (reuse) or FLYTUNE_TORCH=cpu (install the CPU build); TORCH_PIN=<req>
+# installs exactly that requirement instead.
 set -euo pipefail
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-TORCH_PIN=${TORCH_PIN:-torch==2.13.0}
+TORCH_VERSION=2.13.0
+TORCH_PIN=${TORCH_PIN:-}
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 # Triton for the CPU path: the interpreter of the version the H200 image runs, so CPU and GPU read the same Triton.
 TRITON_PIN=${TRITON_PIN:-triton==3.6.0}
 
@@ -27,9 +33,30 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 PIP=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+install_cpu_torch() {
+  if [ "$(uname -s)-$(uname -m)" != Linux-x86_64 ]; then
+    "${PIP[@]}" "torch==$TORCH_VERSION"
+    return
+  fi
+  local cpu="torch==$TORCH_VERSION+cpu"
+  # the first try is quiet: on a machine with no local copy its "no matching distribution" is expected
+  "${PIP[@]}" "$cpu" 2>/dev/null && return
+  echo "bootstrap: $cpu is not among pip's configured sources; trying $TORCH_CPU_INDEX"
+  "${PIP[@]}" --retries 2 --extra-index-url "$TORCH_CPU_INDEX" "$cpu" && return
+  echo "bootstrap: WARNING: could not install $cpu (no local copy, $TORCH_CPU_INDEX unreachable); installing" \
+       "torch==$TORCH_VERSION from pip's index, which on Linux x86_64 is the CUDA build (~3 GB) and brings its own" \
+       "Triton. Set TORCH_PIN to choose another requirement." >&2
+  "${PIP[@]}" "torch==$TORCH_VERSION"
+}
+
 if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
-  echo "bootstrap: installing $TORCH_PIN"
-  "${PIP[@]}" "$TORCH_PIN"
+  if [ -n "$TORCH_PIN" ]; then
+    echo "bootstrap: installing $TORCH_PIN"
+    "${PIP[@]}" "$TORCH_PIN"
+  else
+    echo "bootstrap: installing the CPU build of torch $TORCH_VERSION"
+    install_cpu_torch
+  fi
 fi
 if ! "$VENV/bin/python" -c 'import triton' >/dev/null 2>&1; then
   echo "bootstrap: installing $TRITON_PIN"
