@@ -52,10 +52,11 @@ def parse_values(axis: str, text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def split_known(grid: str | dict, axes: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+def split_known(grid: str | dict, axes: tuple[str, ...], *, noun: str = "grid") -> tuple[dict[str, str], list[str]]:
     """Grid text (``"M=1,64 N=4096"``) or ``{axis: "1,64" | [1, 64]}`` -> ({axis: value text} for the well-formed
     terms of the kernel's axes, [what is wrong with each other term]). The workbench keeps the first part and shows
-    the second; ``split_axes`` refuses any problem."""
+    the second; ``split_axes`` refuses any problem. ``noun`` names the input in the messages ("shape" for a
+    lookup's one shape)."""
     per_axis: dict[str, str] = {}
     problems: list[str] = []
     if isinstance(grid, dict):
@@ -65,33 +66,34 @@ def split_known(grid: str | dict, axes: tuple[str, ...]) -> tuple[dict[str, str]
         terms = [(*t.partition("=")[::2], t) for t in str(grid).replace(";", " ").split()]
     for axis, values, token in terms:
         if token is not None and ("=" not in token or not axis):
-            problems.append(f"grid term {token!r} is not AXIS=v1,v2,... (e.g. \"M=1,64 N=4096\")")
+            form = "AXIS=v1,v2,... (e.g. \"M=1,64 N=4096\")" if noun == "grid" else "AXIS=value (e.g. \"M=37\")"
+            problems.append(f"{noun} term {token!r} is not {form}")
         elif axis in per_axis:
-            problems.append(f"axis {axis} given twice in the grid")
+            problems.append(f"axis {axis} given twice in the {noun}")
         elif axis not in axes:
             close = difflib.get_close_matches(axis, axes, n=1) or [a for a in axes if a.lower() == axis.lower()]
             hint = f" (did you mean {close[0]}?)" if close else ""
-            problems.append(f"grid may only set the kernel's axes {list(axes)}; unknown ['{axis}']{hint}")
+            problems.append(f"{noun} may only set the kernel's axes {list(axes)}; unknown ['{axis}']{hint}")
         else:
             per_axis[axis] = values
     return per_axis, problems
 
 
-def split_axes(grid: str | dict, axes: tuple[str, ...]) -> dict[str, str]:
+def split_axes(grid: str | dict, axes: tuple[str, ...], *, noun: str = "grid") -> dict[str, str]:
     """``split_known`` with every problem refused: a malformed term, an axis given twice or an axis the kernel does
     not have is a GridError, never dropped silently (a typo'd ``n=1024`` must not run N=4096)."""
-    per_axis, problems = split_known(grid, axes)
+    per_axis, problems = split_known(grid, axes, noun=noun)
     if problems:
         raise GridError(problems[0])
     return per_axis
 
 
-def parse_grid(text: str | dict, axes: tuple[str, ...]) -> list[dict[str, int]]:
+def parse_grid(text: str | dict, axes: tuple[str, ...], *, noun: str = "grid") -> list[dict[str, int]]:
     """Grid text or ``{axis: [values]}`` -> list of shapes, every axis present exactly once."""
-    per_axis = {a: parse_values(a, v) for a, v in split_axes(text, axes).items()}
+    per_axis = {a: parse_values(a, v) for a, v in split_axes(text, axes, noun=noun).items()}
     missing = [a for a in axes if a not in per_axis]
     if missing:
-        raise GridError(f"grid must set each of the kernel's axes {list(axes)}; missing {missing}")
+        raise GridError(f"{noun} must set each of the kernel's axes {list(axes)}; missing {missing}")
     combos = itertools.product(*(per_axis[a] for a in axes))
     return [dict(zip(axes, c)) for c in combos]
 

@@ -53,8 +53,16 @@ TIMEOUT_S = 120.0
 WORKBENCH_DIR = "flytune-workbench"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's one-line errors: argparse's own (a missing argument, `--budget 0`) print its usage
+    block first; here they print what was wrong and where the usage is. Subcommand parsers share the class."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flytune", description="Tune GPU kernels; export configs; check regressions.")
+    p = _Parser(prog="flytune", description="Tune GPU kernels; export configs; check regressions.")
     sub = p.add_subparsers(dest="cmd", required=True)
     k = sub.add_parser("kernels", help="list kernels: name, axes, dtypes, space size")
     k.add_argument("--path", action="append", default=[], help=PATH_HELP)
@@ -322,7 +330,8 @@ def cmd_sweep(args) -> int:
             why = collections.Counter("spill" if d.startswith("spills") else "same binary" for d in dropped.values())
             print(f"census pruning, {shape} {dtype}: {len(dropped)} configs not timed "
                   f"({why['spill']} spill to scratch, {why['same binary']} duplicate another's binary)")
-    print(f"\ntrials ({measured_line(sw.measured)}): {failure_line(results)}" + (
+    print(f"\n{sum(len(r.trials) for r in results)} trials in {args.db} ({measured_line(sw.measured)}): "
+          f"{failure_line(results)}" + (
         "; `--retry-failed` measures the failed ones again" if any(not t.ok for r in results for t in r.trials)
         else ""))
     if results and results[0].device.backend == "interpreter":
@@ -507,9 +516,11 @@ def cmd_lookup(args) -> int:
     if args.dir and not os.path.isdir(args.dir):  # else every lookup "falls back to the default", silently wrong
         raise UsageError(f"--dir {args.dir} is not a folder")
     spec = get_kernel(args.kernel, args.path)
-    shapes = parse_grid(" ".join(args.shape), spec.axes)
+    text = " ".join(args.shape)
+    shapes = parse_grid(text, spec.axes, noun="shape")
     if len(shapes) != 1:
-        raise UsageError("lookup takes one value per axis, e.g. M=37 N=4096")
+        raise UsageError(f"lookup takes one shape, one value for each axis of {spec.name} "
+                         f"(e.g. {shape_text(spec.example())}); got {text!r}")
     dtype = spec.check_dtype(args.dtype or spec.default_dtype)
     device = current_device()
     if args.device:
@@ -553,6 +564,15 @@ def cmd_check(args) -> int:
     for name in args.kernel or ():
         if name not in discover(args.path):
             _known_name(name, exported, f"{directory} has no exports of, and no kernel is named,")
+    # Likewise a mistyped --file glob; one that names only another device's files is "nothing to check" here
+    if args.file:
+        import fnmatch
+
+        every = [f for f in directory.rglob("*.json")]
+        for glob in args.file:
+            if not any(fnmatch.fnmatch(f.name, glob) or fnmatch.fnmatch(str(f), glob) for f in every):
+                raise UsageError(f"--file {glob!r} matches no file under {directory} (it is matched against each "
+                                 f"file's name and path, e.g. 'N=4096,*bf16*')")
     dev = current_device()
     floor = MIN_DELTA_US if args.min_delta_us is None else args.min_delta_us
     if not floor >= 0 or floor == float("inf"):

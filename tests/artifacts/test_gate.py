@@ -404,6 +404,15 @@ def test_check_cli_filters_and_budget(tmp_path, capsys):
     out, _ = _exported(tmp_path)
     assert main(["check", str(out), "--kernel", "softmax", "--quiet"]) == 0
     assert "no committed configs for CPU_interpreter matching --kernel/--file" in capsys.readouterr().out
+    # a glob that matches no file at all is a typo, not "nothing to check": a CI gate must not pass on it
+    assert main(["check", str(out), "--file", "N=4069*", "--quiet"]) == 2
+    assert "--file 'N=4069*' matches no file under" in capsys.readouterr().err
+    # one that matches only another device's files checks nothing here, and says so
+    other = next(out.rglob("*device_name=CPU_interpreter*.json"))
+    other.rename(other.with_name(other.name.replace("CPU_interpreter", "NVIDIA_H200")))
+    assert main(["check", str(out), "--file", "*NVIDIA_H200*", "--quiet"]) == 0
+    assert "matching --kernel/--file" in capsys.readouterr().out
+    other.with_name(other.name.replace("CPU_interpreter", "NVIDIA_H200")).rename(other)
     assert main(["check", str(out), "--budget-s", "0.000001", "--quiet"]) == 0
     assert "0 configs checked on CPU_interpreter: 0 FAIL, 0 WARN; 2 not checked (time budget)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_:

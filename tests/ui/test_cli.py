@@ -1,4 +1,6 @@
 import json
+import re
+
 import pytest
 
 from flytune_nb.ui.cli import main
@@ -14,12 +16,16 @@ from tests.conftest import PLUGINS
     (["sweep", "rmsnorm", "--grid", "M=100000000 N=100000000"], "needs ~.* GiB"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--tie-band", "150"], "--tie-band is a percentage"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--select-top", "-1"], "--select-top must be >= 0"),
+    # lookup takes one shape, and its messages say shape, not grid
+    (["lookup", "rmsnorm", "M=37"], r"^flytune: error: shape must set each of the kernel's axes \['M', 'N'\]; missing \['N'\]$"),
+    (["lookup", "rmsnorm", "M37", "N=256"], "shape term 'M37' is not AXIS=value"),
+    (["lookup", "rmsnorm", "M=1,2", "N=256"], r"lookup takes one shape, one value for each axis of rmsnorm \(e\.g\. M=\d+ N=\d+\)"),
 ])
 def test_cli_user_errors_are_one_line_and_exit_2(argv, msg, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("flytune: error:")
-    assert __import__("re").search(msg, err), err
+    assert re.search(msg, err), err
 
 
 def test_cli_kernels_lists_axes_dtypes_and_space(capsys):
@@ -82,10 +88,18 @@ def test_cli_sweep_selection_and_timing_options(tmp_path, capsys):
         assert c.execute("SELECT COUNT(*) FROM selections WHERE shape='{\"N\":32}'").fetchone()[0] == 0
 
 
-def test_budget_must_be_positive(capsys):
+@pytest.mark.parametrize("argv, msg", [
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--budget", "0"], "argument --budget: must be an integer >= 1, got '0'"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--timeout", "-1"], "argument --timeout: must be a number of seconds"),
+    (["sweep", "--grid", "M=1 N=8"], "the following arguments are required: kernel"),
+    (["sweap", "rmsnorm"], "invalid choice: 'sweap'"),
+])
+def test_argument_errors_are_one_line_and_exit_2(argv, msg, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["sweep", "rmsnorm", "--grid", "M=1 N=8", "--budget", "0"])
-    assert e.value.code == 2 and "must be an integer >= 1" in capsys.readouterr().err
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("flytune") and msg in err and "--help)" in err, err
 
 
 def test_a_broken_plugin_does_not_hide_the_others(tmp_path, capsys):
@@ -134,10 +148,10 @@ def test_cli_sweep_writes_the_store_and_resumes(tmp_path, capsys):
     assert main(argv) == 0 and _count(db) == 8
     first = capsys.readouterr().out
     assert "results in" in first and "2/8" in first
-    timed = __import__("re").search(r"trials \((\d+) timings this run\)", first)
+    timed = re.search(rf"8 trials in {re.escape(str(db))} \((\d+) timings this run\)", first)
     assert timed and int(timed.group(1)) >= 8, first  # the 8 configs, then the selection stage's re-timings
     assert main(argv) == 0 and _count(db) == 8  # resumed: every trial and the selection come from the store
-    assert "trials (nothing new measured: every trial was already in the store)" in capsys.readouterr().out
+    assert f"8 trials in {db} (nothing new measured: every trial was already in the store)" in capsys.readouterr().out
     assert main(argv + ["--strategy", "random", "--budget", "3"]) == 0 and _count(db) == 8  # all stored already
     assert "results in" in capsys.readouterr().out
     assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--gpus", "0,x"]) == 2
@@ -253,7 +267,7 @@ def test_census_user_errors_are_one_line_and_exit_2(argv, msg, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("flytune: error:")
-    assert __import__("re").search(msg, err), err
+    assert re.search(msg, err), err
 
 
 def test_a_census_config_with_another_kernels_knobs_is_one_usage_error(capsys, tmp_path):
@@ -318,7 +332,7 @@ def test_sweep_prints_how_many_failed_and_why_with_reasons_whole(tmp_path, capsy
     reason = "RuntimeError: launch failed: simulated out of memory for this config"
     assert len(reason) > 60 and f"] {reason}" in out  # the footnote carries it whole
     assert "µs" in out or " ms" in out
-    assert not __import__("re").search(r"\dus\b|\d us\b", out)  # never the ASCII "us"
+    assert not re.search(r"\dus\b|\d us\b", out)  # never the ASCII "us"
 
 
 def test_retry_failed_in_the_cli_measures_every_failure_status(tmp_path, capsys):
