@@ -568,7 +568,7 @@ def cmd_check(args) -> int:
     if args.file:
         import fnmatch
 
-        every = [f for f in directory.rglob("*.json")]
+        every = list(directory.rglob("*.json"))
         for glob in args.file:
             if not any(fnmatch.fnmatch(f.name, glob) or fnmatch.fnmatch(str(f), glob) for f in every):
                 raise UsageError(f"--file {glob!r} matches no file under {directory} (it is matched against each "
