@@ -2,12 +2,16 @@
 # Create .venv if missing and install flytune_nb into it (editable, with dev extras).
 #
 # torch: if the Python that creates the venv already imports a CUDA or ROCm build of torch (e.g. conda's pytorch),
-# the venv is made with --system-site-packages and that torch is used as is. Otherwise the CPU build of torch 2.13.0
-# is installed. On Linux x86_64 PyPI's torch==2.13.0 is the CUDA build (~3 GB of nvidia-* wheels, and a Triton of its
-# own that then stands in for the pinned one), so there the CPU build is asked for by name, torch==2.13.0+cpu: from
-# the sources pip is configured with (a local wheel folder or mirror), else from PyTorch's CPU index; only when
-# neither has it does the plain pin install, with a warning. Elsewhere (macOS, aarch64) PyPI's build is the CPU one.
-# Force a choice with FLYTUNE_TORCH=system (reuse) or FLYTUNE_TORCH=cpu (install the CPU build); TORCH_PIN=<req>
+# the venv is made with --system-site-packages and that torch is used as is. Otherwise torch 2.13.0 is installed:
+# - on a machine with an NVIDIA GPU (nvidia-smi lists one), PyPI's torch==2.13.0, the CUDA build, with the Triton it
+#   requires;
+# - elsewhere the CPU build. On Linux x86_64 PyPI's torch==2.13.0 is the CUDA build (~3 GB of nvidia-* wheels, and a
+#   Triton of its own that then stands in for the pinned one), so there the CPU build is asked for by name,
+#   torch==2.13.0+cpu: from the sources pip is configured with (a local wheel folder or mirror), else from PyTorch's
+#   CPU index; only when neither has it does PyPI's build install, with a warning. Elsewhere (macOS, aarch64) PyPI's
+#   build is the CPU one. An AMD GPU needs a ROCm build of torch, which this script does not pick: install one into
+#   the Python that runs make, and it is reused.
+# Force a choice with FLYTUNE_TORCH=system (reuse), FLYTUNE_TORCH=cpu (the CPU build, GPU or not); TORCH_PIN=<req>
 # installs exactly that requirement instead.
 set -euo pipefail
 VENV=${VENV:-.venv}
@@ -23,8 +27,8 @@ gpu_torch() {
     >/dev/null 2>&1
 }
 
+mode=${FLYTUNE_TORCH:-auto}
 if [ ! -x "$VENV/bin/python" ]; then
-  mode=${FLYTUNE_TORCH:-auto}
   if [ "$mode" = system ] || { [ "$mode" = auto ] && gpu_torch; }; then
     echo "bootstrap: reusing the GPU build of torch importable from $PYTHON (--system-site-packages)"
     "$PYTHON" -m venv --system-site-packages "$VENV"
@@ -53,6 +57,9 @@ if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
   if [ -n "$TORCH_PIN" ]; then
     echo "bootstrap: installing $TORCH_PIN"
     "${PIP[@]}" "$TORCH_PIN"
+  elif [ "$mode" != cpu ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "bootstrap: an NVIDIA GPU is present: installing torch==$TORCH_VERSION, PyPI's CUDA build"
+    "${PIP[@]}" "torch==$TORCH_VERSION"
   else
     echo "bootstrap: installing the CPU build of torch $TORCH_VERSION"
     install_cpu_torch
