@@ -160,6 +160,11 @@ class ArtifactFile:
         return modes.pop() if len(modes) == 1 else "events"
 
 
+def matches_file(path: Path, globs) -> bool:
+    """Whether an artifact's file name or path matches one of ``globs`` (``check --file``)."""
+    return any(fnmatch.fnmatch(path.name, g) or fnmatch.fnmatch(str(path), g) for g in globs)
+
+
 def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -> list[ArtifactFile]:
     """Every artifact of ``device_name`` under ``directory`` (``kernels``: only these; ``files``: only names or
     paths matching one of these globs), read and validated; unreadable ones carry their ``error``."""
@@ -169,7 +174,7 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
     for kernel, path in files_for(Path(directory), device_name):
         if kernels and kernel not in kernels:
             continue
-        if files and not any(fnmatch.fnmatch(path.name, g) or fnmatch.fnmatch(str(path), g) for g in files):
+        if files and not matches_file(path, files):
             continue
         f = ArtifactFile(kernel, path)
         try:

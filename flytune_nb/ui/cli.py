@@ -545,8 +545,8 @@ def cmd_check(args) -> int:
     from pathlib import Path
 
     from flytune_nb.artifacts.gate import (
-        HEADER, MIN_DELTA_US, STATUS_ORDER, accept_drift, advice, check, row_cells, summary_lines, to_json,
-        to_markdown, worst)
+        HEADER, MIN_DELTA_US, STATUS_ORDER, accept_drift, advice, check, matches_file, row_cells, summary_lines,
+        to_json, to_markdown, worst)
     from flytune_nb.core.device import current_device
     from flytune_nb.serve.lookup import config_dir
     from flytune_nb.ui.report import table
@@ -566,11 +566,9 @@ def cmd_check(args) -> int:
             _known_name(name, exported, f"{directory} has no exports of, and no kernel is named,")
     # Likewise a mistyped --file glob; one that names only another device's files is "nothing to check" here
     if args.file:
-        import fnmatch
-
         every = list(directory.rglob("*.json"))
         for glob in args.file:
-            if not any(fnmatch.fnmatch(f.name, glob) or fnmatch.fnmatch(str(f), glob) for f in every):
+            if not any(matches_file(f, [glob]) for f in every):
                 raise UsageError(f"--file {glob!r} matches no file under {directory} (it is matched against each "
                                  f"file's name and path, e.g. 'N=4096,*bf16*')")
     dev = current_device()
