@@ -498,3 +498,75 @@ def test_gemm_profile_report_is_rewritten_from_the_stored_counters(tmp_path):
     again = (tmp_path / "gemm_profile.md").read_text()
     assert "| 256 | 6144 | 4096 | 0.91x | 0.75 | 1.21 | fill (0.75)" in again, again
     assert bench(["gemm_profile", "--report", str(tmp_path / "none.json")]) == 2
+
+
+_FAKE_NCU = r'''#!{python}
+"""Stands in for ncu: rejects the metrics named in REJECT the way ncu does, records the metrics of each profiling
+run, and prints a raw page for the metrics of the last run that succeeded."""
+import csv, io, json, os, sys
+from pathlib import Path
+argv, log = sys.argv[1:], Path({log!r})
+if "--import" in argv:
+    metrics = json.loads(log.read_text().splitlines()[-1])
+    head = ["ID", "Kernel Name"] + metrics
+    rows = [head, ["", ""] + [""] * len(metrics)]
+    for i, name in enumerate(["matmul_tma_kernel", "nvjet_tst_128x128"]):
+        rows.append([str(i), name] + ["1,000.0"] * len(metrics))
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL).writerows(rows)
+    print("==PROF== Connected to process\n" + out.getvalue())
+    sys.exit(0)
+metrics = argv[argv.index("--metrics") + 1].split(",")
+with log.open("a") as f:
+    f.write(json.dumps(metrics) + "\n")
+rejected = [m for m in {reject!r} if m in metrics]
+if rejected:
+    print("==ERROR== Failed to find metric " + rejected[0])
+    sys.exit(1)
+if {fail!r}:
+    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters")
+    sys.exit(1)
+Path(argv[argv.index("--export") + 1] + ".ncu-rep").write_text("report")
+'''
+
+
+def _fake_ncu(tmp_path, reject=(), fail=False) -> tuple[str, Path]:
+    log = tmp_path / "ncu_runs.jsonl"
+    exe = tmp_path / "ncu"
+    exe.write_text(_FAKE_NCU.format(python=sys.executable, log=str(log), reject=list(reject), fail=fail))
+    exe.chmod(0o755)
+    return str(exe), log
+
+
+def test_gemm_profile_drops_the_metrics_this_ncu_does_not_know_and_reports_the_rest(tmp_path, monkeypatch):
+    """An ncu that lacks a counter fails the whole run naming one metric at a time: each is left out and the run
+    repeated, and what was left out is reported rather than the profile lost. An ncu that fails for any other
+    reason (no permission for the counters) is one clear error with ncu's own words."""
+    import benchmarks.gemm_profile as gp
+    import flytune_nb.core.device as device
+    from flytune_nb.errors import RunError
+
+    monkeypatch.setattr(device, "current_device", lambda: "cuda")
+    monkeypatch.setattr(gp, "_calls", lambda shape, dev: ("ours", "theirs", "cfg", "default", 0.0))
+    monkeypatch.setattr(gp, "kernels_launched", lambda fn: ["matmul_tma_kernel"] if fn == "ours"
+                        else ["nvjet_tst_128x128"])
+    gone = ["lts__t_sector_hit_rate.pct", "smsp__warp_issue_stalled_membar_per_warp_active.pct"]
+    ncu, log = _fake_ncu(tmp_path, reject=gone)
+    work = tmp_path / "work"
+    work.mkdir()
+    calls, dropped = gp.profile([(256, 6144, 4096)], ncu, work)
+    runs = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert len(runs) == 3 and runs[0] == gp.METRICS  # the full set, then one fewer each time ncu named one
+    assert sorted(dropped) == sorted(gone) and not set(gone) & set(runs[-1])
+    assert [c["side"] for c in calls] == ["ours", "cublas"]
+    kept = calls[0]["kernels"][0]
+    assert set(kept["raw"]) == set(gp.METRICS) - set(gone) and kept["us"] == pytest.approx(1.0)
+    assert kept["l2_hit_pct"] != kept["l2_hit_pct"]  # the dropped counter reads as NaN, not as a number
+    assert f"left out: {', '.join(dropped)}." in gp.report({"env": {"device": "GPU", "arch": "sm_90", "date": "d", "torch": "t",
+                                              "triton": "3.6", "flytune_nb": "0"}, "calls": calls,
+                                      "dropped": dropped})
+
+    (tmp_path / "denied").mkdir()
+    ncu, _ = _fake_ncu(tmp_path / "denied", fail=True)
+    with pytest.raises(RunError, match=r"ncu failed \(rc 1\): ==ERROR== ERR_NVGPUCTRPERM"):
+        gp.profile([(256, 6144, 4096)], ncu, work)
