@@ -183,8 +183,8 @@ def child(shapes) -> None:
 
 
 def profile(shapes, ncu: str, workdir: Path) -> tuple[list[dict], list[str]]:
-    """(the calls in launch order with their kernels' counters, the metrics left out because this ncu does not know
-    them)."""
+    """(the calls in launch order with their kernels' counters, the metrics left out because this ncu or GPU does not
+    know them: rejected by name, or read back as "n/a" on every kernel)."""
     from flytune_nb.core.device import current_device
     from flytune_nb.errors import RunError
 
@@ -218,10 +218,14 @@ def profile(shapes, ncu: str, workdir: Path) -> tuple[list[dict], list[str]]:
                          capture_output=True, text=True, timeout=300)
     if raw.returncode != 0:
         raise RunError(f"ncu could not read back its report (rc {raw.returncode}): {raw.stderr.strip()[-300:]}")
+    kernels = parse_raw_csv(raw.stdout)
     try:
-        placed = assign(parse_raw_csv(raw.stdout), windows)
+        placed = assign(kernels, windows)
     except ValueError as e:
         raise RunError(f"{e}: which kernel is whose is unknown, so nothing is reported") from None
+    # ncu 2025.3 profiles on past a counter the GPU lacks and prints "n/a" for it (seen on an H100); older ones fail
+    # the run naming it, handled above. Either way the report lists it rather than showing a blank column.
+    dropped += [m for m in metrics if not any(isinstance(k.get(m), float) for k in kernels)]
     for w in placed:
         w["kernels"] = [{**summary(k), "raw": {m: k[m] for m in metrics if m in k}} for k in w["kernels"]]
     return placed, dropped
@@ -245,7 +249,7 @@ def report(payload: dict) -> str:
              "and tail leave working); **tensor/active** = wgmma's pipe busy as a share of the SMs' active cycles "
              "(per-SM speed); **tensor/elapsed** = the same over all elapsed cycles (about their product).", ""]
     if payload.get("dropped"):
-        lines += [f"Counters this ncu does not know, left out: {', '.join(payload['dropped'])}.", ""]
+        lines += [f"Counters this ncu or GPU did not give, left out: {', '.join(payload['dropped'])}.", ""]
     lines += ["| M | N | K | side | us (ncu) | grid | waves | regs | smem KiB | SM busy | tensor/active | "
               "tensor/elapsed | DRAM % | L2 hit % | top stalls (% of warp-active) | kernel / config |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -501,8 +501,8 @@ def test_gemm_profile_report_is_rewritten_from_the_stored_counters(tmp_path):
 
 
 _FAKE_NCU = r'''#!{python}
-"""Stands in for ncu: rejects the metrics named in REJECT the way ncu does, records the metrics of each profiling
-run, and prints a raw page for the metrics of the last run that succeeded."""
+"""Stands in for ncu: rejects the metrics in `reject` as older ncu versions do, records the metrics of each profiling
+run, and prints a raw page for the last run's metrics with "n/a" for those in `unknown`, as ncu 2025.3 does."""
 import csv, io, json, os, sys
 from pathlib import Path
 argv, log = sys.argv[1:], Path({log!r})
@@ -511,7 +511,7 @@ if "--import" in argv:
     head = ["ID", "Kernel Name"] + metrics
     rows = [head, ["", ""] + [""] * len(metrics)]
     for i, name in enumerate(["matmul_tma_kernel", "nvjet_tst_128x128"]):
-        rows.append([str(i), name] + ["1,000.0"] * len(metrics))
+        rows.append([str(i), name] + ["n/a" if m in {unknown!r} else "1,000.0" for m in metrics])
     out = io.StringIO()
     csv.writer(out, quoting=csv.QUOTE_ALL).writerows(rows)
     print("==PROF== Connected to process\n" + out.getvalue())
@@ -530,18 +530,19 @@ Path(argv[argv.index("--export") + 1] + ".ncu-rep").write_text("report")
 '''
 
 
-def _fake_ncu(tmp_path, reject=(), fail=False) -> tuple[str, Path]:
+def _fake_ncu(tmp_path, reject=(), unknown=(), fail=False) -> tuple[str, Path]:
     log = tmp_path / "ncu_runs.jsonl"
     exe = tmp_path / "ncu"
-    exe.write_text(_FAKE_NCU.format(python=sys.executable, log=str(log), reject=list(reject), fail=fail))
+    exe.write_text(_FAKE_NCU.format(python=sys.executable, log=str(log), reject=list(reject), unknown=list(unknown),
+                                   fail=fail))
     exe.chmod(0o755)
     return str(exe), log
 
 
 def test_gemm_profile_drops_the_metrics_this_ncu_does_not_know_and_reports_the_rest(tmp_path, monkeypatch):
-    """An ncu that lacks a counter fails the whole run naming one metric at a time: each is left out and the run
-    repeated, and what was left out is reported rather than the profile lost. An ncu that fails for any other
-    reason (no permission for the counters) is one clear error with ncu's own words."""
+    """An older ncu that lacks a counter fails the whole run naming one metric at a time: each is left out and the run
+    repeated. ncu 2025.3 instead reads it back as "n/a". Either way what was left out is reported and the rest kept.
+    An ncu that fails for any other reason (no permission for the counters) is one clear error in ncu's own words."""
     import benchmarks.gemm_profile as gp
     import flytune_nb.core.device as device
     from flytune_nb.errors import RunError
@@ -551,20 +552,21 @@ def test_gemm_profile_drops_the_metrics_this_ncu_does_not_know_and_reports_the_r
     monkeypatch.setattr(gp, "kernels_launched", lambda fn: ["matmul_tma_kernel"] if fn == "ours"
                         else ["nvjet_tst_128x128"])
     gone = ["lts__t_sector_hit_rate.pct", "smsp__warp_issue_stalled_membar_per_warp_active.pct"]
-    ncu, log = _fake_ncu(tmp_path, reject=gone)
+    blank = "sm__cycles_active.min"
+    ncu, log = _fake_ncu(tmp_path, reject=gone, unknown=[blank])
     work = tmp_path / "work"
     work.mkdir()
     calls, dropped = gp.profile([(256, 6144, 4096)], ncu, work)
     runs = [json.loads(ln) for ln in log.read_text().splitlines()]
     assert len(runs) == 3 and runs[0] == gp.METRICS  # the full set, then one fewer each time ncu named one
-    assert sorted(dropped) == sorted(gone) and not set(gone) & set(runs[-1])
+    assert sorted(dropped) == sorted(gone + [blank]) and not set(gone) & set(runs[-1])
     assert [c["side"] for c in calls] == ["ours", "cublas"]
     kept = calls[0]["kernels"][0]
     assert set(kept["raw"]) == set(gp.METRICS) - set(gone) and kept["us"] == pytest.approx(1.0)
+    assert kept["raw"][blank] == "n/a" and kept["sm_busy"] == pytest.approx(1.0)
     assert kept["l2_hit_pct"] != kept["l2_hit_pct"]  # the dropped counter reads as NaN, not as a number
-    assert f"left out: {', '.join(dropped)}." in gp.report({"env": {"device": "GPU", "arch": "sm_90", "date": "d", "torch": "t",
-                                              "triton": "3.6", "flytune_nb": "0"}, "calls": calls,
-                                      "dropped": dropped})
+    env = {"device": "GPU", "arch": "sm_90", "date": "d", "torch": "t", "triton": "3.6", "flytune_nb": "0"}
+    assert f"left out: {', '.join(dropped)}." in gp.report({"env": env, "calls": calls, "dropped": dropped})
 
     (tmp_path / "denied").mkdir()
     ncu, _ = _fake_ncu(tmp_path / "denied", fail=True)
