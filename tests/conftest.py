@@ -15,6 +15,17 @@ FIXTURES = Path(HERE) / "fixtures"  # H200 measurements the CPU tests replay
 # Triton's caches for the census targets (gfx942, gfx950, sm_90 binaries), kept across runs (.gitignored): a census
 # of what is already there costs ~20 ms a config instead of ~0.2-2 s.
 CENSUS_CACHE = Path(REPO) / ".flytune_cache" / "census"
+def triton_is_pinned() -> bool:
+    """Whether the installed Triton is the one scripts/bootstrap.sh pins (TRITON_PIN), whose compiler output tests may
+    read as facts (register allocation, spills). A torch CUDA wheel brings its own Triton (torch 2.13.0: 3.7.1, whose
+    AMD backend spills tiles that 3.6.0 fits); moving the pin makes those facts run again, and fail where they moved."""
+    import importlib.metadata
+    import re
+
+    pin = re.search(r"TRITON_PIN:-triton==([\w.]+)", Path(REPO, "scripts", "bootstrap.sh").read_text())
+    return pin is not None and importlib.metadata.version("triton") == pin.group(1)
+
+
 # A described H200 (what current_device() reports there), for CPU tests of GPU-only decisions; nothing runs on it.
 H200 = DESCRIBED["NVIDIA_H200"]
 # torch.cuda.get_device_properties as an H200 and an MI300X report them (the HIP branch is tested with these).

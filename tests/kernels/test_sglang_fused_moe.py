@@ -202,6 +202,9 @@ def _sweep_and_export(kernel, tmp_path, budget=2, dtype="fp16"):
 
 
 def test_export_is_read_back_by_sglangs_own_lookup(sg, tmp_path, monkeypatch):
+    import triton
+
+    from flytune_nb.artifacts.files import triton_dir_name
     from flytune_nb.artifacts.gate import files_for
 
     up_files = _sweep_and_export("sglang_fused_moe", tmp_path)
@@ -210,9 +213,10 @@ def test_export_is_read_back_by_sglangs_own_lookup(sg, tmp_path, monkeypatch):
     # the up config SGLang will run)
     monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
     down_files = _sweep_and_export("sglang_fused_moe_down", tmp_path)
+    here = triton_dir_name(triton.__version__)  # the running Triton's folder, e.g. triton_3_6_0
     assert [p.relative_to(root).as_posix() for p in up_files + down_files] == [
-        "configs/triton_3_6_0/E=4,N=64,device_name=CPU_interpreter.json",
-        "configs/triton_3_6_0/E=4,N=64,device_name=CPU_interpreter_down.json"]
+        f"configs/{here}/E=4,N=64,device_name=CPU_interpreter.json",
+        f"configs/{here}/E=4,N=64,device_name=CPU_interpreter_down.json"]
     text = up_files[0].read_text()
     table = json.loads(text)
     assert list(table) == ["1", "5"] and list(table["1"]) == list(files.KNOB_ORDER[:6])
@@ -269,6 +273,14 @@ def test_fp8_export_is_read_back_by_sglang_and_served_by_dtype(spec, sg, tmp_pat
     assert v.ok, v.reason
 
 
+def running() -> str:
+    """The running Triton's folder, the one SGLang reads first (``triton_3_6_0`` under Triton 3.6.0); the fallback
+    cases below put files in an older one."""
+    import triton
+
+    return files.version_dir(triton.__version__)
+
+
 def _fake_shipped(root: Path, folder: str, name: str, table: dict) -> Path:
     p = root / "configs" / folder / name
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -305,12 +317,12 @@ def test_audit_reports_slower_missing_fallback_and_broken_entries(tmp_path):
     from flytune_nb.measure.trial import Trial
 
     root = tmp_path / "sglang"
-    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json",
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter.json",
                   {1: _entry(1), 4: _entry(4, bn=32), 8: _entry(8, bn=48)})
     _fake_shipped(root, "triton_3_1_0", "E=4,N=32,device_name=CPU_interpreter.json", {1: _entry(1)})
-    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json", {1: _entry(1)})
-    _fake_shipped(root, "triton_3_6_0", "E=9,N=96,device_name=CPU_interpreter.json", {1: _entry(1)})
-    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=NVIDIA_H200.json", {1: _entry(1)})  # another GPU
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json", {1: _entry(1)})
+    _fake_shipped(root, running(), "E=9,N=96,device_name=CPU_interpreter.json", {1: _entry(1)})
+    _fake_shipped(root, running(), "E=4,N=64,device_name=NVIDIA_H200.json", {1: _entry(1)})  # another GPU
     timed = []
 
     def measure(spec, shape, dtype, config):  # the shipped M=4 entry is 2x the default, the others tie
@@ -335,7 +347,7 @@ def test_audit_reports_slower_missing_fallback_and_broken_entries(tmp_path):
     assert a.missing_sizes["E=4,N=64,device_name=CPU_interpreter.json"][:3] == [2, 16, 24]
     md = to_markdown(a)
     assert "**1 slower than the default**" in md
-    assert "| `E=4,N=64,device_name=CPU_interpreter.json` (triton_3_6_0) | 4 |" in md
+    assert f"| `E=4,N=64,device_name=CPU_interpreter.json` ({running()}) | 4 |" in md
     assert "E=16,N=128,device_name=CPU_interpreter.json" in md and "only in `triton_3_1_0`" in md
     assert "pass --shape \"E=9 N=96 K=... topk=...\"" in md
 
@@ -346,7 +358,7 @@ def test_an_audit_of_a_device_sglang_ships_no_file_for_says_so_and_times_nothing
     from flytune_nb.artifacts.sglang_audit import audit, to_markdown
 
     root = tmp_path / "sglang"
-    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=NVIDIA_H200.json", {1: _entry(1)})
+    _fake_shipped(root, running(), "E=4,N=64,device_name=NVIDIA_H200.json", {1: _entry(1)})
     timed = []
     a = audit(root, dtype="fp16", measure=lambda *args: timed.append(args))
     md = to_markdown(a)
@@ -360,10 +372,10 @@ def test_audit_of_fp8_times_the_fp8_w8a8_files_only(tmp_path):
     from flytune_nb.measure.trial import Trial
 
     root = tmp_path / "sglang"
-    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1)})
-    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json",
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1)})
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8.json",
                   {1: _entry(1), 4: _entry(4, bn=32)})
-    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8,block_shape=[128, 128]"
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter,dtype=fp8_w8a8,block_shape=[128, 128]"
                   ".json", {1: _entry(1)})
     seen = []
 
@@ -386,7 +398,7 @@ def test_audit_cli_times_real_entries_and_writes_the_report(tmp_path, capsys):
     from flytune_nb.ui.cli import main
 
     root = tmp_path / "sglang"
-    _fake_shipped(root, "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1), 5: _entry(5)})
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1), 5: _entry(5)})
     md = tmp_path / "audit.md"
     rc = main(["audit-sglang", "--dir", str(root), "--shape", "E=4 N=64 K=32 topk=2", "--dtype", "fp16",
                "--md", str(md), "--json", str(tmp_path / "audit.json")])
@@ -495,7 +507,7 @@ def test_benchmark_smoke_compares_searched_shipped_and_default(tmp_path, monkeyp
     from benchmarks.__main__ import main as bench
 
     shipped = {1: _entry(1), 8: {**_entry(8), "BLOCK_SIZE_M": 32}}
-    _fake_shipped(tmp_path / "pkg", "triton_3_6_0", "E=4,N=64,device_name=CPU_interpreter.json", shipped)
+    _fake_shipped(tmp_path / "pkg", running(), "E=4,N=64,device_name=CPU_interpreter.json", shipped)
     monkeypatch.setattr(files, "package_root", lambda: tmp_path / "pkg")
     assert bench(["sglang_moe", "--smoke", "--budget", "3", "--rounds", "1", "--strategy", "random", "--out",
                   str(tmp_path / "res")]) == 0

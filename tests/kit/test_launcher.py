@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from flytune_nb._compat import triton as tc
 from flytune_nb.core.config import Config
 from flytune_nb.kit import launcher as L
 
@@ -66,6 +67,13 @@ class Chain:
     def __call__(self, *a):
         for c in self.calls:
             c(*a)
+
+
+@pytest.fixture(autouse=True)
+def triton_36_layout(monkeypatch):
+    """The stand-ins here are Triton 3.6's launcher layout, the one the fast path is verified for; the installed
+    Triton may be another (torch's CUDA wheels bring their own), whose own layout tests/compat reads."""
+    monkeypatch.setattr(tc, "version", lambda: (3, 6))
 
 
 @pytest.fixture
@@ -159,6 +167,15 @@ def test_unhashable_meta_goes_through_triton(rt):
     for _ in range(2):
         L.launch(fn, (1,), (Ptr(0),), CFG, BLOCK=[64])
     assert len(fn.triton_calls) == 2
+
+
+def test_a_triton_whose_launcher_layout_is_unverified_takes_its_public_path_every_call(rt, monkeypatch):
+    monkeypatch.setattr(tc, "version", lambda: (3, 7))
+    fn = FakeJIT(["X", "BLOCK"])
+    for _ in range(3):
+        L.launch(fn, (1,), (Ptr(0),), CFG, BLOCK=64)
+    assert len(fn.triton_calls) == 3 and fn.kernel_runs == []
+    assert all(kw == {"BLOCK": 64, "num_warps": 4, "num_stages": 1} for _, _, kw in fn.triton_calls)
 
 
 def test_interpreter_uses_tritons_path(monkeypatch):
