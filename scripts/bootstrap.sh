@@ -2,21 +2,24 @@
 # Create .venv if missing and install flytune_nb into it (editable, with dev extras).
 #
 # torch: if the Python that creates the venv already imports a CUDA or ROCm build of torch (e.g. conda's pytorch),
-# the venv is made with --system-site-packages and that torch is used as is. Otherwise torch 2.13.0 is installed:
-# - on a machine with an NVIDIA GPU (nvidia-smi lists one), PyPI's torch==2.13.0, the CUDA build, with the Triton it
-#   requires;
-# - elsewhere the CPU build. On Linux x86_64 PyPI's torch==2.13.0 is the CUDA build (~3 GB of nvidia-* wheels, and a
-#   Triton of its own that then stands in for the pinned one), so there the CPU build is asked for by name,
-#   torch==2.13.0+cpu: from the sources pip is configured with (a local wheel folder or mirror), else from PyTorch's
-#   CPU index; only when neither has it does PyPI's build install, with a warning. Elsewhere (macOS, aarch64) PyPI's
-#   build is the CPU one. An AMD GPU needs a ROCm build of torch, which this script does not pick: install one into
-#   the Python that runs make, and it is reused.
+# the venv is made with --system-site-packages and that torch is used as is. Otherwise:
+# - on a machine with an NVIDIA GPU (nvidia-smi lists one), PyPI's torch==2.11.0, the CUDA build, which requires
+#   Triton 3.6.0: the torch and Triton the GPU results in benchmarks/results were measured with, and the Triton whose
+#   launcher layout the launch fast path is verified for. torch 2.13.0's CUDA wheel requires Triton 3.7.1, where
+#   every launch would take Triton's slower public path (flytune_nb/_compat/triton.py);
+# - elsewhere the CPU build of torch 2.13.0. On Linux x86_64 PyPI's torch==2.13.0 is the CUDA build (~3 GB of
+#   nvidia-* wheels, and a Triton of its own that then stands in for the pinned one), so there the CPU build is asked
+#   for by name, torch==2.13.0+cpu: from the sources pip is configured with (a local wheel folder or mirror), else
+#   from PyTorch's CPU index; only when neither has it does PyPI's build install, with a warning. Elsewhere (macOS,
+#   aarch64) PyPI's build is the CPU one. An AMD GPU needs a ROCm build of torch, which this script does not pick:
+#   install one into the Python that runs make, and it is reused.
 # Force a choice with FLYTUNE_TORCH=system (reuse), FLYTUNE_TORCH=cpu (the CPU build, GPU or not); TORCH_PIN=<req>
 # installs exactly that requirement instead.
 set -euo pipefail
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=2.13.0
+TORCH_GPU_VERSION=2.11.0
 TORCH_PIN=${TORCH_PIN:-}
 TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 # Triton for the CPU path: the interpreter of the version the H200 image runs, so CPU and GPU read the same Triton.
@@ -58,8 +61,8 @@ if ! "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
     echo "bootstrap: installing $TORCH_PIN"
     "${PIP[@]}" "$TORCH_PIN"
   elif [ "$mode" != cpu ] && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-    echo "bootstrap: an NVIDIA GPU is present: installing torch==$TORCH_VERSION, PyPI's CUDA build"
-    "${PIP[@]}" "torch==$TORCH_VERSION"
+    echo "bootstrap: an NVIDIA GPU is present: installing torch==$TORCH_GPU_VERSION, PyPI's CUDA build (Triton 3.6.0)"
+    "${PIP[@]}" "torch==$TORCH_GPU_VERSION"
   else
     echo "bootstrap: installing the CPU build of torch $TORCH_VERSION"
     install_cpu_torch
