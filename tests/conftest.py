@@ -15,6 +15,8 @@ FIXTURES = Path(HERE) / "fixtures"  # H200 measurements the CPU tests replay
 # Triton's caches for the census targets (gfx942, gfx950, sm_90 binaries), kept across runs (.gitignored): a census
 # of what is already there costs ~20 ms a config instead of ~0.2-2 s.
 CENSUS_CACHE = Path(REPO) / ".flytune_cache" / "census"
+
+
 def triton_is_pinned() -> bool:
     """Whether the installed Triton is the one scripts/bootstrap.sh pins (TRITON_PIN), whose compiler output tests may
     read as facts (register allocation, spills). A torch CUDA wheel brings its own Triton (torch 2.13.0: 3.7.1, whose
