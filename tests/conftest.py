@@ -39,6 +39,45 @@ MI300X_PROPS = SimpleNamespace(name="AMD Instinct MI300X", gcnArchName="gfx942:s
                                shared_memory_per_block=65536)
 
 
+def as_unprivileged_user(fn):
+    """``fn()``'s JSON-able result, run in a forked child as a user the file permissions apply to: root ignores
+    them, so a root child drops to ``nobody`` (uid 65534) first. Forked, not started: ``nobody`` may not reach this
+    venv's Python, and flytune_nb is already imported. An exception comes back as its repr."""
+    import json
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe and never return into pytest
+        try:
+            os.close(r)
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            result = {"value": fn()}
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which fails the test with it
+            result = {"error": repr(e)}
+        try:
+            os.write(w, json.dumps(result).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as pipe:
+        result = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert "error" not in result, result["error"]
+    return result["value"]
+
+
+def read_only_folder():
+    """A fresh folder under /tmp, readable by everyone (pytest's tmp_path is its owner's only): fill it, then
+    ``os.chmod(folder, 0o555)``."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="flytune-ro-")
+    os.chmod(folder, 0o755)
+    return folder
+
+
 def pytest_collection_modifyitems(config, items):
     if current_device().is_gpu:
         return

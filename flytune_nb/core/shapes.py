@@ -30,9 +30,14 @@ def grid_size_text(n_shapes: int, n_dtypes: int) -> str:
     return f"{n_shapes} shape{'s' if n_shapes != 1 else ''} x {n_dtypes} dtype{'s' if n_dtypes != 1 else ''}"
 
 
-def parse_values(axis: str, text: str) -> list[int]:
+def parse_values(axis: str, text: str, batch_axis: str | None = None) -> list[int]:
+    """One axis' values. A preset is batch sizes: with the kernel's ``batch_axis`` known, it is refused on any other
+    axis (``N=sglang`` would sweep hidden sizes 1 ... 4096, which no model has)."""
     text = text.strip()
     if text.lower() in PRESETS:
+        if batch_axis is not None and axis != batch_axis:
+            raise GridError(f"axis {axis}: {text!r} is a list of batch sizes, for the batch axis {batch_axis} "
+                            f"(write e.g. {batch_axis}={text.lower()} {axis}=4096)")
         return list(PRESETS[text.lower()])
     values = []
     parts = [p.strip() for p in text.split(",")]
@@ -88,9 +93,11 @@ def split_axes(grid: str | dict, axes: tuple[str, ...], *, noun: str = "grid") -
     return per_axis
 
 
-def parse_grid(text: str | dict, axes: tuple[str, ...], *, noun: str = "grid") -> list[dict[str, int]]:
-    """Grid text or ``{axis: [values]}`` -> list of shapes, every axis present exactly once."""
-    per_axis = {a: parse_values(a, v) for a, v in split_axes(text, axes, noun=noun).items()}
+def parse_grid(text: str | dict, axes: tuple[str, ...], *, noun: str = "grid",
+               batch_axis: str | None = None) -> list[dict[str, int]]:
+    """Grid text or ``{axis: [values]}`` -> list of shapes, every axis present exactly once. ``batch_axis``: the
+    kernel's (KernelSpec.batch_axis), the one axis a preset may set."""
+    per_axis = {a: parse_values(a, v, batch_axis) for a, v in split_axes(text, axes, noun=noun).items()}
     missing = [a for a in axes if a not in per_axis]
     if missing:
         raise GridError(f"{noun} must set each of the kernel's axes {list(axes)}; missing {missing}")
@@ -98,12 +105,12 @@ def parse_grid(text: str | dict, axes: tuple[str, ...], *, noun: str = "grid") -
     return [dict(zip(axes, c)) for c in combos]
 
 
-def grid_shapes(grid, axes: tuple[str, ...]) -> list[dict]:
+def grid_shapes(grid, axes: tuple[str, ...], batch_axis: str | None = None) -> list[dict]:
     """What a sweep or a census takes as its grid: text, ``{axis: values}`` (both through parse_grid), or a sequence
     of shape dicts. Anything else is one GridError, not a TypeError from deep inside (papermill passes
     ``-p grid 5`` as an int)."""
     if isinstance(grid, (str, dict)):
-        return parse_grid(grid, axes)
+        return parse_grid(grid, axes, batch_axis=batch_axis)
     what = ("grid must be text like 'M=1,64 N=4096', a dict of axis -> values, or a list of shape dicts; "
             f"got {type(grid).__name__} {grid!r}")
     try:

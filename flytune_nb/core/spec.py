@@ -181,9 +181,11 @@ class KernelSpec:
         return "bf16" if "bf16" in self.dtypes else self.dtypes[0]
 
     def check_dtypes(self, wanted) -> list[str]:
-        """The dtypes a sweep or census runs: ``wanted`` ("bf16,fp16", a list), or None for ``default_dtype``."""
-        return [self.check_dtype(d) for d in (dtypes.parse_list(wanted) if wanted is not None
-                                              else [self.default_dtype])]
+        """The dtypes a sweep or census runs: ``wanted`` ("bf16,fp16", a list), or None for ``default_dtype``. Each
+        once, in the order first named: "fp16 float16" is one dtype, swept once."""
+        checked = [self.check_dtype(d) for d in (dtypes.parse_list(wanted) if wanted is not None
+                                                 else [self.default_dtype])]
+        return list(dict.fromkeys(checked))
 
     def check_dtype(self, dtype: Any) -> str:
         try:

@@ -376,7 +376,7 @@ class Census:
         if grid is None:
             self.shapes = [self.spec.example()]
         else:
-            self.shapes = grid_shapes(grid, self.spec.axes)
+            self.shapes = grid_shapes(grid, self.spec.axes, self.spec.batch_axis)
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
         self.dtypes = self.spec.check_dtypes(dtypes)
         if not self.shapes or not self.dtypes:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import threading
 import time
 import uuid
 from pathlib import Path
 
-from flytune_nb.errors import UsageError
+from flytune_nb.errors import RunError, UsageError
 from flytune_nb.core.config import Config
 from flytune_nb.measure.trial import Trial
 
@@ -64,7 +65,51 @@ CENSUS_COLUMNS = ("key", "kernel", "shape", "dtype", "device", "arch", "backend"
 
 
 class StoreError(UsageError):
-    pass
+    """The store cannot be used as asked (missing, damaged, someone else's database, a read-only place to write)."""
+
+
+class StoreWriteFailed(RunError):
+    """A write failed part-way through a run (the disk filled, an I/O error): every row committed before it is kept."""
+
+
+def _store_error(path: Path, e: sqlite3.Error) -> Exception:
+    """One message for an SQLite error met while reading or writing ``path`` after it opened."""
+    text = str(e)
+    if isinstance(e, sqlite3.OperationalError) and "readonly" in text:
+        return StoreError(f"cannot write the results store {path}: {_read_only_why(path)}")
+    if isinstance(e, sqlite3.OperationalError):  # full disk, I/O error, a lock held past the 30 s timeout
+        return StoreWriteFailed(f"results store {path}: {text}; every trial stored before this is kept "
+                                "(free the space or move --db, then re-run to resume)")
+    return StoreError(f"{path} is damaged ({text}); `sqlite3 {path} .recover` can save its readable rows "
+                      "into a new file")
+
+
+def _read_only_why(path: Path) -> str:
+    if not os.access(path.parent, os.W_OK):
+        return f"its folder {path.parent} is read-only (SQLite writes its journal beside the file)"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "the file is read-only"
+    return "the file system is read-only"
+
+
+class _Guarded:
+    """The store's lock, which also turns an SQLite error met under it into a StoreError or StoreWriteFailed:
+    every read and write of the store goes through ``with self._lock``, so no caller sees a raw sqlite3 error.
+    pandas' read_sql_query wraps SQLite's error in its own DatabaseError; its cause is SQLite's."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._path = path
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, kind, e, tb) -> bool:
+        self._lock.release()
+        cause = e if isinstance(e, sqlite3.Error) else getattr(e, "__cause__", None)
+        if isinstance(cause, sqlite3.Error) and not isinstance(e, (StoreError, StoreWriteFailed)):
+            raise _store_error(self._path, cause) from None
+        return False
 
 
 def _shape_json(shape: dict) -> str:
@@ -84,8 +129,7 @@ class Store:
             if readonly:
                 if not self.path.exists():
                     raise StoreError(f"no results store at {self.path}")
-                self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False,
-                                           isolation_level=None, timeout=30)
+                self._db = _connect_read_only(self.path)
             else:
                 if str(path) != ":memory:":
                     self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,10 +151,15 @@ class Store:
                 self._db.close()
             if isinstance(e, StoreError):
                 raise
+            if not readonly and str(path) != ":memory:" and _cannot_write(self.path, e):
+                raise StoreError(f"cannot write a results store at {self.path}: {_read_only_why(self.path)}") \
+                    from None
+            if isinstance(e, sqlite3.OperationalError) and "disk is full" in str(e):
+                raise StoreError(f"cannot start a results store at {self.path}: the disk is full") from None
             if isinstance(e, sqlite3.DatabaseError):
                 raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
             raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
-        self._lock = threading.Lock()  # one connection shared by the sweep's per-GPU threads
+        self._lock = _Guarded(self.path)  # one connection shared by the sweep's per-GPU threads
 
     def _migrate(self) -> None:
         """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
@@ -308,6 +357,33 @@ class Store:
             return 0
         with self._lock:
             return self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection. A store in WAL mode needs its -shm file even to be read; in a folder nobody may write
+    to (a read-only mount, a shared results folder) SQLite cannot make one and refuses with "unable to open database
+    file". Nothing can be writing there either, so the file is read as immutable: no locks, no -shm."""
+    def connect(flags: str) -> sqlite3.Connection:
+        db = sqlite3.connect(f"file:{path}?mode=ro{flags}", uri=True, check_same_thread=False, isolation_level=None,
+                             timeout=30)
+        db.execute("SELECT name FROM sqlite_master LIMIT 1")  # SQLite opens lazily: this is where it would fail
+        return db
+
+    try:
+        return connect("")
+    except sqlite3.OperationalError:
+        if os.access(path.parent, os.W_OK):
+            raise
+        return connect("&immutable=1")
+
+
+def _cannot_write(path: Path, e: Exception) -> bool:
+    """Whether opening ``path`` for writing failed because the place is read-only (not because the file is bad)."""
+    if isinstance(e, OSError) and e.errno in (13, 30):  # EACCES, EROFS from mkdir
+        return True
+    text = str(e)
+    return isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text) and (
+        not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)))
 
 
 def _now() -> str:

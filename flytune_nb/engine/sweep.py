@@ -117,7 +117,7 @@ class Sweep:
         # under which it registers that object, so two such sweeps of one kernel (a notebook running an edited
         # heuristic beside the original) never swap specs.
         self._task_kernel = f"{self.spec.name}@sweep-{id(self):x}" if self._override else str(self._load_name)
-        self.shapes = grid_shapes(grid, self.spec.axes)
+        self.shapes = grid_shapes(grid, self.spec.axes, self.spec.batch_axis)
         self.shapes = [self.spec.check_shape(s) for s in self.shapes]
         if not self.shapes:
             raise UsageError("the grid is empty")

@@ -10,6 +10,15 @@ def test_grid_is_the_cartesian_product_in_axis_order():
     assert [s["M"] for s in parse_grid("M=sglang N=4096", ("M", "N"))] == list(SGLANG_BATCH_SIZES)
 
 
+def test_the_sglang_preset_sets_only_the_batch_axis():
+    assert [s["M"] for s in parse_grid("M=SGLang N=8", ("M", "N"), batch_axis="M")] == list(SGLANG_BATCH_SIZES)
+    with pytest.raises(GridError, match=r"axis N: 'sglang' is a list of batch sizes, for the batch axis M "
+                                        r"\(write e.g. M=sglang N=4096\)"):
+        parse_grid("M=1 N=sglang", ("M", "N"), batch_axis="M")
+    with pytest.raises(GridError, match="axis N: 'sglang'"):
+        grid_shapes({"M": "sglang", "N": "sglang"}, ("M", "N"), "M")
+
+
 @pytest.mark.parametrize("text, msg", [
     ("M=1,x N=4", "'x' is not a positive integer"),
     ("M=0 N=4", "'0'|>= 1"),

@@ -15,7 +15,7 @@ from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.events import TrialStarted
 from flytune_nb.engine.store import Store, StoreError
 from flytune_nb.engine.sweep import Sweep, SweepError
-from tests.conftest import PLUGINS
+from tests.conftest import PLUGINS, as_unprivileged_user, read_only_folder
 
 
 def _count(db, table="trials"):
@@ -251,6 +251,85 @@ def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path):
         Store(other / "nested.db")
 
 
+def _store_with_trials(path, n):
+    from flytune_nb.core.config import Config
+    from flytune_nb.measure.trial import Trial
+
+    s = Store(path)
+    for i in range(n):
+        s.add(Trial("toy", {"N": 4}, "fp32", Config({"BLOCK": i}), "ok", "", 1.0, 1.0, 1.0, 0.0, 0.1, 10),
+              key="k", run_id="r")
+    return s
+
+
+def test_a_damaged_store_is_one_store_error_on_read_and_write(tmp_path):
+    db = tmp_path / "d.db"
+    s = _store_with_trials(db, 300)
+    s._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    s.close()
+    pages = db.read_bytes()
+    assert len(pages) > 8 * 4096  # the trials span pages past the schema's: damage them, keep page 1
+    db.write_bytes(pages[:4096] + b"\xff" * (len(pages) - 4096))
+    with pytest.raises(StoreError, match=r"d\.db is damaged \(.*malformed.*\.recover"):
+        Store(db, readonly=True).frame()
+    with pytest.raises(StoreError, match="is (damaged|not a flytune results database)"):
+        Store(db).trials_for("k")
+
+
+def test_a_full_disk_mid_run_is_one_run_error_and_keeps_what_was_stored(tmp_path):
+    from flytune_nb.core.config import Config
+    from flytune_nb.engine.store import StoreWriteFailed
+    from flytune_nb.errors import RunError
+    from flytune_nb.measure.trial import Trial
+
+    db = tmp_path / "f.db"
+    s = _store_with_trials(db, 5)
+    s._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    # SQLite's own size cap: past it a write fails with SQLITE_FULL, the error a full disk gives
+    s._db.execute(f"PRAGMA max_page_count={s._db.execute('PRAGMA page_count').fetchone()[0]}")
+    stored = 5
+    with pytest.raises(StoreWriteFailed, match=r"f\.db: database or disk is full; every trial stored before"):
+        for i in range(5, 5000):
+            s.add(Trial("toy", {"N": 4}, "fp32", Config({"BLOCK": i}), "ok", "x" * 200, 1.0, 1.0, 1.0, 0.0, 0.1,
+                        10), key="k", run_id="r")
+            stored += 1
+    assert isinstance(StoreWriteFailed("x"), RunError)
+    s.close()
+    assert stored >= 5 and _count(db) == stored
+
+
+def test_a_store_in_a_read_only_folder_is_read_and_refused_for_writing():
+    import shutil
+
+    folder = read_only_folder()
+    try:
+        s = _store_with_trials(os.path.join(folder, "s.db"), 7)
+        s.close()  # the last connection to close removes the -shm and -wal files: reading needs them re-made
+        assert not os.path.exists(os.path.join(folder, "s.db-shm"))
+        os.chmod(os.path.join(folder, "s.db"), 0o444)
+        os.chmod(folder, 0o555)
+
+        def use():
+            seen = [Store(os.path.join(folder, "s.db"), readonly=True).count()]
+            for name in ("s.db", "new.db"):
+                try:
+                    Store(os.path.join(folder, name))
+                    seen.append("opened for writing")
+                except StoreError as e:
+                    seen.append(str(e))
+            return seen
+
+        seen = as_unprivileged_user(use)
+        assert seen[0] == 7, seen
+        for line, name in zip(seen[1:], ("s.db", "new.db")):
+            assert line == f"cannot write a results store at {folder}/{name}: its folder {folder} is read-only " \
+                           "(SQLite writes its journal beside the file)"
+        assert sorted(os.listdir(folder)) == ["s.db"]
+    finally:
+        os.chmod(folder, 0o755)
+        shutil.rmtree(folder)
+
+
 def test_compile_baseline_starts_from_a_fresh_dynamo_per_shape(monkeypatch, dev):
     """Without a reset, one worker's 9th shape would hit dynamo's recompile limit and time eager code as
     'torch_compile'. Each baseline compile must follow a reset."""
@@ -357,3 +436,9 @@ def test_a_dtype_string_is_names_not_characters():
         Sweep("rmsnorm", "M=2 N=64", "")
 
 
+
+
+def test_a_dtype_named_twice_is_swept_once():
+    sw = Sweep("rmsnorm", "M=1 N=256", ["fp16", "float16", "fp32", "fp16"], isolate=False)
+    assert sw.dtypes == ["fp16", "fp32"]
+    assert Sweep("rmsnorm", "M=1 N=256", "bf16 torch.bfloat16", isolate=False).dtypes == ["bf16"]
