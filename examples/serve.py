@@ -4,7 +4,7 @@ It imports a kernel's tuned launcher with tuning off, serves a stream of calls a
 which config each batch size got and where it came from (artifact: an exported file, nearest batch size; default:
 the kernel's heuristic), plus what the launcher adds per call over launching the same config directly.
 
-    python examples/serve.py --kernel rmsnorm --shape N=4096 --dtype bf16            # the committed exports/
+    python examples/serve.py --kernel rmsnorm --shape N=4096 --dtype bf16            # the exports flytune_nb ships
     python examples/serve.py --kernel rmsnorm --shape N=256 --dtype fp32 --config-dir runs/exports --calls 50
 
 An engine does the same with its own launcher: ``lookup(spec, shape, dtype)`` (flytune_nb.serve.lookup) gives the config
@@ -27,7 +27,8 @@ def parse_args(argv=None):
     p.add_argument("--kernel", default="rmsnorm")
     p.add_argument("--shape", nargs="+", default=["N=4096"], help="the non-batch axes, e.g. N=4096")
     p.add_argument("--dtype", default="bf16")
-    p.add_argument("--config-dir", default=None, help="exported configs (default: $FLYTUNE_CONFIG_DIR or exports/)")
+    p.add_argument("--config-dir", default=None, help="exported configs (default: $FLYTUNE_CONFIG_DIR, else the "
+                                                      "ones flytune_nb ships, flytune_nb/exports/)")
     p.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes to draw from (default: "
                                                        "SGLang's 1..4096, capped by --max-batch)")
     p.add_argument("--max-batch", type=int, default=4096)

@@ -188,10 +188,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.cmd == "demo" or (args.cmd == "sweep" and not args.no_isolate and args.ray is None):
-        from flytune_nb.engine.processes import prestart
+    try:
+        if args.cmd == "demo" or (args.cmd == "sweep" and not args.no_isolate and args.ray is None):
+            from flytune_nb.engine.processes import prestart
 
-        prestart()  # its torch import overlaps this process's own (the imports below): ~1 s on 2 CPU cores
+            prestart()  # its torch import overlaps this process's own (the imports below): ~1 s on 2 CPU cores
+    except KeyboardInterrupt:  # before the command started: nothing was run or written
+        print("flytune: interrupted before anything ran", file=sys.stderr)
+        return 130
     rc = _run(args)
     try:
         # Output shorter than stdout's buffer (8 KiB into a pipe) is written only here or at exit; a reader that left
@@ -446,8 +450,12 @@ def _report_path(option: str, value: str) -> str:
     path = Path(value).expanduser()
     if path.is_dir():
         raise UsageError(f"{option} {value} is a folder; name a file in it")
-    if not path.resolve().parent.is_dir():
-        raise UsageError(f"{option} {value}: no folder {path.resolve().parent}")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise UsageError(f"{option} {value}: no folder {folder}")
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        raise UsageError(f"{option} {value}: cannot write there ({'the file' if path.exists() else folder} is "
+                         "read-only)")
     return str(path)
 
 
@@ -513,11 +521,16 @@ def cmd_lookup(args) -> int:
     from flytune_nb.serve.lookup import lookup
     from flytune_nb.core.registry import get_kernel
 
-    if args.dir and not os.path.isdir(args.dir):  # else every lookup "falls back to the default", silently wrong
+    # else every lookup "falls back to the default", silently wrong: a served process warns and goes on, but this
+    # command is how a user checks what it would serve
+    if args.dir and not os.path.isdir(args.dir):
         raise UsageError(f"--dir {args.dir} is not a folder")
+    env_dir = os.environ.get("FLYTUNE_CONFIG_DIR")
+    if not args.dir and env_dir and not os.path.isdir(env_dir):
+        raise UsageError(f"FLYTUNE_CONFIG_DIR={env_dir} is not a folder")
     spec = get_kernel(args.kernel, args.path)
     text = " ".join(args.shape)
-    shapes = parse_grid(text, spec.axes, noun="shape")
+    shapes = parse_grid(text, spec.axes, noun="shape", batch_axis=spec.batch_axis)
     if len(shapes) != 1:
         raise UsageError(f"lookup takes one shape, one value for each axis of {spec.name} "
                          f"(e.g. {shape_text(spec.example())}); got {text!r}")

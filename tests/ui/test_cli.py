@@ -1,10 +1,11 @@
 import json
+import os
 import re
 
 import pytest
 
 from flytune_nb.ui.cli import main
-from tests.conftest import PLUGINS
+from tests.conftest import PLUGINS, as_unprivileged_user, read_only_folder
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -232,6 +233,31 @@ def test_a_check_report_path_without_its_folder_is_refused_before_any_timing(opt
     assert f"{option} {tmp_path / 'no' / 'such' / 'r.txt'}: no folder" in captured.err and captured.out == ""
 
 
+def test_a_check_report_path_that_cannot_be_written_is_refused_before_any_timing(swept):
+    """Exit 1 from check means a regression: an unwritable report found only after the timing would read as one."""
+    import contextlib
+    import io
+    import shutil
+
+    folder = read_only_folder()
+    try:
+        assert main(["export", "--db", str(swept.path), "--out", os.path.join(folder, "ex")]) == 0
+        os.chmod(folder, 0o555)
+
+        def refused():
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                rc = main(["check", os.path.join(folder, "ex"), "--md", os.path.join(folder, "c.md"), "--quiet"])
+            return rc, err.getvalue()
+
+        rc, err = as_unprivileged_user(refused)
+        assert rc == 2 and err.strip() == f"flytune: error: --md {folder}/c.md: cannot write there ({folder} is " \
+                                          "read-only)", err
+    finally:
+        os.chmod(folder, 0o755)
+        shutil.rmtree(folder)
+
+
 def test_an_export_warning_is_printed_once(swept, tmp_path, capsys):
     """Export checks every file's merge before writing any, so the merge's --replace-stale warning is raised twice;
     the CLI prints it once."""
@@ -388,3 +414,23 @@ def test_a_command_that_prints_then_fails_into_a_closed_pipe_keeps_its_own_statu
     p.stdout.close()
     err = p.stderr.read()
     assert p.wait(timeout=120) == 1 and err.strip() == "flytune: failed: the store is locked", err
+
+
+def test_ctrl_c_before_the_command_starts_is_one_line(monkeypatch, capsys):
+    from flytune_nb.engine import processes
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(processes, "prestart", interrupted)
+    assert main(["sweep", "rmsnorm", "--grid", "M=1 N=256"]) == 130
+    assert capsys.readouterr().err == "flytune: interrupted before anything ran\n"
+
+
+def test_lookup_refuses_a_config_folder_that_is_not_there(monkeypatch, tmp_path, capsys):
+    """Every lookup would fall back to the heuristic default: the command a user checks serving with says so."""
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv("FLYTUNE_CONFIG_DIR", str(missing))
+    assert main(["lookup", "rmsnorm", "M=1", "N=256", "--dtype", "fp32"]) == 2
+    assert capsys.readouterr().err.strip() == f"flytune: error: FLYTUNE_CONFIG_DIR={missing} is not a folder"
+    assert main(["lookup", "rmsnorm", "M=1", "N=256", "--dtype", "fp32", "--dir", str(tmp_path)]) == 0
