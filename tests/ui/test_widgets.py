@@ -612,6 +612,28 @@ def test_workbench_refuses_to_run_a_fallback_for_a_parameters_cell_typo(tmp_path
     assert wb.grid.problems() == [] and "unknown" not in wb.grid.preview.value
 
 
+def test_a_strategy_or_budget_typo_is_refused_like_a_kernel_typo(tmp_path):
+    """The CLI and the batch notebook refuse both; the workbench shows the fallback and does not run it."""
+    wb = Workbench("rmsnorm", "M=1 N=256", ["fp32"], db=str(tmp_path / "s.db"), isolate=False, strategy="surogate",
+                   budget=3)
+    assert wb.settings.strategy.value == "surrogate"  # the closest name is shown ...
+    assert "unknown strategy &#x27;surogate&#x27;. Did you mean &#x27;surrogate&#x27;?" in wb.settings.warning.value
+    assert wb.run() is None and "not run: unknown strategy" in wb.message.value  # ... not run
+    assert wb.accept_button.layout.display == ""
+    wb.settings.strategy.value = "random"  # choosing from the list answers it
+    assert wb.settings.problem == "" and wb.settings.warning.value == ""
+    assert wb.accept_button.layout.display == "none"
+
+    for budget, shown in ((0, 0), (-2, 0), (2.5, 2)):
+        wb = Workbench("rmsnorm", "M=1 N=256", ["fp32"], db=str(tmp_path / "b.db"), isolate=False, budget=budget)
+        assert wb.settings.budget.value == shown
+        assert wb.run() is None and f"not run: budget {budget!r} is not a number of configs" in wb.message.value
+        wb.settings.budget.value = 5
+        assert wb.settings.problem == "" and wb.accept_button.layout.display == "none"
+    wb = Workbench("rmsnorm", "M=1 N=256", ["fp32"], db=str(tmp_path / "c.db"), isolate=False, budget="4")
+    assert wb.settings.problem == "" and wb.settings.values()["budget"] == 4  # papermill -r passes text
+
+
 def test_the_suggested_fallback_can_be_accepted_as_it_is(tmp_path):
     """A typo's fallback is already selected (the closest kernel, the first supported dtype); selecting it again
     fires no change, so the workbench offers a button that accepts what the widgets show, and then runs it."""

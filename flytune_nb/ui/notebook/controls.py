@@ -161,8 +161,8 @@ class GridEditor(W.VBox):
         for d in wanted:
             try:
                 c = canonical(d)
-            except DtypeError as e:
-                self.dtype_problem = str(e)
+            except DtypeError:  # name this kernel's dtypes, not every dtype flytune knows
+                self.dtype_problem = f"unknown dtype {d!r}; {spec.name} supports {', '.join(spec.dtypes)}"
                 continue
             if c in spec.dtypes:
                 chosen.append(c)
@@ -197,7 +197,8 @@ class GridEditor(W.VBox):
 
     def shapes(self) -> list[dict]:
         """The grid as shapes; raises GridError with a one-line reason."""
-        return parse_grid({a: b.value for a, b in self.axis_boxes.items()}, self.picker.spec.axes)
+        return parse_grid({a: b.value for a, b in self.axis_boxes.items()}, self.picker.spec.axes,
+                          batch_axis=self.picker.spec.batch_axis)
 
     def update_preview(self, budget: int | None = None) -> tuple[int, int] | None:
         if budget is not None:
@@ -295,10 +296,25 @@ class SweepSettings(W.HBox):
     def __init__(self, strategy: str = "exhaustive", budget: int | None = None, timeout: float = 120.0,
                  rep_ms: float | None = None, gpus=None, retry_failed: bool = False) -> None:
         narrow = W.Layout(width="190px")
+        if isinstance(budget, str) and budget.strip().isdigit():  # papermill -r passes text
+            budget = int(budget)
+        close = difflib.get_close_matches(str(strategy), list(STRATEGIES), n=1)
         self.strategy = W.Dropdown(options=list(STRATEGIES), value=strategy if strategy in STRATEGIES else
-                                   "exhaustive", description="strategy", layout=W.Layout(width="230px"))
-        self.budget = W.IntText(value=int(budget or 0), description="budget", layout=narrow,
+                                   (close or ["exhaustive"])[0], description="strategy", layout=W.Layout(width="230px"))
+        self.budget = W.IntText(value=max(int(budget or 0), 0), description="budget", layout=narrow,
                                 tooltip="at most this many configs per shape; 0: the whole space")
+        # A parameters-cell typo is shown with the widget's fallback in its place and Run refuses until it is
+        # answered, as for a kernel typo: running exhaustive where surrogate was asked for is hours on a big space
+        problems = []
+        if strategy not in STRATEGIES:
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            problems.append(f"unknown strategy {strategy!r}.{hint} Fix it in the parameters cell, or pick one from "
+                            f"the list ({', '.join(STRATEGIES)})")
+        if budget is not None and not (isinstance(budget, int) and budget >= 1):
+            problems.append(f"budget {budget!r} is not a number of configs >= 1 (None: the whole space). Fix it in "
+                            "the parameters cell, or set the budget box (0 there: the whole space)")
+        self.problem = problems[0] if problems else ""
+        self.warning = W.HTML(error_html(self.problem) if self.problem else "")
         self.timeout = W.FloatText(value=float(timeout), description="timeout s", layout=narrow,
                                    tooltip="seconds one trial may take before its worker is killed (recorded as timeout)")
         self.rep_ms = W.FloatText(value=float(rep_ms or 100.0), description="timing ms", layout=narrow,
@@ -308,8 +324,14 @@ class SweepSettings(W.HBox):
         self.retry_failed = W.Checkbox(value=bool(retry_failed), description="retry failed", indent=False,
                                        layout=W.Layout(width="110px"),
                                        tooltip="measure again every stored trial that did not pass (any status)")
-        super().__init__([self.strategy, self.budget, self.timeout, self.rep_ms, self.gpus, self.retry_failed],
-                         layout=W.Layout(flex_flow="row wrap"))
+        super().__init__([self.strategy, self.budget, self.timeout, self.rep_ms, self.gpus, self.retry_failed,
+                          self.warning], layout=W.Layout(flex_flow="row wrap"))
+        self.strategy.observe(self.answered, "value")
+        self.budget.observe(self.answered, "value")
+
+    def answered(self, _=None) -> None:
+        """The user set a knob: the parameters cell's problem is answered."""
+        self.problem, self.warning.value = "", ""
 
     def values(self) -> dict:
         """Sweep keyword arguments; UsageError with one line for a bad entry."""

@@ -52,7 +52,8 @@ class Workbench(W.VBox):
         self.picker = KernelPicker(kernel, self.paths)
         self.settings = SweepSettings(strategy, budget, timeout, (timer or {}).get("rep_ms"), gpus, retry_failed)
         self._timer_extra = {k: v for k, v in (timer or {}).items() if k != "rep_ms"}
-        self.grid = GridEditor(self.picker, grid, dtypes, store_getter=self._store_if_exists, budget=budget)
+        self.grid = GridEditor(self.picker, grid, dtypes, store_getter=self._store_if_exists,
+                               budget=self.settings.budget.value or None)
         self.control = RunControl()
         self.message = W.HTML()
         # Answers a parameters-cell typo with what the widgets show instead (the closest kernel name, the first
@@ -75,6 +76,8 @@ class Workbench(W.VBox):
         self.accept_button.on_click(lambda _: self.accept_choices())
         self.grid.on_change = self._sync_accept  # every preview: hidden once the user's edits answer the problems
         self.settings.budget.observe(lambda c: self.grid.update_preview(budget=c["new"] or 0), "value")
+        self.settings.strategy.observe(lambda _: self._sync_accept(), "value")
+        self.settings.budget.observe(lambda _: self._sync_accept(), "value")
         self._sync_accept()
         self.control.run_button.on_click(lambda _: self.run())
         self.control.stop_button.on_click(lambda _: self.stop())
@@ -287,7 +290,7 @@ class Workbench(W.VBox):
             self._measured.append(event)
 
     def _problems(self) -> list[str]:
-        return [p for p in (self.picker.problem, *self.grid.problems()) if p]
+        return [p for p in (self.picker.problem, *self.grid.problems(), self.settings.problem) if p]
 
     def _sync_accept(self) -> None:
         self.accept_button.layout.display = "" if self._problems() else "none"
@@ -296,6 +299,7 @@ class Workbench(W.VBox):
         """Take the kernel, dtypes and axes the widgets show in place of the parameters cell's unknown ones."""
         self.picker.problem, self.picker.warning.value = "", ""
         self.grid.grid_problem = self.grid.dtype_problem = ""
+        self.settings.answered()
         self.message.value = ""
         self.grid.update_preview()  # and hides the button
 
