@@ -66,10 +66,20 @@ def test_flytune_kernels_lists_the_packaged_kernels(installed):
         assert name in p.stdout
 
 
+def _files_under(folder):
+    """{path: mtime_ns} of every file under folder; empty where it does not exist."""
+    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+            for d, _, files in os.walk(folder) for f in files}
+
+
 def test_flytune_demo_runs_the_packaged_batch_notebook(installed):
+    # the checkout's own demo_out/ may hold a `make demo` run (README's first command): the installed demo must write
+    # beside its working folder and leave that one as it was
+    repo_demo = os.path.join(REPO, "demo_out")
+    before = _files_under(repo_demo)
     p = _run(installed, "-m", "flytune_nb", "demo", "--quiet")
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     out = installed[1] / "demo_out"
     assert (out / "batch_sweep.ipynb").is_file() and (out / "results.csv").is_file()
     assert "M=4 N=1024" in p.stdout and "speedup" in p.stdout
-    assert not os.path.exists(os.path.join(REPO, "demo_out"))
+    assert _files_under(repo_demo) == before
