@@ -78,8 +78,10 @@ def _store_error(path: Path, e: sqlite3.Error) -> Exception:
     if isinstance(e, sqlite3.OperationalError) and "readonly" in text:
         return StoreError(f"cannot write the results store {path}: {_read_only_why(path)}")
     if isinstance(e, sqlite3.OperationalError):  # full disk, I/O error, a lock held past the 30 s timeout
-        return StoreWriteFailed(f"results store {path}: {text}; every trial stored before this is kept "
-                                "(free the space or move --db, then re-run to resume)")
+        fix = ("free the space or move --db" if "full" in text else
+               "let the other writer (a sweep, a notebook) finish" if "locked" in text else "fix the cause")
+        return StoreWriteFailed(f"results store {path}: {text}; every trial stored before this is kept ({fix}, "
+                                "then re-run to resume)")
     return StoreError(f"{path} is damaged ({text}); `sqlite3 {path} .recover` can save its readable rows "
                       "into a new file")
 
