@@ -362,13 +362,19 @@ class Store:
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection. A store in WAL mode needs its -shm file even to be read; in a folder nobody may write
-    to (a read-only mount, a shared results folder) SQLite cannot make one and refuses with "unable to open database
-    file". Nothing can be writing there either, so the file is read as immutable: no locks, no -shm."""
+    """A read-only connection. A store in WAL mode needs its -shm file even to be read; in a folder this user may not
+    write to (a read-only mount, a colleague's results) SQLite cannot make one and refuses with "unable to open
+    database file". There the file is read as immutable (no locks, no -shm), which reads the database file alone: a
+    store whose -wal still holds rows (its sweep was killed, or is running as another user) is refused instead, since
+    those rows would be missing without a word."""
     def connect(flags: str) -> sqlite3.Connection:
         db = sqlite3.connect(f"file:{path}?mode=ro{flags}", uri=True, check_same_thread=False, isolation_level=None,
                              timeout=30)
-        db.execute("SELECT name FROM sqlite_master LIMIT 1")  # SQLite opens lazily: this is where it would fail
+        try:
+            db.execute("SELECT name FROM sqlite_master LIMIT 1")  # SQLite opens lazily: this is where it would fail
+        except sqlite3.Error:
+            db.close()
+            raise
         return db
 
     try:
@@ -376,6 +382,10 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     except sqlite3.OperationalError:
         if os.access(path.parent, os.W_OK):
             raise
+        wal = Path(f"{path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise StoreError(f"{path} is in a read-only folder beside a write-ahead log ({wal.name}) that holds rows "
+                             "SQLite can only read where it may write: copy both files to a folder of yours") from None
         return connect("&immutable=1")
 
 

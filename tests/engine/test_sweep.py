@@ -325,6 +325,24 @@ def test_a_store_in_a_read_only_folder_is_read_and_refused_for_writing():
             assert line == f"cannot write a results store at {folder}/{name}: its folder {folder} is read-only " \
                            "(SQLite writes its journal beside the file)"
         assert sorted(os.listdir(folder)) == ["s.db"]
+
+        # a store whose rows are still in its -wal (a killed sweep's): read as immutable they would be missing
+        os.chmod(folder, 0o755)
+        live = _store_with_trials(os.path.join(folder, "w.db"), 3)
+        for suffix in ("", "-wal"):
+            shutil.copy(os.path.join(folder, "w.db" + suffix), os.path.join(folder, "copy.db" + suffix))
+        live.close()
+        os.chmod(folder, 0o555)
+
+        def use_copy():
+            try:
+                return Store(os.path.join(folder, "copy.db"), readonly=True).count()
+            except StoreError as e:
+                return str(e)
+
+        assert as_unprivileged_user(use_copy) == (
+            f"{folder}/copy.db is in a read-only folder beside a write-ahead log (copy.db-wal) that holds rows SQLite "
+            "can only read where it may write: copy both files to a folder of yours")
     finally:
         os.chmod(folder, 0o755)
         shutil.rmtree(folder)
