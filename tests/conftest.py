@@ -68,14 +68,18 @@ def as_unprivileged_user(fn):
     return result["value"]
 
 
-def read_only_folder():
-    """A fresh folder under /tmp, readable by everyone (pytest's tmp_path is its owner's only): fill it, then
-    ``os.chmod(folder, 0o555)``."""
+@pytest.fixture
+def shared_folder():
+    """A fresh folder under /tmp that every user can read (pytest's tmp_path is its owner's only): fill it, then
+    ``os.chmod(folder, 0o555)`` to make it read-only for as_unprivileged_user. Removed afterwards."""
+    import shutil
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="flytune-ro-")
     os.chmod(folder, 0o755)
-    return folder
+    yield folder
+    os.chmod(folder, 0o755)
+    shutil.rmtree(folder)
 
 
 def pytest_collection_modifyitems(config, items):

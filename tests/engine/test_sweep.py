@@ -15,7 +15,7 @@ from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.events import TrialStarted
 from flytune_nb.engine.store import Store, StoreError
 from flytune_nb.engine.sweep import Sweep, SweepError
-from tests.conftest import PLUGINS, as_unprivileged_user, read_only_folder
+from tests.conftest import PLUGINS, as_unprivileged_user
 
 
 def _count(db, table="trials"):
@@ -298,54 +298,50 @@ def test_a_full_disk_mid_run_is_one_run_error_and_keeps_what_was_stored(tmp_path
     assert stored >= 5 and _count(db) == stored
 
 
-def test_a_store_in_a_read_only_folder_is_read_and_refused_for_writing():
+def test_a_store_in_a_read_only_folder_is_read_and_refused_for_writing(shared_folder):
     import shutil
 
-    folder = read_only_folder()
-    try:
-        s = _store_with_trials(os.path.join(folder, "s.db"), 7)
-        s.close()  # the last connection to close removes the -shm and -wal files: reading needs them re-made
-        assert not os.path.exists(os.path.join(folder, "s.db-shm"))
-        os.chmod(os.path.join(folder, "s.db"), 0o444)
-        os.chmod(folder, 0o555)
+    folder = shared_folder
+    s = _store_with_trials(os.path.join(folder, "s.db"), 7)
+    s.close()  # the last connection to close removes the -shm and -wal files: reading needs them re-made
+    assert not os.path.exists(os.path.join(folder, "s.db-shm"))
+    os.chmod(os.path.join(folder, "s.db"), 0o444)
+    os.chmod(folder, 0o555)
 
-        def use():
-            seen = [Store(os.path.join(folder, "s.db"), readonly=True).count()]
-            for name in ("s.db", "new.db"):
-                try:
-                    Store(os.path.join(folder, name))
-                    seen.append("opened for writing")
-                except StoreError as e:
-                    seen.append(str(e))
-            return seen
-
-        seen = as_unprivileged_user(use)
-        assert seen[0] == 7, seen
-        for line, name in zip(seen[1:], ("s.db", "new.db")):
-            assert line == f"cannot write a results store at {folder}/{name}: its folder {folder} is read-only " \
-                           "(SQLite writes its journal beside the file)"
-        assert sorted(os.listdir(folder)) == ["s.db"]
-
-        # a store whose rows are still in its -wal (a killed sweep's): read as immutable they would be missing
-        os.chmod(folder, 0o755)
-        live = _store_with_trials(os.path.join(folder, "w.db"), 3)
-        for suffix in ("", "-wal"):
-            shutil.copy(os.path.join(folder, "w.db" + suffix), os.path.join(folder, "copy.db" + suffix))
-        live.close()
-        os.chmod(folder, 0o555)
-
-        def use_copy():
+    def use():
+        seen = [Store(os.path.join(folder, "s.db"), readonly=True).count()]
+        for name in ("s.db", "new.db"):
             try:
-                return Store(os.path.join(folder, "copy.db"), readonly=True).count()
+                Store(os.path.join(folder, name))
+                seen.append("opened for writing")
             except StoreError as e:
-                return str(e)
+                seen.append(str(e))
+        return seen
 
-        assert as_unprivileged_user(use_copy) == (
-            f"{folder}/copy.db is in a read-only folder beside a write-ahead log (copy.db-wal) that holds rows SQLite "
-            "can only read where it may write: copy both files to a folder of yours")
-    finally:
-        os.chmod(folder, 0o755)
-        shutil.rmtree(folder)
+    seen = as_unprivileged_user(use)
+    assert seen[0] == 7, seen
+    for line, name in zip(seen[1:], ("s.db", "new.db")):
+        assert line == f"cannot write a results store at {folder}/{name}: its folder {folder} is read-only " \
+                       "(SQLite writes its journal beside the file)"
+    assert sorted(os.listdir(folder)) == ["s.db"]
+
+    # a store whose rows are still in its -wal (a killed sweep's): read as immutable they would be missing
+    os.chmod(folder, 0o755)
+    live = _store_with_trials(os.path.join(folder, "w.db"), 3)
+    for suffix in ("", "-wal"):
+        shutil.copy(os.path.join(folder, "w.db" + suffix), os.path.join(folder, "copy.db" + suffix))
+    live.close()
+    os.chmod(folder, 0o555)
+
+    def use_copy():
+        try:
+            return Store(os.path.join(folder, "copy.db"), readonly=True).count()
+        except StoreError as e:
+            return str(e)
+
+    assert as_unprivileged_user(use_copy) == (
+        f"{folder}/copy.db is in a read-only folder beside a write-ahead log (copy.db-wal) that holds rows SQLite "
+        "can only read where it may write: copy both files to a folder of yours")
 
 
 def test_compile_baseline_starts_from_a_fresh_dynamo_per_shape(monkeypatch, dev):

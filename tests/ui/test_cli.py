@@ -5,7 +5,7 @@ import re
 import pytest
 
 from flytune_nb.ui.cli import main
-from tests.conftest import PLUGINS, as_unprivileged_user, read_only_folder
+from tests.conftest import PLUGINS, as_unprivileged_user
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -233,29 +233,24 @@ def test_a_check_report_path_without_its_folder_is_refused_before_any_timing(opt
     assert f"{option} {tmp_path / 'no' / 'such' / 'r.txt'}: no folder" in captured.err and captured.out == ""
 
 
-def test_a_check_report_path_that_cannot_be_written_is_refused_before_any_timing(swept):
+def test_a_check_report_path_that_cannot_be_written_is_refused_before_any_timing(swept, shared_folder):
     """Exit 1 from check means a regression: an unwritable report found only after the timing would read as one."""
     import contextlib
     import io
-    import shutil
 
-    folder = read_only_folder()
-    try:
-        assert main(["export", "--db", str(swept.path), "--out", os.path.join(folder, "ex")]) == 0
-        os.chmod(folder, 0o555)
+    folder = shared_folder
+    assert main(["export", "--db", str(swept.path), "--out", os.path.join(folder, "ex")]) == 0
+    os.chmod(folder, 0o555)
 
-        def refused():
-            err = io.StringIO()
-            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-                rc = main(["check", os.path.join(folder, "ex"), "--md", os.path.join(folder, "c.md"), "--quiet"])
-            return rc, err.getvalue()
+    def refused():
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = main(["check", os.path.join(folder, "ex"), "--md", os.path.join(folder, "c.md"), "--quiet"])
+        return rc, err.getvalue()
 
-        rc, err = as_unprivileged_user(refused)
-        assert rc == 2 and err.strip() == f"flytune: error: --md {folder}/c.md: cannot write there ({folder} is " \
-                                          "read-only)", err
-    finally:
-        os.chmod(folder, 0o755)
-        shutil.rmtree(folder)
+    rc, err = as_unprivileged_user(refused)
+    assert rc == 2 and err.strip() == f"flytune: error: --md {folder}/c.md: cannot write there ({folder} is " \
+                                      "read-only)", err
 
 
 def test_an_export_warning_is_printed_once(swept, tmp_path, capsys):
