@@ -74,11 +74,14 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
     """Check ``config`` on fresh random inputs, then time it on ``inputs`` (the caller's tensors) or on those.
 
     ``restore`` is the in-place safety switch: tensors in ``spec.mutates`` are snapshotted and put back before every
-    rep and once more at the end; ``spec.zeroes`` are zeroed before every rep. Turning it off reproduces Triton
-    without ``restore_value`` (the drift test uses that).
+    rep and once more at the end; ``spec.zeroes`` are zeroed before the checked launch and before every rep. Turning
+    it off reproduces Triton without ``restore_value`` (the drift test uses that).
     """
     base = dict(kernel=spec.name, shape=dict(shape), dtype=dtype, config=config, device=device.name)
     fresh = spec.make_inputs(shape, dtype, device)
+    # accumulators start from zero on the checked launch as on every rep and every real call, so the reference sees
+    # the zeros the kernel will add onto (make_inputs is asked for random data everywhere, these included)
+    spec.reset(fresh, None)
     ref = spec.reference(fresh)  # before the launch: in-place kernels overwrite their inputs
     check.poison(spec, fresh)
     t0 = time.perf_counter()

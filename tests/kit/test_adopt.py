@@ -59,6 +59,28 @@ def test_in_place_kernels_stay_correct_across_timed_reps(dev, cpu_timer):
     assert [t.status for t in trials] == ["ok", "ok"] and max(t.rel_error for t in trials) < 1e-6
 
 
+def test_an_accumulator_is_zeroed_before_the_checked_launch_too(dev, cpu_timer):
+    """make_inputs draws random data for every tensor, accumulators included: the checked launch, like every rep and
+    every real call, adds onto zeros, so a correct atomic-add kernel passes whichever convention its reference uses."""
+    from tests.kit import adopted
+
+    def random_out(shape, dtype, device):
+        inputs = adopted.total_inputs(shape, dtype, device)
+        inputs["out"].uniform_(5.0, 10.0)  # stale data the kernel must not add onto
+        return inputs
+
+    references = {"sum": lambda i: {"out": i["x"].double().sum().reshape(1)},
+                  # written against the tensors as they come: the accumulator's value plus the sum
+                  "onto": lambda i: {"out": i["out"].double() + i["x"].double().sum()}}
+    for label, reference in references.items():
+        spec = adopt(adopted.total_kernel, name=f"total_{label}", axes=("N",), dtypes=("fp32",),
+                     make_inputs=random_out, launch=adopted.total_launch, reference=reference,
+                     example_shape={"N": 100})
+        trials = [evaluate(spec, {"N": 100}, "fp32", c, dev, cpu_timer) for c in spec.configs({"N": 100}, "fp32", dev)]
+        assert [t.status for t in trials] == ["ok", "ok"], (label, [t.reason for t in trials])
+        assert max(t.rel_error for t in trials) < 1e-6
+
+
 def test_a_census_of_an_adopted_kernel_reads_each_configs_binary(tmp_path, capsys, monkeypatch):
     """An adopted kernel compiles through its autotuner, not flytune's launcher: the census must still get the
     binary Triton built for gfx942, or every row reads "compiled" with no registers, loads or binary at all. No
