@@ -272,10 +272,10 @@ def cmd_kernels(args) -> int:
     if status:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     print(table(rows, ["kernel", "axes", "batch", "dtypes", f"space ({dev.name})"]))
-    from flytune_nb.core.registry import discover
+    from flytune_nb.core.registry import discover, is_reference
 
     for path in args.path:  # a folder that adds nothing is said, not silently listed as nothing
-        if not discover([path]).keys() - discover([]).keys():
+        if not is_reference(str(path)) and not discover([path]).keys() - discover([]).keys():
             print(f"flytune: warning: --path {path} holds no kernel folders (subfolders with "
                   f"__init__.py, kernel.py, configs.py, heuristic.py, reference.py)", file=sys.stderr)
     return 1 if broken else 0

@@ -336,6 +336,13 @@ def test_a_path_holding_no_kernels_is_said(tmp_path, capsys):
     assert "holds no kernel folders" in capsys.readouterr().err
 
 
+def test_a_spec_file_path_lists_its_kernel_without_the_no_folders_warning(capsys):
+    ref = f"{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}/kit/adopted.py:SCALE"
+    assert main(["kernels", "--path", ref]) == 0
+    out, err = capsys.readouterr()
+    assert "scale_adopted" in out and "holds no kernel folders" not in err
+
+
 def test_cli_errors_name_the_cli_option_not_the_python_argument(capsys):
     assert main(["sweep", "nosuchkernel", "--grid", "N=8"]) == 2
     err = capsys.readouterr().err
