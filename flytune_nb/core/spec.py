@@ -96,16 +96,16 @@ class KernelSpec:
         return set(want) - set(have) - optional, set(have) - set(want) - optional
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.replace("_", "").isalnum():
+        if not isinstance(self.name, str) or not self.name or not self.name.replace("_", "").isalnum():
             raise SpecError(f"kernel name must be letters, digits and '_', got {self.name!r}")
+        _check_types(self)
         from flytune_nb.backends import NAMES
 
         if self.backend not in NAMES:
             raise SpecError(f"{self.name}: backend must be one of {', '.join(NAMES)}, got {self.backend!r}")
         if self.batch_axis not in self.axes:
             raise SpecError(f"{self.name}: batch axis {self.batch_axis!r} is not one of its axes {self.axes}")
-        object.__setattr__(self, "axes", tuple(self.axes))
-        object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in self.dtypes))
+        object.__setattr__(self, "dtypes", tuple(dtypes.canonical(d) for d in dtypes.parse_list(self.dtypes)))
         if not self.dtypes:
             raise SpecError(f"{self.name}: dtypes is empty; name at least one (bf16, fp16, fp32)")
         object.__setattr__(self, "artifact_axes", tuple(self.artifact_axes))
@@ -225,6 +225,54 @@ class KernelSpec:
         if not (self.mutates or self.zeroes):
             return None
         return lambda: self.reset(inputs, snapshot)
+
+
+_NAME_TUPLES = ("axes", "outputs", "mutates", "zeroes", "artifact_axes", "schedule_knobs")
+_FUNCTIONS = ("make_inputs", "run", "reference", "configs", "default", "shape_of")
+_OPTIONAL_FUNCTIONS = ("bytes", "flops", "tolerance", "baseline", "named_configs", "artifact_dtype", "artifact_render")
+_MAPPINGS = ("example_shape", "optional_knobs", "extra")
+
+
+def _check_types(spec: KernelSpec) -> None:
+    """Each field of the type the core reads it as, checked once here: a field of the wrong type otherwise fails far
+    from where it was written (``outputs="out"`` reads as the names 'o', 'u', 't'; ``tolerance=1e-3`` as a function
+    called on every trial). Name lists become tuples; ``dtypes`` may also be text ("bf16,fp16")."""
+    def refuse(field_name: str, want: str, value) -> SpecError:
+        return SpecError(f"{spec.name}: {field_name} must be {want}, got {type(value).__name__} {value!r:.80}")
+
+    for f in _NAME_TUPLES:
+        value = getattr(spec, f)
+        if isinstance(value, str):
+            example = "('M', 'N')" if f in ("axes", "artifact_axes") else f"({value!r},)"
+            raise refuse(f, f"a tuple of names, e.g. {example}", value)
+        if not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
+            raise refuse(f, "a tuple of names (non-empty strings)", value)
+        object.__setattr__(spec, f, tuple(value))
+    if not spec.axes:
+        raise SpecError(f"{spec.name}: axes is empty; name the shape axes, e.g. ('M', 'N')")
+    if len(set(spec.axes)) != len(spec.axes):
+        raise refuse("axes", "distinct names", spec.axes)
+    if not isinstance(spec.batch_axis, str):
+        raise refuse("batch_axis", "one of the axes' names", spec.batch_axis)
+    if not isinstance(spec.dtypes, (str, Sequence)):
+        raise refuse("dtypes", "a tuple of dtype names, e.g. ('bf16', 'fp16')", spec.dtypes)
+    for f in _FUNCTIONS:
+        if not callable(getattr(spec, f)):
+            raise refuse(f, "a function", getattr(spec, f))
+    for f in _OPTIONAL_FUNCTIONS:
+        value = getattr(spec, f)
+        if value is not None and not callable(value):
+            hint = " (a bound per dtype: lambda dtype: 1e-3)" if f == "tolerance" else ""
+            raise refuse(f, f"a function or None{hint}", value)
+    for f in _MAPPINGS:
+        if not isinstance(getattr(spec, f), Mapping):
+            raise refuse(f, "a dict", getattr(spec, f))
+    scale = spec.tolerance_scale
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise refuse("tolerance_scale", "a positive number", scale)
+    for f in ("dtype_from", "description", "artifact_path", "artifact_suffix", "backend"):
+        if not isinstance(getattr(spec, f), str):
+            raise refuse(f, "text", getattr(spec, f))
 
 
 def _canonical_result(fn, canonical):

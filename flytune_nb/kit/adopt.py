@@ -360,11 +360,29 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
     they are before the launch. ``shape_of(inputs)``: the shape of a real call (for ``tuned``). The other keywords
     are KernelSpec's. Assign the result at module level (``SPEC = adopt(...)``) so that worker processes can load it
     by name (``"my_kernels.py:SPEC"``)."""
+    from flytune_nb.core import dtypes as dtype_names
     from flytune_nb.core import registry
 
     obj, where = resolve(kernel)
+    # checked before anything is called with them: axes="MN" would read as ('M', 'N'), dtypes="fp32" as 'f', 'p', …
+    if isinstance(axes, str) or not isinstance(axes, Sequence):
+        raise AdoptError(f"{where}: axes must be a tuple of names, e.g. axes=('M', 'N'); got {axes!r}")
+    dtypes = tuple(dtype_names.canonical(d) for d in dtype_names.parse_list(dtypes))
+    if not dtypes:
+        raise AdoptError(f"{where}: dtypes is empty; name at least one, e.g. dtypes=('bf16',)")
+    if default is not None and not isinstance(default, Config) and not callable(default):
+        raise AdoptError(f"{where}: default must be a Config or a function (shape, dtype, device) -> Config; got "
+                         f"{type(default).__name__} {default!r:.60}")
+    for label, fn in (("make_inputs", make_inputs), ("launch", launch), ("reference", reference)):
+        if not callable(fn):
+            raise AdoptError(f"{where}: {label} must be a function; got {type(fn).__name__} {fn!r:.60}")
     adopted = AdoptedKernel(obj, where, make_inputs, launch, reference)
-    name = name or adopted.base_fn.__name__
+    name = adopted.base_fn.__name__ if name is None else name
+    if not isinstance(name, str) or not name or not name.replace("_", "").isalnum():
+        raise AdoptError(f"{where}: name must be letters, digits and '_', got {name!r}")
+    clash = registry.discover().get(name)
+    if clash is not None:  # as the CLI would refuse it at its first use, refused here, where it is written
+        raise AdoptError(f"{where}: the name {name!r} is taken by the kernel folder {clash}; pass another name=")
     axes = tuple(axes)
     if not axes:
         raise AdoptError(f"{where}: give the shape axes, e.g. axes=('M', 'N')")

@@ -257,6 +257,22 @@ def test_an_autotuner_hook_is_refused():
         _adopt("AXPY", kernel=at)
 
 
+@pytest.mark.parametrize("changes, says", [
+    (dict(axes="MN"), r"axes must be a tuple of names, e\.g\. axes=\('M', 'N'\); got 'MN'"),
+    (dict(default="BLOCK=16"), "default must be a Config or a function"),
+    (dict(launch=None), "launch must be a function"),
+    (dict(name=5), "name must be letters, digits and '_', got 5"),
+    (dict(name="rmsnorm"), "the name 'rmsnorm' is taken by the kernel folder .*rmsnorm; pass another name="),
+])
+def test_arguments_of_the_wrong_kind_are_refused_at_adoption(changes, says):
+    with pytest.raises(AdoptError, match=says):
+        _adopt("SCALE", **changes)
+
+
+def test_dtypes_may_be_text():
+    assert _adopt("SCALE", dtypes="fp32").dtypes == ("fp32",)  # one name, not the characters 'f', 'p', '3', '2'
+
+
 def test_bad_adoption_from_the_command_line_writes_nothing(tmp_path, capsys):
     from flytune_nb.ui.cli import main
 

@@ -1,0 +1,41 @@
+"""KernelSpec's contract checks: a field of the wrong type is one SpecError naming the field, at construction, not a
+TypeError or a misread name deep inside a sweep."""
+import dataclasses
+import os
+
+import pytest
+
+from flytune_nb.core.config import Config
+from flytune_nb.core.registry import get_kernel
+from flytune_nb.core.spec import SpecError
+
+PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return get_kernel("toy", [PLUGINS])
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("outputs", "out", r"outputs must be a tuple of names, e\.g\. \('out',\)"),
+    ("axes", "MN", r"axes must be a tuple of names, e\.g\. \('M', 'N'\)"),
+    ("zeroes", ["acc", 3], "zeroes must be a tuple of names"),
+    ("axes", (), "axes is empty"),
+    ("tolerance", 1e-3, r"tolerance must be a function or None \(a bound per dtype"),
+    ("default", "BLOCK=128", "default must be a function, got str"),
+    ("configs", [Config({"BLOCK": 64})], "configs must be a function, got list"),
+    ("run", None, "run must be a function"),
+    ("tolerance_scale", 0, "tolerance_scale must be a positive number"),
+    ("example_shape", [("N", 64)], "example_shape must be a dict"),
+    ("batch_axis", 0, "batch_axis must be one of the axes' names"),
+    ("name", 5, "kernel name must be letters"),
+])
+def test_a_field_of_the_wrong_type_is_refused_by_name(toy, field, value, says):
+    with pytest.raises(SpecError, match=says):
+        dataclasses.replace(toy, **{field: value})
+
+
+def test_name_lists_become_tuples_and_dtypes_may_be_text(toy):
+    spec = dataclasses.replace(toy, outputs=["out"], dtypes="fp32, float16")
+    assert spec.outputs == ("out",) and spec.dtypes == ("fp32", "fp16")
