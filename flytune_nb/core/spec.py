@@ -196,6 +196,35 @@ class KernelSpec:
             raise dtypes.DtypeError(f"{self.name} supports {', '.join(self.dtypes)}; got {d}")
         return d
 
+    def dtype_of(self, inputs: Mapping[str, Any]):
+        """The torch dtype of a call: that of ``dtype_from``, else of the first floating-point tensor."""
+        if self.dtype_from:
+            if self.dtype_from not in inputs:
+                raise UsageError(f"{self.name}: missing input {self.dtype_from!r} (got {', '.join(inputs) or 'none'})")
+            return inputs[self.dtype_from].dtype
+        for v in inputs.values():
+            if hasattr(v, "dtype") and getattr(v, "is_floating_point", lambda: False)():
+                return v.dtype
+        raise UsageError(f"{self.name}: no floating-point tensor among the inputs to take the dtype from")
+
+    def check_made_inputs(self, inputs: Mapping[str, Any], dtype: str) -> None:
+        """make_inputs honoured ``dtype``: a make_inputs that ignores it would have every result stored, exported
+        and served under a dtype it never ran (bf16 files holding fp32 timings)."""
+        if not isinstance(inputs, Mapping):
+            raise SpecError(f"{self.name}: make_inputs returned {type(inputs).__name__}, not a dict of named inputs")
+        try:
+            got = self.dtype_of(inputs)
+        except UsageError as e:
+            raise SpecError(f"make_inputs for {dtype}: {e}") from None
+        try:
+            name = dtypes.canonical(got)
+        except dtypes.DtypeError:
+            name = str(got).removeprefix("torch.")
+        if name != dtype:
+            source = f"input {self.dtype_from!r}" if self.dtype_from else "its first floating-point input"
+            raise SpecError(f"{self.name}: make_inputs(shape, {dtype!r}, device) made {name} tensors ({source}); "
+                            f"it must make {dtype} ones (flytune_nb.core.dtypes.to_torch(dtype))")
+
     def tol(self, dtype: str) -> float:
         if self.tolerance is not None:
             return float(self.tolerance(dtype))

@@ -63,6 +63,7 @@ def describe(kernel: str, paths: tuple, shape: dict, dtype: str, timing: str = "
     except ShapeTooLarge as e:
         return {"too_large": str(e)}
     inputs = spec.make_inputs(shape, dtype, dev)
+    spec.check_made_inputs(inputs, dtype)
     key = make_key(spec, shape, dtype, inputs, dev, timing=timing)
     target = current_target()
     return {"key": key.digest, "key_fields": key.to_dict(), "device": asdict(dev),

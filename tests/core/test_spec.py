@@ -39,3 +39,22 @@ def test_a_field_of_the_wrong_type_is_refused_by_name(toy, field, value, says):
 def test_name_lists_become_tuples_and_dtypes_may_be_text(toy):
     spec = dataclasses.replace(toy, outputs=["out"], dtypes="fp32, float16")
     assert spec.outputs == ("out",) and spec.dtypes == ("fp32", "fp16")
+
+
+def test_inputs_made_in_another_dtype_than_asked_are_refused(toy, dev, tmp_path):
+    import torch
+
+    made = toy.make_inputs({"N": 64}, "bf16", dev)
+    toy.check_made_inputs(made, "bf16")  # the right dtype passes
+    fp32_always = dataclasses.replace(toy, make_inputs=lambda s, d, device: {
+        "x": torch.randn(s["N"], device=device.torch_device), "out": torch.empty(s["N"], device=device.torch_device)})
+    with pytest.raises(SpecError, match=r"toy: make_inputs\(shape, 'bf16', device\) made fp32 tensors"):
+        fp32_always.check_made_inputs(fp32_always.make_inputs({"N": 64}, "bf16", dev), "bf16")
+    with pytest.raises(SpecError, match="no floating-point tensor"):
+        toy.check_made_inputs({"n": 3}, "fp32")
+    # a sweep refuses it before the first trial, so nothing is stored under a dtype that never ran
+    from flytune_nb import Sweep
+    from flytune_nb.errors import FlytuneError
+
+    with pytest.raises(FlytuneError, match="made fp32 tensors"):
+        Sweep(fp32_always, "N=64", ["bf16"], db=tmp_path / "r.db", isolate=False).run()
