@@ -140,6 +140,7 @@ def _merge(entry: dict, table: dict, old_prov: dict, replace_stale: bool = False
     where it would leave some beside the new ones, ArtifactError (``replace_stale`` drops them instead)."""
     version = {_version(p) for p in entry["prov"].values()}
     covered = {str(m) for m in entry["prov"]}
+    _refuse_another_model(entry, old_prov)
     other = sorted((k for k, p in old_prov.items() if _version(p) not in version), key=int)
     left = [k for k in other if k not in covered]
     if left and not replace_stale:
@@ -158,8 +159,37 @@ def _merge(entry: dict, table: dict, old_prov: dict, replace_stale: bool = False
     if other:
         table = {m: v for m, v in table.items() if str(m) not in other}
         old_prov = {k: v for k, v in old_prov.items() if k not in other}
+    unknown = sorted((str(m) for m in table if str(m) not in old_prov and str(m) not in covered), key=int)
+    if unknown:  # kept (they may be a colleague's hand-tuned entries), but nothing vouches for them
+        _warn(f"{entry['path'].name}: keeps batch sizes {','.join(unknown)}, which {PROVENANCE} does not record "
+              f"(added by hand or by another tool); flytune check cannot say what they were tuned for", stacklevel=4)
     per_m = {**old_prov, **{str(m): v for m, v in entry["prov"].items()}}
     return {**table, **entry["by_m"]}, {k: per_m[k] for k in sorted(per_m, key=int)}
+
+
+def _model(record: dict, batch_axis: str):
+    """What a provenance record was tuned for apart from the batch size: (shape without it, dtype); None for a record
+    that does not say."""
+    if not isinstance(record, dict) or not isinstance(record.get("shape"), dict):
+        return None
+    rest = tuple(sorted((k, int(v)) for k, v in record["shape"].items() if k != batch_axis))
+    return rest, record.get("dtype")
+
+
+def _refuse_another_model(entry: dict, old_prov: dict) -> None:
+    """A file name may leave axes out (SGLang's MoE names show E and N, not K or top-k): a file already holding
+    another model's batch sizes is never merged with this export's, nor overwritten by it (its entries would be
+    served for the wrong model, or lost), whichever batch sizes the export covers."""
+    axis = entry["spec"].batch_axis
+    ours = {_model(p, axis) for p in entry["prov"].values()} - {None}
+    for m, record in sorted(old_prov.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
+        theirs = _model(record, axis)
+        if theirs is not None and ours and theirs not in ours:
+            now = next(iter(ours))
+            raise ArtifactError(
+                f"{entry['path'].name}: holds batch size {m} tuned for {dict(theirs[0])} {theirs[1]}; this export is "
+                f"for {dict(now[0])} {now[1]}, and the file name cannot tell them apart. Export to another config "
+                f"dir (--out), or delete the file to replace it.")
 
 
 def _warn(message: str, stacklevel: int = 3) -> None:

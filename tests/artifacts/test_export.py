@@ -75,6 +75,20 @@ def test_export_writes_only_knobs_is_byte_stable_and_keeps_provenance_beside(swe
     assert p["source"] == get_kernel("rmsnorm").fingerprint and p["rel_error"] < 1e-5
 
 
+def test_entries_the_provenance_does_not_record_are_kept_with_a_warning(swept, tmp_path):
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    data = json.loads(path.read_text())
+    data["64"] = dict(data["16"])  # a colleague's hand-tuned entry
+    path.write_text(json.dumps(data, indent=4) + "\n")
+    with pytest.warns(ArtifactWarning, match=r"keeps batch sizes 64, which provenance.json does not record"):
+        export(swept, out)
+    assert json.loads(path.read_text())["64"] == data["16"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the first export had nothing unrecorded to say
+        export(swept, tmp_path / "fresh")
+
+
 def test_only_configs_that_passed_are_exported(tmp_path, dev):
     db = tmp_path / "t.db"
     Sweep("toy", "N=64,128", ["fp32"], db=db, paths=[PLUGINS], isolate=False, baselines=()).run()

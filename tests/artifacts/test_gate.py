@@ -418,3 +418,14 @@ def test_check_cli_filters_and_budget(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["check", str(out), "--budget-s", "-1"])
     assert exit_.value.code == 2 and "--budget-s: must be a number of seconds > 0" in capsys.readouterr().err
+
+
+def test_a_file_its_provenance_lists_but_the_folder_lacks_fails_the_check(tmp_path, capsys):
+    """A deleted export would have an engine serve its defaults there; a gate that said "nothing to check" would pass
+    it. The row fails and the advice says to export it again."""
+    out, paths = _exported(tmp_path)
+    paths[0].unlink()
+    assert main(["check", str(out), "--quiet"]) == 1
+    printed = capsys.readouterr().out
+    assert f"{paths[0].name}: listed in provenance.json but missing from {paths[0].parent}; export it again" in printed
+    assert "1 FAIL" in printed

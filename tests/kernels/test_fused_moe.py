@@ -142,6 +142,25 @@ def test_two_models_that_would_share_a_file_are_refused(spec, tmp_path):
     assert not (tmp_path / "exports").exists()
 
 
+
+def test_a_second_model_exported_into_the_same_file_is_refused_not_merged(spec, tmp_path):
+    """Following the advice above (one store per model) into the same config dir: the file already holds K=48's
+    batch sizes; K=64's would be served for K=48's model, or replace them, so the export is refused and the file kept."""
+    out = tmp_path / "exports"
+    for K, M in ((48, "1,4"), (64, "4")):
+        db = tmp_path / f"k{K}.db"
+        Sweep(spec, f"M={M} E=4 N=32 K={K} topk=2", ["fp16"], db=db, isolate=False, baselines=(),
+              strategy="random", budget=2).run()
+        if K == 48:
+            (path,) = export(Store(db), out)
+            before = path.read_text(), (path.parent / "provenance.json").read_text()
+        else:
+            with pytest.raises(ArtifactError, match=r"holds batch size 1 tuned for \{'E': 4, 'K': 48, 'N': 32, "
+                                                    r"'topk': 2\} fp16; this export is for \{'E': 4, 'K': 64"):
+                export(Store(db), out)
+    assert (path.read_text(), (path.parent / "provenance.json").read_text()) == before
+
+
 def test_kernels_listing_and_the_workbench_use_the_example_shape(spec, capsys):
     from flytune_nb.ui.cli import main
 
