@@ -62,6 +62,8 @@ class PrimeReport:
     mismatched: list = field(default_factory=list)  # (shape, dtype, our key) the installed Triton keys otherwise
     disk: str = ""  # why no disk-cache entries were written ("" when they were, or were not asked for)
     note: str = ""  # why nothing was primed, when nothing was
+    stale: list = field(default_factory=list)  # files tuned for another source of the kernel: primed, but said
+    skipped: list = field(default_factory=list)  # (file, why): files that could not be served, left out
 
     @property
     def coarse(self) -> list:
@@ -77,6 +79,11 @@ class PrimeReport:
                          + (f"  [disk: {k.disk}]" if k.disk else ""))
         for shape, dtype, key in self.mismatched:
             lines.append(f"  NOT primed: {shape} {dtype}: the installed Triton does not key this call as {key}")
+        for path, why in self.skipped:
+            lines.append(f"  NOT primed: {Path(path).name}: {why}")
+        for path in self.stale:
+            lines.append(f"  stale: {Path(path).name} was tuned for another source of the kernel (flytune check "
+                         f"names the sweep that makes it current)")
         if self.disk:
             lines.append(f"  Triton's disk cache: {self.disk}")
         return "\n".join(lines)
@@ -124,11 +131,17 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
     lookup reads, $FLYTUNE_CONFIG_DIR or the repository's exports/) for ``device`` (default: this one).
     ``disk``: also write Triton's on-disk autotune entries: "auto" where the kernel reads them, True to write them
     wherever this Triton can (a process decorating the kernel with TRITON_CACHE_AUTOTUNING=1 reads them), False
-    never. Returns what was primed; raises UsageError only for a kernel that is not adopted."""
+    never. Returns what was primed.
+    Raises UsageError for a kernel that is not adopted and for an ``exports_dir`` that is not a folder; a file that
+    cannot be served, a stale one, or nothing to prime is reported and warned about (ArtifactWarning), never raised:
+    a serving process starts either way, its autotuner tuning what was not primed."""
     from flytune_nb.core.device import current_device
-    from flytune_nb.serve.lookup import config_dir
+    from flytune_nb.serve.lookup import ArtifactWarning, config_dir
 
     root = Path(config_dir(exports_dir))
+    if exports_dir is not None and not root.is_dir():
+        what = "does not exist" if not root.exists() else "is a file, not a folder of exports"
+        raise UsageError(f"prime: {root} {what}; give the folder `flytune export --out` wrote")
     spec = adopted_spec(kernel, root)
     adopted = spec.extra["adopted"]
     device = device or current_device()
@@ -161,12 +174,24 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
                       f"config per key): {len(report.coarse)} such keys, e.g. {worst.key}: {worst.winners}",
                       CoarseKeyWarning, stacklevel=2)
     _write_disk(spec, adopted, report, groups, device, disk)
+    problems = [f"{Path(p).name}: {why}" for p, why in report.skipped]
+    if report.stale:
+        problems.append(f"{len(report.stale)} file(s) tuned for another source of the kernel, primed: "
+                        f"{', '.join(Path(p).name for p in report.stale)} (flytune check {root} says how to renew them)")
+    if not report.keys:
+        hint = f"; {root} looks like the kernel's own folder: give its parent" if root.name == spec.name else ""
+        why = report.note or ("the installed Triton keys every tuned call otherwise" if report.mismatched else
+               "no entry could be served")
+        problems.append(f"nothing primed ({why}){hint}; the autotuner "
+                        f"benchmarks each key at its first call")
+    if problems:
+        warnings.warn(f"prime {spec.name}: " + "; ".join(problems), ArtifactWarning, stacklevel=2)
     return report
 
 
 def _exported(spec, root: Path, device, report: PrimeReport) -> list:
     """(shape, dtype, config, weight) for every entry of the kernel's files for ``device``."""
-    from flytune_nb.artifacts.files import PROVENANCE, read_provenance
+    from flytune_nb.artifacts.files import PROVENANCE, ArtifactError, read_provenance
     from flytune_nb.artifacts.gate import parse_name
     from flytune_nb.serve.lookup import triton_dir, validated_table
 
@@ -184,8 +209,14 @@ def _exported(spec, root: Path, device, report: PrimeReport) -> list:
             rest, dtype = {k: int(v) for k, v in meta["shape"].items()}, meta.get("dtype") or dtype
         if dtype is None:
             raise UsageError(f"{path.name}: no dtype in the name and no provenance to say which; re-export it")
-        table = validated_table(spec, path, rest, dtype, device)
+        try:
+            table = validated_table(spec, path, rest, dtype, device)
+        except ArtifactError as e:  # a knob renamed since the export: start up, serving the rest
+            report.skipped.append((path, str(e).removeprefix(f"{path.name}: ")))
+            continue
         report.files.append(path)
+        if {p.get("source") for p in prov.values() if isinstance(p, dict)} - {None, spec.fingerprint}:
+            report.stale.append(path)
         for m, config in table.items():
             shape = spec.check_shape({**rest, spec.batch_axis: m})
             p50 = (prov.get(str(m)) or {}).get("best_p50_ms")

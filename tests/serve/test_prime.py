@@ -21,6 +21,7 @@ from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.store import Store
 from flytune_nb.errors import UsageError
+from flytune_nb.serve.lookup import ArtifactWarning
 from flytune_nb.serve.prime import CoarseKeyWarning
 
 ADOPTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kit", "adopted.py")
@@ -94,8 +95,38 @@ def test_prime_takes_the_spec_its_reference_or_its_name(tmp_path, dev):
         assert [k.config for k in report.keys] == [cfg]
     with pytest.raises(UsageError, match="not an adopted @triton.autotune kernel"):
         flytune_nb.prime("rmsnorm", tmp_path)
-    empty = flytune_nb.prime(spec, tmp_path / "nowhere")
+    with pytest.raises(UsageError, match=r"prime: .*nowhere does not exist; give the folder `flytune export --out`"):
+        flytune_nb.prime(spec, tmp_path / "nowhere")
+    (tmp_path / "runs.db").write_bytes(b"")
+    with pytest.raises(UsageError, match="runs.db is a file, not a folder of exports"):
+        flytune_nb.prime(spec, tmp_path / "runs.db")
+    (tmp_path / "empty").mkdir()
+    with pytest.warns(ArtifactWarning, match="nothing primed .no exported configs for axpy_acc under"):
+        empty = flytune_nb.prime(spec, tmp_path / "empty")
     assert empty.keys == [] and "no exported configs for axpy_acc" in empty.note
+    with pytest.warns(ArtifactWarning, match="looks like the kernel's own folder: give its parent"):
+        flytune_nb.prime(spec, tmp_path / "axpy_acc")
+
+
+def test_a_stale_or_unservable_file_is_reported_and_start_up_goes_on(tmp_path, dev):
+    spec = load("AXPY")
+    cfg = spec.configs({"N": 64}, "fp32", dev)[-1]
+    write_export(tmp_path, spec, {}, "fp32", dev, {64: cfg})
+    folder = next(tmp_path.rglob(PROVENANCE)).parent
+    prov = json.loads((folder / PROVENANCE).read_text())
+    for entry in next(iter(prov.values())).values():
+        entry["source"] = "0123456789abcdef"  # tuned for an older source of the kernel
+    (folder / PROVENANCE).write_text(json.dumps(prov))
+    with pytest.warns(ArtifactWarning, match="1 file.s. tuned for another source of the kernel, primed"):
+        report = flytune_nb.prime(spec, tmp_path)
+    assert [k.config for k in report.keys] == [cfg] and len(report.stale) == 1 and "stale:" in report.summary()
+    # a knob renamed since the export: that file is left out, named, and start-up goes on
+    name = next(folder.glob("*device_name=*.json"))
+    name.write_text(name.read_text().replace('"BLOCK"', '"BLOCK_SIZE"'))
+    spec.extra["adopted"].autotuner.cache.clear()
+    with pytest.warns(ArtifactWarning, match=r"unknown knob \['BLOCK_SIZE'\].*nothing primed"):
+        report = flytune_nb.prime(spec, tmp_path)
+    assert report.keys == [] and report.skipped and "NOT primed: " + name.name in report.summary()
 
 
 def test_a_coarse_key_serves_the_winner_of_the_largest_share_of_time(tmp_path, dev):
