@@ -91,6 +91,7 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
     except Exception as e:  # noqa: BLE001 - a config's failure is data (see module doc)
         return Trial(**base, status=classify(e), reason=_reason(e))
     compile_s = time.perf_counter() - t0
+    _check_returns(spec, out, ref)
     verdict = check.compare(out, ref, spec.tol(dtype), spec.element_tol(dtype))
     if not verdict.ok:
         return Trial(**base, status="wrong", reason=verdict.reason, rel_error=verdict.rel_error, compile_s=compile_s)
@@ -114,6 +115,22 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
             spec.reset(target, snap)  # leave the caller's tensors exactly as they came in
     return Trial(**base, status="ok", p20=timing.p20, p50=timing.p50, p80=timing.p80, rel_error=verdict.rel_error,
                  compile_s=compile_s, reps=timing.reps, method=timing.method)
+
+
+def _check_returns(spec, out, ref) -> None:
+    """run and reference return tensors: anything else is the spec's mistake, the same for every config (a launcher
+    that forgot ``return out``), so it is one SpecError naming the function, not a trial's AttributeError."""
+    import torch
+
+    from flytune_nb.core.spec import SpecError
+
+    for what, value in (("reference(inputs)", ref), ("run(inputs, config)", out)):
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        bad = next((v for v in items if not torch.is_tensor(v)), False)
+        if bad is not False or not items:
+            got = "nothing" if not items else type(bad).__name__
+            raise SpecError(f"{spec.name}: {what} returned {got}; it must return the output tensor, or a tuple of "
+                            f"them in the order of its outputs")
 
 
 def _reason(e: BaseException) -> str:

@@ -102,3 +102,18 @@ def test_elementwise_bound_catches_one_bad_row_that_the_norm_averages_away():
     assert norm_only.ok  # the norm alone misses it: 1/sqrt(40000) = 5e-3 < 8e-3
     both = check.compare(out, ref, 8e-3, (1.6e-2, 1.6e-2))
     assert not both.ok and "first at (123," in both.reason
+
+
+@pytest.mark.parametrize("field, says", [("run", r"run\(inputs, config\) returned NoneType"),
+                                         ("reference", r"reference\(inputs\) returned NoneType")])
+def test_a_run_or_reference_returning_no_tensor_names_the_function(toy, dev, cpu_timer, field, says):
+    import dataclasses
+
+    from flytune_nb.core.spec import SpecError
+    from flytune_nb.measure.trial import evaluate
+
+    real = getattr(toy, field)
+    # a launcher that forgot `return out`: the kernel still runs
+    broken = dataclasses.replace(toy, **{field: lambda *a: (real(*a), None)[1]})
+    with pytest.raises(SpecError, match=f"toy: {says}; it must return the output tensor"):
+        evaluate(broken, {"N": 64}, "fp32", broken.default({"N": 64}, "fp32", dev), dev, cpu_timer)
