@@ -301,10 +301,34 @@ class Sweep:
                                      f"{first_line(e)}") from e
                 if d.get("too_large"):
                     raise ShapeTooLarge(d["too_large"])
+                self._check_space(d, shape, dtype)
                 if not plans:
                     self._check_device(DeviceInfo(**d["device"]))
                 plans.append({**d, "shape": shape, "dtype": dtype, "index": len(plans)})
         return plans
+
+    def _check_space(self, described: dict, shape: dict, dtype: str) -> None:
+        """The kernel's own space for a shape holds a config, and one with the heuristic default's knobs: a default
+        naming other knobs fails at its launch on every shape (a knob renamed in the kernel, not in heuristic.py),
+        and an empty space would leave the default alone, reported as searched. Refused before anything is timed.
+        A default with the space's knobs but values of its own is measured beside the space, as intended."""
+        if self.configs is not None:
+            return  # an explicit config list is checked against the default's knobs by _check_configs
+        from flytune_nb.core.spec import SpecError
+
+        name, where = self.spec.name, f"{' '.join(f'{a}={v}' for a, v in shape.items())} {dtype}"
+        if not described["space"]:
+            raise SpecError(f"{name}: configs(shape, dtype, device) returned no config for {where}; the search space "
+                            f"must hold at least one")
+        default = Config.from_dict(described["default"])
+        mismatches = [self.spec.knob_mismatch(default.to_dict(), Config.from_dict(c).to_dict())
+                      for c in described["space"]]
+        if all(missing or extra for missing, extra in mismatches):
+            missing, extra = mismatches[0]
+            parts = ([f"lacks {', '.join(sorted(missing))}"] if missing else []) + (
+                [f"has {', '.join(sorted(extra))}, which the space's configs do not"] if extra else [])
+            raise SpecError(f"{name}: the heuristic's default for {where}, {default}, {' and '.join(parts)}; "
+                            f"heuristic.py and configs.py must name the same knobs")
 
     def _check_device(self, device: DeviceInfo) -> None:
         """A kernel whose DSL cannot launch on the workers' device (FlyDSL anywhere but an AMD GPU) is refused with

@@ -456,3 +456,21 @@ def test_a_dtype_named_twice_is_swept_once():
     sw = Sweep("rmsnorm", "M=1 N=256", ["fp16", "float16", "fp32", "fp16"], isolate=False)
     assert sw.dtypes == ["fp16", "fp32"]
     assert Sweep("rmsnorm", "M=1 N=256", "bf16 torch.bfloat16", isolate=False).dtypes == ["bf16"]
+
+
+def test_a_default_naming_other_knobs_or_an_empty_space_is_refused_before_any_trial(tmp_path):
+    from flytune_nb.core.config import Config
+    from flytune_nb.core.spec import SpecError
+
+    toy = get_kernel("toy", [PLUGINS])
+    renamed = dataclasses.replace(toy, default=lambda s, d, dev: Config({"BLOCK_SIZE": 64, "MODE": 0}))
+    with pytest.raises(SpecError, match=r"toy: the heuristic's default for N=64 fp32, BLOCK_SIZE=64,MODE=0,.* lacks "
+                                        r"BLOCK and has BLOCK_SIZE, which the space's configs do not"):
+        Sweep(renamed, "N=64", ["fp32"], db=tmp_path / "a.db", isolate=False, baselines=()).run()
+    empty = dataclasses.replace(toy, configs=lambda s, d, dev: [])
+    with pytest.raises(SpecError, match="toy: configs.shape, dtype, device. returned no config for N=64 fp32"):
+        Sweep(empty, "N=64", ["fp32"], db=tmp_path / "b.db", isolate=False, baselines=()).run()
+    # the space's knobs with values of its own: measured beside the space, as a heuristic may
+    own = dataclasses.replace(toy, default=lambda s, d, dev: Config({"BLOCK": 32, "MODE": 0}, num_warps=2))
+    (result,) = Sweep(own, "N=64", ["fp32"], db=tmp_path / "c.db", isolate=False, baselines=()).run()
+    assert result.default_trial is not None and result.default_trial.ok
