@@ -24,13 +24,15 @@ __version__ = "0.1.0"
 import sys as _sys
 
 from flytune_nb.core.config import Config, ConfigError  # noqa: E402
-from flytune_nb.core.device import DeviceInfo, current_device  # noqa: E402
+from flytune_nb.core.device import DeviceInfo, choose_interpreter_early, current_device  # noqa: E402
 from flytune_nb.core.registry import get_kernel, list_kernels  # noqa: E402
 from flytune_nb.core.spec import KernelSpec  # noqa: E402
 from flytune_nb.errors import FlytuneError, RunError, UsageError  # noqa: E402
 from flytune_nb.measure.trial import Trial, evaluate  # noqa: E402
 from flytune_nb.serve.tuned import TunedKernel, tuned  # noqa: E402
 from flytune_nb.strategies.loop import NoValidConfig, SearchResult, search  # noqa: E402
+
+choose_interpreter_early()
 
 __all__ = ["Config", "ConfigError", "DeviceInfo", "FlytuneError", "KernelSpec", "NoValidConfig", "RunError",
            "SearchResult", "Store", "Sweep", "Trial", "TunedKernel", "UsageError", "adopt", "current_device",

@@ -72,6 +72,16 @@ def serialise_interpreter() -> bool:
     return True
 
 
+def stdlib_compiled_for_gpu() -> bool:
+    """Whether triton.language was imported before TRITON_INTERPRET was set: Triton decides at decoration time, so
+    its own @jit functions (tl.sum, tl.max, tl.softmax, ...) are then compiled-mode JITFunctions, and an interpreted
+    kernel calling one fails with "Cannot call @triton.jit'd outside of the scope of a kernel"."""
+    import sys
+
+    lang = sys.modules.get("triton.language")
+    return lang is not None and type(getattr(lang, "sum", None)).__name__ == "JITFunction"
+
+
 # -- the launch fast path ------------------------------------------------------------------------------------------
 def launch_runtime() -> dict:
     """What the fast path looks up once per process: the JIT class, Triton's argument specialiser, the current

@@ -143,10 +143,53 @@ def ensure_backend() -> None:
 
         if not torch.cuda.is_available():
             os.environ["TRITON_INTERPRET"] = "1"
+            reason = interpreter_unusable()
+            if reason:  # said once, where the switch happens; every in-process launch would fail without a word why
+                import warnings
+
+                warnings.warn(reason, InterpreterWarning, stacklevel=3)
     if interpreting():  # the interpreter is not thread-safe: one interpreted launch at a time in this process
         from flytune_nb._compat.triton import serialise_interpreter
 
         serialise_interpreter()
+
+
+def choose_interpreter_early() -> None:
+    """At ``import flytune_nb``: with a CPU-only torch build there is no GPU to find, so the interpreter is chosen
+    now, and a ``import triton`` on the notebook's next line is decorated for it (Triton decides at import; chosen
+    later, every in-process launch would fail). A CUDA or ROCm build waits for ensure_backend: asking the driver
+    whether a GPU is there would cost every import a driver initialisation. A census process entering compile mode
+    takes the choice back (enter_compile_mode), as Triton is not imported yet."""
+    if interpreting() or _COMPILING_FOR[0] is not None or "triton.language" in sys.modules:
+        return
+    if not torch_has_gpu_build():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def torch_has_gpu_build() -> bool:
+    """Whether the installed torch was built for CUDA or ROCm (whether or not a GPU is present)."""
+    import torch
+
+    return torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None
+
+
+class InterpreterWarning(UserWarning):
+    """Kernels cannot run on Triton's CPU interpreter in this process (see interpreter_unusable)."""
+
+
+def interpreter_unusable() -> str:
+    """Why kernels cannot run interpreted in this process, or "": Triton was imported before the interpreter was
+    chosen (a notebook whose first cell imports triton, on a machine without a GPU). Worker processes (sweeps'
+    default) start clean and are not affected."""
+    if not interpreting():
+        return ""
+    from flytune_nb._compat.triton import stdlib_compiled_for_gpu
+
+    if not stdlib_compiled_for_gpu():
+        return ""
+    return ("Triton was imported before flytune_nb chose its CPU interpreter (there is no GPU here), so Triton's own "
+            "functions (tl.sum, tl.max, ...) cannot run interpreted in this process: restart it and import flytune_nb "
+            "(or any of its parts) before triton, or set TRITON_INTERPRET=1 before starting Python or Jupyter")
 
 
 def current_device(index: int = 0) -> DeviceInfo:

@@ -146,10 +146,12 @@ class AdoptedKernel:
         where = where or f"{self.base_fn.__module__}:{self.base_fn.__name__}"
         self.kernel, self.where = kernel, where
         self.make_inputs, self.launch, self.reference = make_inputs, launch, reference
+        ensure_backend()  # chosen now if nothing chose it yet: whether the kernel can run here depends on it
         if interpreting() and type(self.jit).__name__ == "JITFunction":
             raise AdoptError(f"{where} was decorated before Triton's interpreter was chosen, so it cannot run on "
-                             f"this machine without a GPU: adopt it by name ('module:attribute'), which imports it "
-                             f"after the choice, or call flytune_nb.core.device.ensure_backend() before importing it")
+                             f"this machine without a GPU: restart, then import flytune_nb before the kernel's "
+                             f"module (or adopt it by name, 'module:attribute'), or set TRITON_INTERPRET=1 before "
+                             f"starting Python or Jupyter")
         if self.fields["user_pre_hook"] or self.fields["user_post_hook"]:
             raise AdoptError(f"{where}: autotune(pre_hook=..., post_hook=...) replaces restore_value / reset_to_zero "
                              f"while benchmarking; flytune_nb restores in-place state itself: declare the tensors in "

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from flytune_nb.measure import correctness as check
 from flytune_nb.core.config import Config
-from flytune_nb.core.device import DeviceInfo
-from flytune_nb.errors import compile_error_line
+from flytune_nb.core.device import DeviceInfo, interpreter_unusable
+from flytune_nb.errors import UsageError, compile_error_line
 
 STATUSES = ("ok", "wrong", "compile_error", "launch_error", "crashed", "timeout", "skipped")
 
@@ -78,6 +78,9 @@ def evaluate(spec, shape: dict, dtype: str, config: Config, device: DeviceInfo, 
     it off reproduces Triton without ``restore_value`` (the drift test uses that).
     """
     base = dict(kernel=spec.name, shape=dict(shape), dtype=dtype, config=config, device=device.name)
+    unusable = interpreter_unusable()
+    if unusable:  # every config would fail the same way, for a reason that is not the config's
+        raise UsageError(unusable)
     fresh = spec.make_inputs(shape, dtype, device)
     # accumulators start from zero on the checked launch as on every rep and every real call, so the reference sees
     # the zeros the kernel will add onto (make_inputs is asked for random data everywhere, these included)

@@ -17,7 +17,7 @@ from flytune_nb._compat.stdlib import environ_bytes
 from flytune_nb.measure.timer import make_timer
 from flytune_nb.serve.disk_cache import DiskCache
 from flytune_nb.core.config import Config
-from flytune_nb.core.device import DeviceInfo, current_device
+from flytune_nb.core.device import DeviceInfo, current_device, interpreter_unusable
 from flytune_nb.core.key import CODEGEN_ENV, make_key
 from flytune_nb.strategies.loop import SearchResult, search
 
@@ -85,6 +85,9 @@ class TunedKernel:
 
     def _miss(self, inputs: dict, fast: tuple) -> Config:
         spec = self.spec
+        unusable = interpreter_unusable()
+        if unusable:  # the launch would fail inside Triton with a message that does not say why
+            raise UsageError(f"{spec.name}: {unusable}")
         shape = _shape_of(spec, inputs)
         dtype = spec.check_dtype(spec.dtype_of(inputs))
         _check_outputs(spec, inputs)  # once per memory key: the outputs' shapes are in it

@@ -96,3 +96,33 @@ def test_a_fresh_process_compiles_for_the_target_even_with_the_interpreter_asked
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["JITFunction", "AMD_Instinct_MI300X", "False"]
+
+
+def _clean_run(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter whose environment is a user's plain shell: no TRITON_INTERPRET inherited from
+    this test run (Triton decides interpreted or compiled when it is imported, so the order of imports is the test)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-W", "always", "-c", code], env={**env, "PYTHONPATH": REPO},
+                          capture_output=True, text=True, timeout=300)
+
+
+SWEEP_IN_PROCESS = (
+    "import tempfile, os\n"
+    "from flytune_nb import Sweep\n"
+    "db = os.path.join(tempfile.mkdtemp(), 'r.db')\n"
+    "(r,) = Sweep('rmsnorm', 'M=2 N=64', ['fp32'], isolate=False, db=db, baselines=(), budget=2).run()\n"
+    "print(sorted({t.status for t in r.trials}))\n")
+
+
+@pytest.mark.skipif(device_mod.torch_has_gpu_build(), reason="the import-time choice is for CPU-only torch builds")
+def test_triton_imported_right_after_flytune_nb_runs_interpreted():
+    out = _clean_run("import flytune_nb\nimport triton\n" + SWEEP_IN_PROCESS)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["['ok']"]
+
+
+def test_triton_imported_before_flytune_nb_is_one_clear_error_not_failed_trials():
+    out = _clean_run("import triton\nimport flytune_nb\n" + SWEEP_IN_PROCESS)
+    assert out.returncode == 1
+    assert "Triton was imported before flytune_nb chose its CPU interpreter" in out.stderr
+    assert "launch_error" not in out.stdout
