@@ -1,8 +1,9 @@
 """Runtime lookup of exported configs: the serving path, with zero search.
 
 ``lookup(spec, shape, dtype)`` -> (config, source) where source is ``artifact`` or ``default``. Nearest batch size by
-absolute distance (ties: the smaller). No directory for the running Triton (FlyDSL, for a FlyDSL kernel) -> the
-newest ``triton_*`` (``flydsl_*``) present, with a warning. A missing, malformed or foreign file -> the heuristic
+absolute distance (ties: the smaller). Per file, as SGLang's MoE loader looks (REFERENCE.md): the running Triton's
+folder (FlyDSL's, for a FlyDSL kernel) if it holds the file, else the newest other ``triton_*`` (``flydsl_*``) folder
+that holds it, with a warning naming that folder. A missing, malformed or foreign file -> the heuristic
 default with one warning (per file), never an exception. Device names are restricted to ``[A-Za-z0-9._-]`` and the resolved path must stay under the config dir.
 
 Parsed tables are cached per (kernel, non-batch shape, dtype, device, dir), so a hit is a dict lookup plus a bisect.
@@ -70,6 +71,19 @@ def version_dir(kdir: Path, backend: str | None = None) -> tuple[Path | None, st
     return (present[-1] if present else None), running
 
 
+def version_dirs(kdir: Path, backend: str) -> tuple[list[Path], str]:
+    """(the version folders a file is looked for in, in order; the running version's folder name): the running one
+    where present, then every other ``triton_*`` (``flydsl_*``) folder newest first. The first that holds the file
+    serves it, so a file only an older Triton's folder has is still found beside a running folder without it."""
+    from flytune_nb import backends
+
+    b = backends.get(backend)
+    running = b.running_config_dir_name()
+    others = sorted((d for d in kdir.glob(b.CONFIG_DIR_PREFIX + "*") if d.is_dir() and d.name != running),
+                    key=lambda d: version_key(d.name), reverse=True)
+    return ([kdir / running] if (kdir / running).is_dir() else []) + others, running
+
+
 def validated_table(spec, path: Path, rest: dict, dtype: str, device) -> dict[int, Config]:
     """{M: Config} from one artifact, or ArtifactError: every entry must hold exactly the knobs the kernel's launcher
     consumes (those its heuristic names, plus the kernel's optional knobs; AMD ones may be added on HIP) — no missing
@@ -127,23 +141,28 @@ class Lookup:
         if not SAFE.match(device_name):
             raise ArtifactError(f"device name {device_name!r} is not a safe file-name part")
         kdir = kernel_dir(spec, root)
-        want, running = version_dir(kdir, spec.backend)
-        if want is None:
+        folders, running = version_dirs(kdir, spec.backend)
+        if not folders:
             warnings.warn(f"no exported configs for {spec.name} under {root}; using the heuristic default",
                           ArtifactWarning, stacklevel=4)
             return None
-        if want.name != running:
-            warnings.warn(f"{spec.name}: no {running} in {kdir}; using the newest present, {want.name}",
-                          ArtifactWarning, stacklevel=4)
-        path = (want / file_name(spec, rest, device_name, dtype)).resolve()
-        if not path.is_relative_to(root.resolve()):
-            raise ArtifactError(f"{path} resolves outside the config dir {root}")
-        if not path.exists():
+        name = file_name(spec, rest, device_name, dtype)
+        found = next((d for d in folders if (d / name).is_file()), None)
+        if found is None:
+            want = folders[0]
             others = sorted(p.name for p in want.glob("*.json") if p.name != PROVENANCE)
             hint = f" (files there: {', '.join(others[:3])}{'...' if len(others) > 3 else ''})" if others else ""
-            warnings.warn(f"no config file {path.name} for {device_name} in {want}{hint}; using the heuristic "
+            older = f" or {', '.join(d.name for d in folders[1:])}" if folders[1:] else ""
+            warnings.warn(f"no config file {name} for {device_name} in {want}{older}{hint}; using the heuristic "
                           f"default", ArtifactWarning, stacklevel=4)
             return None
+        if found.name != running:
+            why = f"no {name} in {running}" if folders[0].name == running else f"no {running} in {kdir}"
+            warnings.warn(f"{spec.name}: {why}; using {found.name}'s, the newest folder that holds it",
+                          ArtifactWarning, stacklevel=4)
+        path = (found / name).resolve()
+        if not path.is_relative_to(root.resolve()):
+            raise ArtifactError(f"{path} resolves outside the config dir {root}")
         return path
 
 

@@ -137,9 +137,45 @@ def test_missing_triton_dir_falls_back_to_the_newest_with_a_warning(swept, tmp_p
     (out / "rmsnorm" / "triton_2_9_0").mkdir()
     newest = out / "rmsnorm" / "triton_99_1_0"
     path.parent.rename(newest)
-    with pytest.warns(ArtifactWarning, match="using the newest present, triton_99_1_0"):
+    with pytest.warns(ArtifactWarning, match=f"no {TDIR} in .*; using triton_99_1_0's, the newest folder that holds"):
         cfg, source = lookup(get_kernel("rmsnorm"), {"M": 4, "N": 256}, "fp32", directory=out)
     assert source == "artifact"
+
+
+def _entry(warps):
+    return {"BLOCK_N": 256, "num_warps": warps, "num_stages": 1}
+
+
+@pytest.mark.parametrize("running", [True, False])
+def test_each_file_comes_from_the_running_tritons_folder_else_the_newest_that_holds_it(running, tmp_path, dev):
+    """SGLang's loader looks per file: a running-Triton folder without the file, or a newest folder without it,
+    does not hide an older folder's file. The warning names the folder served."""
+    spec = get_kernel("rmsnorm")
+    kdir = tmp_path / "ex" / "rmsnorm"
+    layout = {"triton_99_0_0": {256: 8}, "triton_2_9_0": {512: 4, 1024: 2}, "triton_2_8_0": {512: 1, 2048: 16}}
+    if running:
+        layout[TDIR] = {256: 32}
+    for folder, files in layout.items():
+        (kdir / folder).mkdir(parents=True)
+        for n, warps in files.items():
+            (kdir / folder / file_name(spec, {"N": n}, dev.name, "fp32")).write_text(json.dumps({"4": _entry(warps)}))
+    served = {256: 32 if running else 8, 512: 4, 1024: 2, 2048: 16}
+    for n, warps in served.items():
+        folder = next(f for f in sorted(layout, key=lambda f: (f != TDIR, [-int(x) for x in f.split("_")[1:]]))
+                      if n in layout[f])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cfg, source = lookup(spec, {"M": 4, "N": n}, "fp32", directory=tmp_path / "ex")
+        assert (cfg.num_warps, source) == (warps, "artifact"), n
+        said = [str(w.message) for w in caught]
+        if folder == TDIR:
+            assert said == []
+        else:
+            assert len(said) == 1 and f"using {folder}'s, the newest folder that holds it" in said[0], said
+            assert (f"no N={n},device_name={dev.name},dtype=fp32.json in {TDIR}" if running else f"no {TDIR} in") \
+                in said[0]
+    with pytest.warns(ArtifactWarning, match=r"no config file N=64,.* in .*triton_.* or triton_"):
+        assert lookup(spec, {"M": 4, "N": 64}, "fp32", directory=tmp_path / "ex")[1] == "default"
 
 
 @pytest.mark.parametrize("case", list(MALFORMED))

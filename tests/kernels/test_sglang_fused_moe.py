@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,66 @@ def test_export_is_read_back_by_sglangs_own_lookup(sg, tmp_path, monkeypatch):
     cfg, source = lookup(get_kernel("sglang_fused_moe"), {"M": 4, "E": 4, "N": 64, "K": 32, "topk": 2}, "fp16",
                          directory=tmp_path / "out")
     assert source == "artifact" and cfg.to_dict() == table["5"]
+
+
+def _write_moe_files(spec, root, layout, device_name="CPU_interpreter"):
+    """``layout``: {triton folder: {E: {M: config}}} under ``root``/configs, as SGLang's tuner writes them."""
+    for folder, by_e in layout.items():
+        (root / "configs" / folder).mkdir(parents=True)
+        for E, table in by_e.items():
+            (root / "configs" / folder / files.file_name(E, 64, device_name)).write_text(
+                files.render({m: c.to_dict() for m, c in table.items()}))
+
+
+def _sglangs_choice(sg, E, M):
+    """The config SGLang's own try_get_optimal_moe_config runs for (E, N=64, K=32, top-k 2) at M, and whether it came
+    from a file."""
+    sg.config.get_moe_configs.cache_clear()
+    try:
+        from_file = sg.config.get_moe_configs(E, 64, None) is not None
+        return sg.config.try_get_optimal_moe_config((E, 128, 32), (E, 32, 64), 2, None, M), from_file
+    finally:
+        sg.config.get_moe_configs.cache_clear()
+
+
+@pytest.mark.parametrize("layout", ["running and older", "newer and older"])
+def test_lookup_takes_each_file_from_the_folder_sglang_takes_it_from(layout, spec, sg, tmp_path, monkeypatch, dev):
+    """Per file, the running Triton's folder if it holds it, else the newest other folder that does (3_10_0 is newer
+    than 3_5_0): what SGLang's get_moe_configs reads, for a file every folder has, one only an older folder has, and
+    one none has."""
+    import random
+
+    import triton
+
+    from flytune_nb.serve.lookup import LOOKUP, lookup
+
+    here = files.version_dir(triton.__version__)
+    space = spec.configs({**TINY, "E": 8}, "fp16", dev)
+    first = here if layout == "running and older" else "triton_3_10_0"
+    assert first not in ("triton_3_5_0", "triton_3_4_0")
+    tables = {f: {E: {m: random.choice(space) for m in (1, 8)} for E in es}
+              for f, es in ((first, (4,)), ("triton_3_5_0", (4, 8)), ("triton_3_4_0", (4, 8, 12)))}
+    root = tmp_path / "out" / "sglang_fused_moe"
+    _write_moe_files(spec, root, tables)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
+    _device_named(monkeypatch, sg)
+    LOOKUP.clear()
+    for E, served_from in ((4, first), (8, "triton_3_5_0"), (12, "triton_3_4_0"), (16, None)):
+        M = random.randint(1, 16)
+        theirs, from_file = _sglangs_choice(sg, E, M)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cfg, source = lookup(spec, {**TINY, "E": E, "M": M}, "fp16", directory=tmp_path / "out")
+        assert source == ("artifact" if from_file else "default") and from_file == (served_from is not None), E
+        if from_file:
+            assert cfg.to_dict() == theirs, (E, M)
+            want = tables[served_from][E][min((1, 8), key=lambda m: abs(m - M))]
+            assert cfg == want, (E, M)
+        said = " ".join(str(w.message) for w in caught)
+        assert (served_from in (None, here)) == ("newest folder that holds it" not in said), said
+        if served_from not in (None, here):
+            assert f"using {served_from}'s" in said, said
+    LOOKUP.clear()
 
 
 def test_fp8_export_is_read_back_by_sglang_and_served_by_dtype(spec, sg, tmp_path, monkeypatch):
