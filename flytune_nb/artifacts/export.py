@@ -9,13 +9,11 @@ import json
 import math
 from pathlib import Path
 
-from filelock import FileLock
-
 from flytune_nb import backends
 from flytune_nb.artifacts import flydsl
 from flytune_nb.artifacts.files import (
-    BUILTIN_DIR, LOCK, PROVENANCE, ArtifactError, atomic_write, file_name, kernel_dir, read_provenance, read_table,
-    render_for)
+    BUILTIN_DIR, PROVENANCE, ArtifactError, atomic_write, check_writable, export_lock, file_name, kernel_dir,
+    read_provenance, read_table, render_for)
 from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.device import INTERPRETER_NAME
 from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
@@ -270,6 +268,8 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
         if path.exists():
             merged = _merge(entry, read_table(path), _old_provenance(path), replace_stale)[0]
         _warn_far(entry["spec"], path.name, merged)
+    for folder in sorted({e["path"].parent for e in plan + fly}):
+        check_writable(folder)
     written = []
     for entry in plan:
         path = entry["path"]
@@ -277,7 +277,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ArtifactError(f"cannot create {path.parent}: {e.strerror or e}") from None
-        with FileLock(str(path.parent / LOCK)):
+        with export_lock(path.parent):
             # Read and check both files before writing either: a bad sidecar must not leave a new artifact behind
             # with no provenance.
             prov_path = path.parent / PROVENANCE

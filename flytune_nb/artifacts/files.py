@@ -12,6 +12,7 @@ import json
 import os
 import re
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from flytune_nb.core.resources import EXPORTS
@@ -77,6 +78,34 @@ def atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_writable(folder: Path) -> None:
+    """ArtifactError unless files can be created in ``folder`` (where it does not exist yet: in the nearest folder
+    above it that does, where it would be made). Export checks every folder before it writes any file."""
+    here = Path(folder)
+    while not os.path.isdir(here) and here != here.parent:
+        here = here.parent
+    if not os.access(here, os.W_OK | os.X_OK):
+        where = "it" if here == Path(folder) else f"{here}, where it would be made,"
+        raise ArtifactError(f"cannot write to {folder}: {where} is not writable for this user")
+
+
+@contextmanager
+def export_lock(folder: Path):
+    """The per-folder lock every export holds while it reads, merges and writes there. Its lock file is the first
+    thing written: a folder that refuses it is one ArtifactError, not a PermissionError."""
+    from filelock import FileLock
+
+    lock = FileLock(str(Path(folder) / LOCK))
+    try:
+        lock.acquire()
+    except OSError as e:
+        raise ArtifactError(f"cannot write to {folder}: {e.strerror or e}") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def read_table(path: Path) -> dict[int, dict]:

@@ -268,9 +268,7 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=(), cut_off: set[st
 
 def write_planned(entries: list[dict]) -> list[Path]:
     """Write planned files (each replaces the file of its identity) and merge their provenance beside them."""
-    from filelock import FileLock
-
-    from flytune_nb.artifacts.files import LOCK
+    from flytune_nb.artifacts.files import export_lock
 
     written = []
     for root in sorted({e["path"].parent for e in entries}):
@@ -279,7 +277,7 @@ def write_planned(entries: list[dict]) -> list[Path]:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ArtifactError(f"cannot create {root}: {e.strerror or e}") from None
-        with FileLock(str(root / LOCK)):
+        with export_lock(root):
             prov_path = root / PROVENANCE
             prov = {}
             if prov_path.exists():

@@ -3,8 +3,9 @@
 ``lookup(spec, shape, dtype)`` -> (config, source) where source is ``artifact`` or ``default``. Nearest batch size by
 absolute distance (ties: the smaller). Per file, as SGLang's MoE loader looks (REFERENCE.md): the running Triton's
 folder (FlyDSL's, for a FlyDSL kernel) if it holds the file, else the newest other ``triton_*`` (``flydsl_*``) folder
-that holds it, with a warning naming that folder. A missing, malformed or foreign file -> the heuristic
-default with one warning (per file), never an exception. Device names are restricted to ``[A-Za-z0-9._-]`` and the resolved path must stay under the config dir.
+that holds it, with a warning naming that folder. A missing, malformed or foreign file, or a config folder this
+process cannot read -> the heuristic default with one warning (per file), never an exception. Device names are
+restricted to ``[A-Za-z0-9._-]`` and the resolved path must stay under the config dir.
 
 Parsed tables are cached per (kernel, non-batch shape, dtype, device, dir), so a hit is a dict lookup plus a bisect.
 """
@@ -135,6 +136,10 @@ class Lookup:
             return Table(tuple(table), tuple(table.values()), str(path))
         except (ArtifactError, ConfigError) as e:
             warnings.warn(f"{e}; using the heuristic default", ArtifactWarning, stacklevel=3)
+            return None
+        except OSError as e:  # a folder this process may not read or enter (an unreadable file is an ArtifactError)
+            warnings.warn(f"cannot reach {e.filename or root} ({e.strerror or e}): a config folder on its path is "
+                          f"not readable for this user; using the heuristic default", ArtifactWarning, stacklevel=3)
             return None
 
     def _resolve(self, spec, rest: dict, dtype: str, device_name: str, root: Path) -> Path | None:

@@ -19,7 +19,7 @@ from flytune_nb.engine.sweep import Sweep
 from flytune_nb.serve.lookup import ArtifactWarning, lookup
 from flytune_nb.serve.tuned import TunedKernel
 from flytune_nb.ui.cli import main
-from tests.conftest import PLUGINS
+from tests.conftest import PLUGINS, as_unprivileged_user
 
 TDIR = triton_dir_name(triton.__version__)
 
@@ -202,6 +202,103 @@ def test_foreign_device_traversal_and_missing_dir_never_raise(tmp_path, dev):
         assert lookup(spec, {"M": 4, "N": 256}, "fp32", device=evil, directory=tmp_path / "ex")[1] == "default"
     with pytest.warns(ArtifactWarning, match="no exported configs"):
         assert lookup(spec, {"M": 4, "N": 256}, "fp32", directory=tmp_path / "nowhere")[1] == "default"
+
+
+@pytest.mark.parametrize("unreadable", ["config dir", "kernel folder", "Triton folder"])
+def test_an_unreadable_config_folder_is_one_warning_and_the_default_in_lookup_and_tuned(unreadable, shared_folder,
+                                                                                        dev):
+    """As for an unreadable file: the heuristic default with one warning, never an exception at serving time. Root
+    reads any folder, so the lookups run as an unprivileged user."""
+    from flytune_nb.serve.lookup import LOOKUP
+    from flytune_nb.serve.tuned import tuned
+
+    spec = get_kernel("rmsnorm")
+    root = os.path.join(shared_folder, "ex")
+    tdir = os.path.join(root, "rmsnorm", TDIR)
+    os.makedirs(tdir)
+    default = spec.default({"M": 4, "N": 256}, "fp32", dev)
+    exported = next(c for c in spec.configs({"M": 4, "N": 256}, "fp32", dev) if c != default)
+    with open(os.path.join(tdir, file_name(spec, {"N": 256}, dev.name, "fp32")), "w") as f:
+        f.write(artifacts.render({4: exported.to_dict()}))
+    cache = os.path.join(shared_folder, "cache")
+    os.makedirs(cache)
+    os.chmod(cache, 0o777)
+
+    def serve():
+        LOOKUP.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sources = [lookup(spec, {"M": m, "N": 256}, "fp32", directory=root)[1] for m in (1, 4, 9)]
+            os.environ["FLYTUNE_CONFIG_DIR"] = root
+            op = tuned("rmsnorm", cache_dir=cache)
+            inputs = spec.make_inputs({"M": 5, "N": 256}, "fp32", dev)
+            y = op(**inputs)
+        ref = spec.reference(inputs)
+        return (sources, op.last_source, str(op.config_for(inputs)), ((y.double() - ref).norm() / ref.norm()).item(),
+                [str(w.message) for w in caught])
+
+    sources, source, config, err, said = as_unprivileged_user(serve)
+    assert (sources, source, config, said) == (["artifact"] * 3, "artifact", str(exported), []), said
+    folder = {"config dir": root, "kernel folder": os.path.dirname(tdir), "Triton folder": tdir}[unreadable]
+    os.chmod(folder, 0o000)
+    try:
+        sources, source, config, err, said = as_unprivileged_user(serve)
+    finally:
+        os.chmod(folder, 0o755)
+    assert (sources, source, config) == (["default"] * 3, "default", str(spec.default({"M": 5, "N": 256}, "fp32", dev)))
+    assert err < 1e-5
+    assert len(said) == 1 and "not readable for this user; using the heuristic default" in said[0], said
+
+
+def test_export_into_a_read_only_folder_is_one_artifact_error_and_writes_nothing(shared_folder, capsys):
+    store_dir = os.path.join(shared_folder, "store")
+    os.makedirs(store_dir)
+    os.chmod(store_dir, 0o777)
+    db = os.path.join(store_dir, "s.db")
+    Sweep("rmsnorm", "M=1,4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    os.chmod(db, 0o666)
+    out = os.path.join(shared_folder, "ex")
+    [path] = export(Store(db), out)
+    before = {p: open(os.path.join(path.parent, p), "rb").read() for p in os.listdir(path.parent)}
+    Sweep("rmsnorm", "M=16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    os.chmod(path.parent, 0o555)
+    fresh = os.path.join(shared_folder, "ro")
+    os.makedirs(fresh)
+    os.chmod(fresh, 0o555)
+
+    def refused():
+        import contextlib
+        import io
+
+        said = []
+        for target in (out, fresh):
+            try:
+                export(Store(db, readonly=True), target)
+                said.append("written")
+            except artifacts.ArtifactError as e:
+                said.append(str(e))
+        try:
+            with artifacts.export_lock(path.parent):
+                said.append("locked")
+        except artifacts.ArtifactError as e:
+            said.append(str(e))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = main(["export", "--db", db, "--out", out])
+        return said, rc, err.getvalue()
+
+    try:
+        said, rc, err = as_unprivileged_user(refused)
+    finally:
+        os.chmod(path.parent, 0o755)
+    tdir = os.path.join(fresh, "rmsnorm", TDIR)
+    assert said == [f"cannot write to {path.parent}: it is not writable for this user",
+                    f"cannot write to {tdir}: {fresh}, where it would be made, is not writable for this user",
+                    f"cannot write to {path.parent}: Permission denied"], said
+    assert rc == 2 and err.strip() == f"flytune: error: cannot write to {path.parent}: it is not writable for this " \
+                                      "user", err
+    assert {p: open(os.path.join(path.parent, p), "rb").read() for p in os.listdir(path.parent)} == before
+    assert os.listdir(fresh) == []
 
 
 def test_one_warning_per_file_not_per_call(tmp_path):

@@ -429,6 +429,35 @@ def test_ctrl_c_before_the_command_starts_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "flytune: interrupted before anything ran\n"
 
 
+def test_lookup_in_a_config_folder_this_user_cannot_read_prints_the_default_and_one_warning(swept, shared_folder):
+    """A serving process would warn and use the heuristic default there; the command that shows what it serves
+    says the same, and does not fail."""
+    import contextlib
+    import io
+
+    out = os.path.join(shared_folder, "ex")
+    assert main(["export", "--db", str(swept.path), "--out", out]) == 0
+    kdir = os.path.join(out, "rmsnorm")
+
+    def look():
+        from flytune_nb.serve.lookup import LOOKUP
+
+        LOOKUP.clear()
+        err, said = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(said):
+            rc = main(["lookup", "rmsnorm", "M=4", "N=256", "--dtype", "fp32", "--dir", out])
+        return rc, said.getvalue(), err.getvalue()
+
+    os.chmod(kdir, 0o000)
+    try:
+        rc, said, err = as_unprivileged_user(look)
+    finally:
+        os.chmod(kdir, 0o755)
+    assert rc == 0 and "(source: default" in said, (said, err)
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and "not readable for this user; using the heuristic default" in warned[0], err
+
+
 def test_lookup_refuses_a_config_folder_that_is_not_there(monkeypatch, tmp_path, capsys):
     """Every lookup would fall back to the heuristic default: the command a user checks serving with says so."""
     missing = tmp_path / "nowhere"
