@@ -317,7 +317,7 @@ def far_batch_sizes(table: dict) -> list[tuple[int, int]]:
     for m in SGLANG_BATCH_SIZES:
         if m >= ms[-1]:
             break
-        near = min(ms, key=lambda e: (abs(e - m), e))  # lookup's rule: the nearest, a tie to the smaller
+        near = min(ms, key=lambda e: (abs(e - m), e))  # lookup's rule on a file written ascending: a tie to the smaller
         if max(m, near) > FAR_FROM_ENTRY * min(m, near):
             far.append((m, near))
     return far

@@ -1,7 +1,8 @@
 """Runtime lookup of exported configs: the serving path, with zero search.
 
 ``lookup(spec, shape, dtype)`` -> (config, source) where source is ``artifact`` or ``default``. Nearest batch size by
-absolute distance (ties: the smaller). Per file, as SGLang's MoE loader looks (REFERENCE.md): the running Triton's
+absolute distance; a tie goes to the entry first in the file, as SGLang's ``min(keys, key=abs(k - M))`` over the
+file's keys (an exported file lists them ascending: there, the smaller). Per file, as SGLang's MoE loader looks (REFERENCE.md): the running Triton's
 folder (FlyDSL's, for a FlyDSL kernel) if it holds the file, else the newest other ``triton_*`` (``flydsl_*``) folder
 that holds it, with a warning naming that folder. A missing, malformed or foreign file, or a config folder this
 process cannot read -> the heuristic default with one warning (per file), never an exception. Device names are
@@ -39,6 +40,7 @@ class ArtifactWarning(UserWarning):
 class Table:
     ms: tuple  # sorted batch sizes
     configs: tuple  # Config per batch size, same order
+    order: tuple  # each batch size's position in the file, same order: a tie of distance goes to the first
     path: str
 
 
@@ -85,11 +87,11 @@ def version_dirs(kdir: Path, backend: str) -> tuple[list[Path], str]:
     return ([kdir / running] if (kdir / running).is_dir() else []) + others, running
 
 
-def validated_table(spec, path: Path, rest: dict, dtype: str, device) -> dict[int, Config]:
-    """{M: Config} from one artifact, or ArtifactError: every entry must hold exactly the knobs the kernel's launcher
-    consumes (those its heuristic names, plus the kernel's optional knobs; AMD ones may be added on HIP) — no missing
-    knob silently defaulted."""
-    raw = read_table(path)
+def validated_table(spec, path: Path, rest: dict, dtype: str, device, raw: dict | None = None) -> dict[int, Config]:
+    """{M: Config} from one artifact (``raw``: its read_table, when read already), or ArtifactError: every entry must
+    hold exactly the knobs the kernel's launcher consumes (those its heuristic names, plus the kernel's optional
+    knobs; AMD ones may be added on HIP) — no missing knob silently defaulted."""
+    raw = read_table(path) if raw is None else raw
     expected = set(spec.default({**rest, spec.batch_axis: min(raw)}, dtype, device).to_dict())
     optional = set(HIP_OPTIONS) if device.backend == "hip" else set()
     out = {}
@@ -121,10 +123,14 @@ class Lookup:
             self._tables[key] = table
         if table is None:
             return None
-        m = shape[spec.batch_axis]
-        i = bisect.bisect_left(table.ms, m)
-        if i == len(table.ms) or (i > 0 and m - table.ms[i - 1] <= table.ms[i] - m):
-            i -= 1  # nearest by absolute distance; a tie goes to the smaller batch size
+        m, ms = shape[spec.batch_axis], table.ms
+        i = bisect.bisect_left(ms, m)
+        if i == len(ms):
+            i -= 1
+        elif i > 0:
+            below, above = m - ms[i - 1], ms[i] - m
+            if below < above or (below == above and table.order[i - 1] < table.order[i]):
+                i -= 1  # nearest by absolute distance; a tie goes to the entry first in the file, as SGLang's min()
         return table.configs[i]
 
     def _load(self, spec, rest: dict, dtype: str, device, root: Path) -> Table | None:
@@ -132,8 +138,10 @@ class Lookup:
             path = self._resolve(spec, rest, dtype, device.name, root)
             if path is None:
                 return None
-            table = validated_table(spec, path, rest, dtype, device)
-            return Table(tuple(table), tuple(table.values()), str(path))
+            raw = read_table(path)
+            table = validated_table(spec, path, rest, dtype, device, raw)
+            first = {m: i for i, m in enumerate(raw)}
+            return Table(tuple(table), tuple(table.values()), tuple(first[m] for m in table), str(path))
         except (ArtifactError, ConfigError) as e:
             warnings.warn(f"{e}; using the heuristic default", ArtifactWarning, stacklevel=3)
             return None

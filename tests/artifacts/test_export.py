@@ -116,7 +116,7 @@ def test_export_lookup_tuned_launch_round_trip(swept, tmp_path, dev):
     [path] = export(swept, out)
     table = {int(k): Config.from_dict(v) for k, v in json.loads(path.read_text()).items()}
     spec = get_kernel("rmsnorm")
-    for m, want in [(1, 1), (3, 4), (7, 4), (10, 4), (11, 16), (1000, 16)]:  # nearest; tie (10) -> smaller
+    for m, want in [(1, 1), (3, 4), (7, 4), (10, 4), (11, 16), (1000, 16)]:  # nearest; tie (10) -> first in the file, the smaller
         cfg, source = lookup(spec, {"M": m, "N": 256}, "fp32", directory=out)
         assert (cfg, source) == (table[want], "artifact"), m
     os.environ["FLYTUNE_CONFIG_DIR"] = str(out)
@@ -176,6 +176,29 @@ def test_each_file_comes_from_the_running_tritons_folder_else_the_newest_that_ho
                 in said[0]
     with pytest.warns(ArtifactWarning, match=r"no config file N=64,.* in .*triton_.* or triton_"):
         assert lookup(spec, {"M": 4, "N": 64}, "fp32", directory=tmp_path / "ex")[1] == "default"
+
+
+def test_a_tie_of_distance_goes_to_the_entry_first_in_the_file_as_in_sglangs_min(tmp_path, dev):
+    """SGLang serves ``configs[min(configs.keys(), key=lambda x: abs(x - M))]`` over the file's keys in file order:
+    of two entries as near, the one written first."""
+    import random
+
+    from flytune_nb.serve.lookup import LOOKUP
+
+    spec = get_kernel("rmsnorm")
+    folder = tmp_path / "ex" / "rmsnorm" / TDIR
+    folder.mkdir(parents=True)
+    path = folder / file_name(spec, {"N": 256}, dev.name, "fp32")
+    warps = {1: 1, 3: 2, 9: 4, 16: 8}
+    for keys in [[16, 3, 1], [1, 3, 16]] + [random.sample(list(warps), 4) for _ in range(4)]:
+        path.write_text(json.dumps({str(k): _entry(warps[k]) for k in keys}))
+        LOOKUP.clear()
+        for m in range(1, 21):
+            want = min(keys, key=lambda k: abs(k - m))
+            cfg, source = lookup(spec, {"M": m, "N": 256}, "fp32", directory=tmp_path / "ex")
+            assert (cfg.num_warps, source) == (warps[want], "artifact"), (keys, m)
+        if keys[:3] == [16, 3, 1]:
+            assert lookup(spec, {"M": 2, "N": 256}, "fp32", directory=tmp_path / "ex")[0].num_warps == warps[3]
 
 
 @pytest.mark.parametrize("case", list(MALFORMED))

@@ -308,6 +308,32 @@ def test_lookup_takes_each_file_from_the_folder_sglang_takes_it_from(layout, spe
     LOOKUP.clear()
 
 
+def test_lookup_breaks_a_tie_of_distance_as_sglang_does(spec, sg, tmp_path, monkeypatch, dev):
+    """Of two entries as near to M, SGLang runs the one first in the file (its min() over the int()ed keys in file
+    order); so does lookup, whatever the order the file lists them in."""
+    import random
+
+    import triton
+
+    from flytune_nb.serve.lookup import LOOKUP, lookup
+
+    space = spec.configs({**TINY, "E": 8}, "fp16", dev)
+    root = tmp_path / "out" / "sglang_fused_moe"
+    path = root / "configs" / files.version_dir(triton.__version__) / files.file_name(8, 64, "CPU_interpreter")
+    path.parent.mkdir(parents=True)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
+    _device_named(monkeypatch, sg)
+    for keys in [[16, 3, 1]] + [random.sample([1, 3, 9, 16], 4) for _ in range(2)]:
+        entries = random.sample(space, len(keys))  # a different config per batch size
+        path.write_text(json.dumps({str(k): files.ordered(c.to_dict()) for k, c in zip(keys, entries)}, indent=4))
+        LOOKUP.clear()
+        for M in range(1, 21):
+            theirs, from_file = _sglangs_choice(sg, 8, M)
+            cfg, source = lookup(spec, {**TINY, "E": 8, "M": M}, "fp16", directory=tmp_path / "out")
+            assert from_file and source == "artifact" and cfg.to_dict() == theirs, (keys, M)
+    LOOKUP.clear()
+
+
 def test_fp8_export_is_read_back_by_sglang_and_served_by_dtype(spec, sg, tmp_path, monkeypatch):
     from flytune_nb.serve.lookup import LOOKUP
     from flytune_nb.serve.tuned import tuned
