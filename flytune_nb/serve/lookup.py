@@ -2,11 +2,13 @@
 
 ``lookup(spec, shape, dtype)`` -> (config, source) where source is ``artifact`` or ``default``. Nearest batch size by
 absolute distance; a tie goes to the entry first in the file, as SGLang's ``min(keys, key=abs(k - M))`` over the
-file's keys (an exported file lists them ascending: there, the smaller). Per file, as SGLang's MoE loader looks (REFERENCE.md): the running Triton's
-folder (FlyDSL's, for a FlyDSL kernel) if it holds the file, else the newest other ``triton_*`` (``flydsl_*``) folder
-that holds it, with a warning naming that folder. A missing, malformed or foreign file, or a config folder this
-process cannot read -> the heuristic default with one warning (per file), never an exception. Device names are
-restricted to ``[A-Za-z0-9._-]`` and the resolved path must stay under the config dir.
+file's keys (an exported file lists them ascending: there, the smaller). A FlyDSL kernel gets its exact batch size
+only, as FlyDSL's own offline configs serve it (docs/flydsl.md, section 2): another is the heuristic default.
+Per file, as SGLang's MoE loader looks (REFERENCE.md): the running Triton's folder (FlyDSL's, for a FlyDSL kernel) if
+it holds the file, else the newest other ``triton_*`` (``flydsl_*``) folder that holds it, with a warning naming that
+folder. A missing, malformed or foreign file, or a config folder this process cannot read -> the heuristic default
+with one warning (per file), never an exception. Device names are restricted to ``[A-Za-z0-9._-]`` and the resolved
+path must stay under the config dir.
 
 Parsed tables are cached per (kernel, non-batch shape, dtype, device, dir), so a hit is a dict lookup plus a bisect.
 """
@@ -125,6 +127,8 @@ class Lookup:
             return None
         m, ms = shape[spec.batch_axis], table.ms
         i = bisect.bisect_left(ms, m)
+        if spec.backend == "flydsl":  # FlyDSL serves its offline configs by exact key: a batch size not swept has none
+            return table.configs[i] if i < len(ms) and ms[i] == m else None
         if i == len(ms):
             i -= 1
         elif i > 0:

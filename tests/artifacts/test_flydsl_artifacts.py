@@ -186,6 +186,34 @@ def test_an_amd_sweeps_winners_export_as_flydsl_configs_flydsl_serves_with_no_se
     assert calls == {"configs": 0, "default": 1, "bench": 0} and at.warnings_seen == []
 
 
+def test_lookup_serves_a_flydsl_kernel_only_the_batch_sizes_swept_as_flydsl_does(at, tmp_path, monkeypatch, capsys):
+    """FlyDSL's offline configs are keyed on the exact batch size: no nearest entry. flytune's lookup (and so the
+    tuned launcher's artifact step, and `flytune lookup`) serves what FlyDSL's own autotuner serves for every M."""
+    import random
+
+    from flytune_nb.backends.flydsl import autotuner
+    from flytune_nb.serve.lookup import LOOKUP, artifact_hook, lookup
+    from flytune_nb.ui.cli import main
+
+    out = tmp_path / "exports"
+    export(_store(tmp_path), out)
+    monkeypatch.setenv("FLYDSL_AUTOTUNE_CONFIG_DIR", str(out / "flydsl_autotune"))
+    monkeypatch.setenv("FLYTUNE_CONFIG_DIR", str(out))
+    spec = get_kernel("flydsl_rmsnorm")
+    LOOKUP.clear()
+    unswept = random.sample([m for m in range(1, 200) if m not in (8, 64)], 4)
+    for M in [8, 64, 9, 63] + unswept:
+        theirs = autotuner(spec, device=MI300X).resolve_config(*_args(M=M)).to_dict()
+        cfg, source = lookup(spec, {"M": M, "N": 4096}, "bf16", device=MI300X)
+        assert cfg.to_dict() == theirs and source == ("artifact" if M in (8, 64) else "default"), (M, theirs)
+        assert (artifact_hook(spec, {"M": M, "N": 4096}, "bf16", MI300X) is None) == (M not in (8, 64))
+    LOOKUP.clear()
+    capsys.readouterr()
+    assert main(["lookup", "flydsl_rmsnorm", "M=37", "N=4096", "--dtype", "bf16", "--device", "mi300x"]) == 0
+    assert "(source: default" in capsys.readouterr().out
+    LOOKUP.clear()
+
+
 def fa_version():
     from flytune_nb.backends import flydsl
 
