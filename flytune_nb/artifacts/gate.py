@@ -234,6 +234,10 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
     from flytune_nb.core.device import current_device
 
     device = device or current_device()
+    # Interpreter timings are the CPU's wall clock, not a kernel's speed: the same config read 1.3x apart from one
+    # check to the next on a 2-core machine, so a speed verdict there would fail a gate at random. Correctness and
+    # the files are still checked; a given ``measure`` (a test's, a replay's) is judged as given.
+    judge_speed = device.is_gpu or measure is not None
     measures = {}
 
     def measure_for(timing: str) -> Callable:
@@ -285,6 +289,10 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
         drift = file_drift(defaults)
         for shape, config, default, then, t, d, band in timed:
             row = _judge(f.kernel, f.path.name, shape, f.dtype, config, t, d, then, min_delta_us, drift)
+            if not judge_speed and t.ok:
+                done(replace(row, status="OK", kind="", reason=INTERPRETER_NOTE, stale=stale, path=str(f.path),
+                             timing=timing, batch=shape[spec.batch_axis], band=band))
+                continue
             confirmed = False
             beyond_band = row.vs_default is not None and row.vs_default > 1 + max(SELECTION_FLOOR, band or 0)
             # an alarm is always confirmed; a row beyond its band only while the time budget lasts
@@ -317,6 +325,7 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
 
 
 CONFIRM_ROUNDS = 4
+INTERPRETER_NOTE = "correct; speed not judged (Triton's interpreter on the CPU)"
 DRIFT_MIN_ENTRIES = 3
 
 

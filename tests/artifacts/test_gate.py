@@ -429,3 +429,18 @@ def test_a_file_its_provenance_lists_but_the_folder_lacks_fails_the_check(tmp_pa
     printed = capsys.readouterr().out
     assert f"{paths[0].name}: listed in provenance.json but missing from {paths[0].parent}; export it again" in printed
     assert "1 FAIL" in printed
+
+
+def test_on_the_interpreter_check_judges_correctness_not_speed(tmp_path, capsys):
+    """Interpreter timings are the CPU's wall clock: an entry recorded as 1000x faster than it times now passes, with
+    the reason saying speed was not judged; a wrong entry still fails."""
+    out, paths = _exported(tmp_path)
+    prov_path = paths[0].parent / "provenance.json"
+    prov = json.loads(prov_path.read_text())
+    for entry in prov[paths[0].name].values():
+        entry["best_p50_ms"] /= 1000
+        entry["default_p50_ms"] /= 1000
+    prov_path.write_text(json.dumps(prov))
+    assert main(["check", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "speed not judged (Triton's interpreter on the CPU)" in printed and "0 FAIL, 0 WARN" in printed
