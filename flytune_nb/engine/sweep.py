@@ -170,6 +170,7 @@ class Sweep:
         self._stop = threading.Event()
         self._live_lanes: list = []
         self.results: list[SearchResult] = []
+        self._unprepared: list[str] = []  # shapes the kernel's own code refused while planning, as messages
         self.run_id: str | None = None
         # trials timed by this run (first timings, re-timings, the selection's rounds): 0 when a resumed sweep
         # found everything in its store, which the caller says rather than print stale tables as new
@@ -260,6 +261,12 @@ class Sweep:
                 self.store.finish_run(self.run_id)
             self.emit(SweepDone(self.spec.name, self.results))
             completed = True
+            if self._unprepared:
+                n = len(self.results)
+                raise SweepError(f"{self._unprepared[0]}" + (f" (and {len(self._unprepared) - 1} more shapes)"
+                                                             if len(self._unprepared) > 1 else "")
+                                 + f"; the other {n} shape{'s' if n != 1 else ''} {'were' if n != 1 else 'was'} "
+                                   f"measured and stored")
             return self.results
         finally:
             if precompiler is not None:  # after a failure, an interrupt or a stop, compiles still running are killed
@@ -287,14 +294,22 @@ class Sweep:
         return local_lanes(self.gpus, self.isolate)
 
     def _plan(self, lane) -> list[dict]:
-        plans = []
+        plans, self._unprepared = [], []
         for dtype in self.dtypes:
             for shape in self.shapes:
                 try:
                     d = lane.call("describe", dict(kernel=self._task_kernel, paths=self.paths, shape=shape, dtype=dtype,
                                                    timing=self.timing),
                                   timeout=max(self.timeout, 300.0))
-                except (WorkerError, WorkerCrashed, WorkerTimeout, WorkerStartError) as e:
+                except WorkerError as e:
+                    # the kernel's own code refused this shape (a wrapper that does not support it): the other
+                    # shapes are measured and stored first, and the sweep then fails naming it
+                    if self._stop.is_set():
+                        raise SweepError("stopped before the first trial") from e
+                    self._unprepared.append(f"{self.spec.name} {shape} {dtype}: cannot prepare the shape: "
+                                            f"{first_line(e)}")
+                    continue
+                except (WorkerCrashed, WorkerTimeout, WorkerStartError) as e:
                     if self._stop.is_set():
                         raise SweepError("stopped before the first trial") from e
                     raise SweepError(f"{self.spec.name} {shape} {dtype}: cannot prepare the shape: "
@@ -305,6 +320,8 @@ class Sweep:
                 if not plans:
                     self._check_device(DeviceInfo(**d["device"]))
                 plans.append({**d, "shape": shape, "dtype": dtype, "index": len(plans)})
+        if not plans:
+            raise SweepError(self._unprepared[0])
         return plans
 
     def _check_space(self, described: dict, shape: dict, dtype: str) -> None:

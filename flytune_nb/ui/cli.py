@@ -296,7 +296,7 @@ _INTERRUPTED: list = []  # the trials a Ctrl-C cut, for main's message
 def cmd_sweep(args) -> int:
     from flytune_nb.ui.progress import TqdmListener
     from flytune_nb.ui.report import failure_line, measured_line, summary_table, trials_table
-    from flytune_nb.engine.sweep import Sweep
+    from flytune_nb.engine.sweep import Sweep, SweepError
 
     baselines = None
     if args.baselines is not None:
@@ -319,11 +319,16 @@ def cmd_sweep(args) -> int:
           f"search{'es' if n != 1 else ''} "
           f"({args.strategy}{'' if args.budget is None else f', budget {args.budget}'}); results in {args.db}",
           flush=True)
+    unprepared = ""
     try:
         results = sw.run()
     except KeyboardInterrupt:
         _INTERRUPTED[:] = progress.interrupted()
         raise
+    except SweepError as e:
+        if not sw.results:
+            raise
+        results, unprepared = sw.results, str(e)  # shapes the kernel refused: the others' tables, then the error
     for r in (results if args.all_trials else results[:1]):
         print()
         print(trials_table(r, sw.spec))
@@ -341,6 +346,9 @@ def cmd_sweep(args) -> int:
     if results and results[0].device.backend == "interpreter":
         print("\n(timings are Triton-interpreter wall-clock times on the CPU: they exercise the machinery, "
               "they say nothing about GPU speed)")
+    if unprepared:
+        print(f"flytune: failed: {unprepared}", file=sys.stderr)
+        return 1
     return 0 if all(r.best is not None for r in results) else 1
 
 

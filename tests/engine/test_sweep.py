@@ -474,3 +474,25 @@ def test_a_default_naming_other_knobs_or_an_empty_space_is_refused_before_any_tr
     own = dataclasses.replace(toy, default=lambda s, d, dev: Config({"BLOCK": 32, "MODE": 0}, num_warps=2))
     (result,) = Sweep(own, "N=64", ["fp32"], db=tmp_path / "c.db", isolate=False, baselines=()).run()
     assert result.default_trial is not None and result.default_trial.ok
+
+
+def test_a_shape_the_kernel_refuses_fails_the_sweep_after_the_others_are_measured(tmp_path, capsys):
+    toy = get_kernel("toy", [PLUGINS])
+
+    def picky(shape, dtype, device):
+        if shape["N"] == 128:
+            raise RuntimeError("my wrapper does not support N=128")
+        return toy.make_inputs(shape, dtype, device)
+
+    sw = Sweep(dataclasses.replace(toy, make_inputs=picky), "N=64,128,256", ["fp32"], db=tmp_path / "r.db",
+               isolate=False, baselines=())
+    with pytest.raises(SweepError, match=r"toy \{'N': 128\} fp32: cannot prepare the shape: RuntimeError: my wrapper "
+                                         r"does not support N=128; the other 2 shapes were measured and stored"):
+        sw.run()
+    assert [r.shape["N"] for r in sw.results] == [64, 256] and all(r.best is not None for r in sw.results)
+    assert set(Store(tmp_path / "r.db").frame("toy")["N"]) == {64, 256}
+    # every shape refused: nothing measured, nothing written
+    with pytest.raises(SweepError, match="cannot prepare the shape"):
+        Sweep(dataclasses.replace(toy, make_inputs=picky), "N=128", ["fp32"], db=tmp_path / "none.db",
+              isolate=False, baselines=()).run()
+    assert not (tmp_path / "none.db").exists()
