@@ -412,7 +412,7 @@ def worst(rows: list[CheckRow], n: int = 5) -> list[CheckRow]:
 def summary_lines(rows: list[CheckRow], device_name: str) -> list[str]:
     n = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
     checked = len(rows) - n["SKIP"]
-    line = f"{checked} configs checked on {device_name}: {n['FAIL']} FAIL, {n['WARN']} WARN"
+    line = f"{checked} config{'' if checked == 1 else 's'} checked on {device_name}: {n['FAIL']} FAIL, {n['WARN']} WARN"
     if n["SKIP"]:
         line += f"; {n['SKIP']} not checked (time budget)"
     stale = sum(r.stale for r in rows)
