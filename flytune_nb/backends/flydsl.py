@@ -42,7 +42,7 @@ from pathlib import Path
 from flytune_nb._compat import flydsl as compat
 from flytune_nb._compat.stdlib import environ_bytes
 from flytune_nb.core.config import Config, ConfigError
-from flytune_nb.errors import KernelUnavailable, RunError, compile_error_line
+from flytune_nb.errors import KernelUnavailable, RunError, UsageError, compile_error_line
 
 # -- the backend protocol (flytune_nb.backends) ----------------------------------------------------------------------
 LABEL = "FlyDSL"
@@ -387,7 +387,7 @@ def compile_report(spec, shape: dict, dtype: str, config: Config, arch: str) -> 
     from flytune_nb.measure.memory import meta_inputs
 
     if arch not in LDS_LIMIT:
-        raise ValueError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+        raise UsageError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
     memo = (spec.name, spec.fingerprint, tuple(sorted(shape.items())), dtype, config, arch, _env_signature())
     if memo in _REPORTS:  # compiled again, FlyDSL would answer from its memory cache, without LLVM's diagnostics
         return _REPORTS[memo]

@@ -238,6 +238,12 @@ def test_an_llvm_error_line_is_the_configs_compile_error(flydsl_compiler, monkey
         assert any("over" in p and str(limit) in p for p in r.problems)
 
 
+def test_a_target_flydsl_does_not_compile_for_is_a_usage_error(flydsl_installed):
+    spec = get_kernel("flydsl_rmsnorm")
+    with pytest.raises(UsageError, match="arch must be one of gfx942, gfx950, got 'gfx90a'"):
+        flydsl_installed.compile_report(spec, N4096, "bf16", _cfg(256, 8), "gfx90a")
+
+
 def test_the_precompile_pool_compiles_a_flydsl_kernel_on_meta_inputs(flydsl_compiler, monkeypatch):
     """On an AMD machine the pool compiles each candidate through the kernel's run on meta inputs, with no device
     (described here as an MI300X): FlyDSL compiles and launches nothing, and FlyDSL's disk cache is warm for the
