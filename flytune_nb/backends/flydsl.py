@@ -388,6 +388,12 @@ def compile_report(spec, shape: dict, dtype: str, config: Config, arch: str) -> 
 
     if arch not in LDS_LIMIT:
         raise UsageError(f"arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+    # A wrapper reads its knobs itself (config["VEC"]) before anything compiles: without this, a KeyError: 'VEC'.
+    knobs = dict(spec.default(shape, dtype, interpreter_device()).params)
+    missing, _ = spec.knob_mismatch(dict(config.params), knobs)
+    if missing:
+        raise ConfigError(f"{spec.name} config {config} lacks {', '.join(sorted(missing))} (its knobs: "
+                          f"{', '.join(sorted(set(knobs) | set(spec.optional_knobs)))})")
     memo = (spec.name, spec.fingerprint, tuple(sorted(shape.items())), dtype, config, arch, _env_signature())
     if memo in _REPORTS:  # compiled again, FlyDSL would answer from its memory cache, without LLVM's diagnostics
         return _REPORTS[memo]

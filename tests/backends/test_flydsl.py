@@ -244,6 +244,14 @@ def test_a_target_flydsl_does_not_compile_for_is_a_usage_error(flydsl_installed)
         flydsl_installed.compile_report(spec, N4096, "bf16", _cfg(256, 8), "gfx90a")
 
 
+def test_a_config_without_a_knob_is_one_line_naming_the_knob_and_the_kernel(flydsl_installed):
+    spec = get_kernel("flydsl_rmsnorm")
+    half = Config({"BLOCK_THREADS": 256}, num_warps=None, num_stages=None)
+    with pytest.raises(ConfigError, match=r"^flydsl_rmsnorm config BLOCK_THREADS=256 lacks VEC \(its knobs: "
+                                          r"BLOCK_THREADS, VEC\)$"):
+        flydsl_installed.compile_report(spec, N4096, "bf16", half, "gfx942")
+
+
 def test_the_precompile_pool_compiles_a_flydsl_kernel_on_meta_inputs(flydsl_compiler, monkeypatch):
     """On an AMD machine the pool compiles each candidate through the kernel's run on meta inputs, with no device
     (described here as an MI300X): FlyDSL compiles and launches nothing, and FlyDSL's disk cache is warm for the
