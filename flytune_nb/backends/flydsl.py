@@ -225,7 +225,8 @@ def _compile(fn, args: tuple, config: Config, constexprs: dict) -> _Entry:
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - FlyDSL's compile errors (DSLCompileError, trace-time errors)
-            raise FlyDSLCompileError(f"{name} {config}: {compile_error_line(e)}") from e
+            line = compile_error_line(e)
+            raise FlyDSLCompileError(f"{name} {config}: {line}{linker_hint(line)}") from e
     seconds = time.perf_counter() - t0
     entry = _Entry(compiled, tuple(tail), stream_at)
     if _COLLECT:  # a compile report reads what happened, and nothing is refused
@@ -343,6 +344,17 @@ def _lld_major(path: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def linker_hint(error: str) -> str:
+    """What to do, for a compile error that is FlyDSL's ``lld invocation failed`` while the linker it runs is missing
+    (that message names neither the linker nor the variable); "" for any other error."""
+    lld = Path(os.environ.get("ROCM_PATH") or "/opt/rocm") / "llvm" / "bin" / "ld.lld"  # ROCDL's own lookup
+    if "lld invocation failed" not in error or lld.exists():
+        return ""
+    return (f" (there is no {lld}: point ROCM_PATH at a ROCm installation, or at "
+            f"flytune_nb.backends.flydsl.linker_root(folder), which needs ld.lld >= {LLD_MIN}: "
+            f"apt-get install lld-{LLD_MIN})")
+
+
 def linker_root(folder: str | os.PathLike) -> Path:
     """A ROCm-layout folder FlyDSL can compile with on a machine without ROCm: ``<folder>/llvm/bin/ld.lld``, a link
     to this machine's ld.lld >= 22 (Debian: ``apt-get install lld-22``). Point ROCM_PATH at it. RunError when
@@ -394,7 +406,8 @@ def compile_report(spec, shape: dict, dtype: str, config: Config, arch: str) -> 
     if missing:
         raise ConfigError(f"{spec.name} config {config} lacks {', '.join(sorted(missing))} (its knobs: "
                           f"{', '.join(sorted(set(knobs) | set(spec.optional_knobs)))})")
-    memo = (spec.name, spec.fingerprint, tuple(sorted(shape.items())), dtype, config, arch, _env_signature())
+    memo = (spec.name, spec.fingerprint, tuple(sorted(shape.items())), dtype, config, arch, _env_signature(),
+            os.environ.get("ROCM_PATH"))  # it picks the linker: a report that failed without one is no answer after
     if memo in _REPORTS:  # compiled again, FlyDSL would answer from its memory cache, without LLVM's diagnostics
         return _REPORTS[memo]
     inputs = meta_inputs(spec, shape, dtype, interpreter_device())

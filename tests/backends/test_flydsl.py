@@ -252,6 +252,20 @@ def test_a_config_without_a_knob_is_one_line_naming_the_knob_and_the_kernel(flyd
         flydsl_installed.compile_report(spec, N4096, "bf16", half, "gfx942")
 
 
+def test_a_missing_linker_says_where_it_was_looked_for_and_what_to_install_or_set(flydsl_compiler, tmp_path,
+                                                                                 monkeypatch):
+    """FlyDSL's own message is only `lld invocation failed`. Once ROCM_PATH names a linker, the same config compiles:
+    the failed report is not served again."""
+    spec, shape, config = get_kernel("flydsl_rmsnorm"), {"M": 2, "N": 256}, _cfg(64, 4)
+    linker = os.environ["ROCM_PATH"]
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path))
+    (problem,) = flydsl_compiler.compile_report(spec, shape, "bf16", config, "gfx942").problems
+    assert f"lld invocation failed (there is no {tmp_path}/llvm/bin/ld.lld: point ROCM_PATH at" in problem
+    assert "linker_root(folder)" in problem and "apt-get install lld-22" in problem
+    monkeypatch.setenv("ROCM_PATH", linker)
+    assert flydsl_compiler.compile_report(spec, shape, "bf16", config, "gfx942").ok
+
+
 def test_the_precompile_pool_compiles_a_flydsl_kernel_on_meta_inputs(flydsl_compiler, monkeypatch):
     """On an AMD machine the pool compiles each candidate through the kernel's run on meta inputs, with no device
     (described here as an MI300X): FlyDSL compiles and launches nothing, and FlyDSL's disk cache is warm for the
