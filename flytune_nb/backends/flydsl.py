@@ -23,7 +23,8 @@ FlyDSL launches through HIP) and that its launches run in worker processes only 
 
 What a census gets: ``compile_report(spec, shape, dtype, config, arch)`` compiles a config through the kernel's own
 ``run`` for gfx942 / gfx950 on any machine, nothing launched, and reads each kernel's registers, LDS, scratch and
-spills from the compiled object's metadata. A CPU machine needs only an LLVM linker (``linker_root``).
+spills from the compiled object's metadata; ``census_record`` turns a report into a census process's record. A CPU
+machine needs only an LLVM linker (``linker_root``; ``use_linker`` points ROCM_PATH at one where none is found).
 """
 from __future__ import annotations
 
@@ -367,12 +368,21 @@ def linker_root(folder: str | os.PathLike) -> Path:
     lld = find_lld()
     if lld is None:
         raise RunError(f"FlyDSL links AMD code objects with ld.lld >= {LLD_MIN}, and this machine has none "
-                       f"(Debian/Ubuntu: apt-get install lld-{LLD_MIN})")
+                       f"(Debian/Ubuntu: apt-get install lld-{LLD_MIN}; or set ROCM_PATH to a ROCm installation)")
     link.parent.mkdir(parents=True, exist_ok=True)
     if link.is_symlink() or link.exists():
         link.unlink()
     link.symlink_to(lld)
     return root
+
+
+def use_linker(folder: str | os.PathLike) -> None:
+    """Point ROCM_PATH at ``linker_root(folder)`` unless FlyDSL finds an ld.lld already (ROCM_PATH's, else
+    /opt/rocm's), so this process compiles with no ROCM_PATH set: a census process. RunError (what to install or
+    set) when this machine has no such linker. The tuning key does not move: FlyDSL's fingerprint hashes the root's
+    device bitcode, which neither a missing /opt/rocm nor a linker folder has."""
+    if not (Path(os.environ.get("ROCM_PATH") or "/opt/rocm") / "llvm" / "bin" / "ld.lld").exists():
+        os.environ["ROCM_PATH"] = str(linker_root(folder))
 
 
 @dataclass(frozen=True)
@@ -386,6 +396,9 @@ class CompileReport:
     stderr: str
     errors: tuple  # LLVM error lines
     problems: tuple  # errors, spills, LDS over the target's limit, a kernel built for another target
+    # those problems that leave nothing to launch: what the run raised, LLVM's errors, a kernel built for another
+    # target, no kernel at all (a spill or an LDS figure is about an object that compiled)
+    failed: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -414,34 +427,69 @@ def compile_report(spec, shape: dict, dtype: str, config: Config, arch: str) -> 
     if inputs is None:
         raise RunError(f"{spec.name}: make_inputs cannot build meta tensors, so nothing can compile without a GPU")
     collected: list = []
-    problems, t0 = [], time.perf_counter()
+    failed, t0 = [], time.perf_counter()
     with target(arch), _without_disk_cache():
         _COLLECT.append(collected)
         try:
             spec.run(inputs, config)
         except Exception as e:  # noqa: BLE001 - the config's failure is the report
-            problems.append(compile_error_line(e))
+            failed.append(compile_error_line(e))
         finally:
             _COLLECT.pop()
     stderr = "".join(text for _, text, _ in collected)
     errors = tuple(llvm_errors(stderr))
     kernels = tuple(r for entry, _, _ in collected for r in resources(entry.compiled))
-    problems += list(errors)
+    failed += list(errors)
+    failed += [f"{r.kernel} was compiled for {r.arch or 'an unknown target'}, not {arch}" for r in kernels
+               if r.arch != arch]
+    if not kernels and not failed:
+        failed.append("the run compiled no FlyDSL kernel")
+    problems = list(failed)
     for r in kernels:
-        if r.arch != arch:
-            problems.append(f"{r.kernel} was compiled for {r.arch or 'an unknown target'}, not {arch}")
         if r.vgpr_spill or r.sgpr_spill:
             problems.append(f"{r.kernel} spills {r.vgpr_spill} VGPRs and {r.sgpr_spill} SGPRs")
         if r.lds > LDS_LIMIT[arch]:
             problems.append(f"{r.kernel} uses {r.lds} bytes of LDS, over {arch}'s {LDS_LIMIT[arch]}")
-    if not kernels and not problems:
-        problems.append("the run compiled no FlyDSL kernel")
     seconds = sum(s for _, _, s in collected) or time.perf_counter() - t0
-    report = _REPORTS[memo] = CompileReport(arch, config, seconds, kernels, stderr, errors, tuple(problems))
+    report = _REPORTS[memo] = CompileReport(arch, config, seconds, kernels, stderr, errors, tuple(problems),
+                                            tuple(failed))
     return report
 
 
 _REPORTS: dict[tuple, CompileReport] = {}
+
+
+def census_record(report: CompileReport, device) -> dict:
+    """A census process's record (flytune_nb.engine.census_worker) of one report, for ``device`` (the target's
+    DeviceInfo): per kernel the figures a Triton AMD kernel's row has (flytune_nb.backends.triton_resources),
+    read from the code object's metadata, and a digest of the code objects, so configs that build the same object
+    count once (it holds the workgroup size: reqd_workgroup_size). No instruction counts: the object is not
+    disassembled here. A spill or an LDS figure over the target's is a row that compiled, as for Triton."""
+    import hashlib
+
+    from flytune_nb.backends.triton_resources import amd_occupancy
+    from flytune_nb.core.targets import arch_rules
+
+    if report.failed:
+        return {"status": "error", "error": report.failed[0][:300], "compile_s": report.seconds, "binary": None,
+                "kernels": []}
+    rules = arch_rules(device)
+    kernels = []
+    for r in report.kernels:
+        # The metadata's vgpr_count is already VGPRs + AGPRs (LLVM's total). It is also what a wave allocates: the
+        # descriptor pads beyond it only for a waves_per_eu maximum, and a Config's hint is a minimum (FlyDSL's
+        # "2"): 35 VGPRs -> 40 allocated (its 8-register granule) with no hint and with 1, 2 and 4.
+        # waves a workgroup: FlyDSL's launch fixes max_flat_workgroup_size at the block (256 for BLOCK_THREADS=256)
+        k = {"name": r.kernel, "num_warps": -(-r.max_workgroup // rules.warp_size), "shared": r.lds,
+             "vgprs": r.vgpr, "agprs": r.agpr, "sgprs": r.sgpr, "vgpr_spills": r.vgpr_spill,
+             "sgpr_spills": r.sgpr_spill, "scratch_bytes": r.scratch, "vgpr_alloc": r.vgpr,
+             "waves_per_eu": report.config.waves_per_eu, "code_object": r.code_object}
+        k.update(amd_occupancy(k, rules))
+        k["smem_over_limit"] = bool(device.smem_bytes) and r.lds > device.smem_bytes
+        kernels.append(k)
+    objects = "".join(dict.fromkeys(k["code_object"] for k in kernels))  # one module's kernels share one object
+    return {"status": "ok", "error": "", "compile_s": report.seconds,
+            "binary": hashlib.sha256(objects.encode()).hexdigest()[:16], "kernels": kernels}
 
 
 @contextlib.contextmanager

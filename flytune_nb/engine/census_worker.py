@@ -8,6 +8,10 @@ CPU machine), and Triton's own jitted helpers are made for one mode at import.
 Requests: ``{"op": "plan", kernel, paths, shape, dtype}`` -> the target's tuning key, space and heuristic default;
 ``{"op": "compile", kernel, paths, shape, dtype, config}`` -> one census record (status, error, compile_s, binary,
 kernels). Replies go to the original stdout; anything else printed (Triton's, a plugin's) goes to stderr.
+
+A FlyDSL kernel builds no Triton kernel: it compiles through FlyDSL (flytune_nb.backends.flydsl.compile_report, for
+gfx942 / gfx950 only), its resources read from the code object's metadata, linked by an ld.lld this process finds
+itself, so a census needs no ROCM_PATH (``use_linker``).
 """
 from __future__ import annotations
 
@@ -78,11 +82,25 @@ class _Worker:
     def handle(self, req: dict) -> dict:
         spec = self._spec(req)
         shape, dtype = spec.check_shape(req["shape"]), spec.check_dtype(req["dtype"])
+        if spec.backend == "flydsl":
+            self._flydsl(spec)
         if req["op"] == "plan":
             return self.plan(spec, shape, dtype)
         if req["op"] == "compile":
             return self.compile(spec, shape, dtype, req["config"])
         raise ValueError(f"unknown census request {req['op']!r}")
+
+    def _flydsl(self, spec) -> None:
+        """Refuse a target FlyDSL does not compile for, and find a linker (before the plan's tuning key: FlyDSL's
+        fingerprint reads ROCM_PATH)."""
+        from flytune_nb.backends import flydsl
+        from flytune_nb.engine.census_pool import census_cache_dir
+        from flytune_nb.errors import UsageError
+
+        if self.device.arch not in flydsl.ARCHS:
+            raise UsageError(f"{spec.name} is a FlyDSL kernel: it compiles for {', '.join(flydsl.ARCHS)} only, not "
+                             f"for {self.device.name} ({self.device.arch})")
+        flydsl.use_linker(census_cache_dir(self.device).parent / "flydsl-rocm")
 
     def plan(self, spec, shape: dict, dtype: str) -> dict:
         from flytune_nb.core.key import make_key
@@ -105,6 +123,11 @@ class _Worker:
         cfg = Config.from_dict(config)
         t0 = time.perf_counter()
         try:
+            if spec.backend == "flydsl":
+                from flytune_nb.backends import flydsl
+
+                report = flydsl.compile_report(spec, shape, dtype, cfg, self.device.arch)
+                return flydsl.census_record(report, self.device)
             kernels = compile_kernels(spec, inputs, cfg, self.device)
         except Exception as e:  # noqa: BLE001 - a config that does not compile is a census result
             return {"status": "error", "error": compile_error_line(e)[:300],

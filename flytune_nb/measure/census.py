@@ -39,8 +39,10 @@ class CensusRow:
     status: str  # ok | error (did not compile) | timeout | crashed (the compiler took its process down)
     error: str = ""
     compile_s: float = math.nan
-    binary: str | None = None  # flytune_nb.backends.triton.binary_digest
-    kernels: tuple = ()  # per Triton kernel the config launches: its resources (flytune_nb.backends.triton_resources)
+    binary: str | None = None  # flytune_nb.backends.triton.binary_digest (FlyDSL: its code objects' digest)
+    # per kernel the config launches: its resources (flytune_nb.backends.triton_resources; a FlyDSL kernel's from its
+    # code object's metadata, flytune_nb.backends.flydsl.census_record)
+    kernels: tuple = ()
     is_default: bool = False  # the kernel's heuristic default for this shape and target
     occupancy_unit: str = ""
     # Not compiled: the resources of this config's binary, which differs from this one only in the kernel's

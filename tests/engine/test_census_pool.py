@@ -5,11 +5,12 @@ import textwrap
 import pytest
 
 from flytune_nb.core.config import Config
+from flytune_nb.core.registry import get_kernel
 from flytune_nb.core.targets import TARGETS
 from flytune_nb.engine.census_pool import Census, CensusPool, spread, take_census
 from flytune_nb.engine.store import Store
 from flytune_nb.engine.sweep import Sweep
-from flytune_nb.errors import UsageError
+from flytune_nb.errors import RunError, UsageError
 
 
 def test_spread_strides_are_coprime_to_the_knob_periods():
@@ -91,6 +92,41 @@ def test_a_bad_target_or_kernel_is_one_line_before_anything_starts(tmp_path):
         Census("rmsnorm", "M=4 N=256")  # no target, and this machine has no GPU
     with pytest.raises(UsageError, match="prune option"):
         Sweep("rmsnorm", "M=4 N=256", ["fp32"], isolate=False, prune="fastest")
+
+
+def test_a_flydsl_census_reads_its_code_objects_with_no_rocm_path(tmp_path, monkeypatch, flydsl_compiler):
+    """A FlyDSL kernel builds no Triton kernel: its census compiles through FlyDSL, reads what compile_report reads
+    and links with a folder of its own (ROCM_PATH unset). waves_per_eu=2 builds BLOCK_THREADS=256's object again:
+    counted once. A target FlyDSL does not compile for is one line."""
+    def cfg(bt, wpe=None):
+        return Config({"BLOCK_THREADS": bt, "VEC": 8}, num_warps=None, num_stages=None, waves_per_eu=wpe)
+
+    shape = {"M": 8, "N": 4096}
+    (want,) = flydsl_compiler.compile_report(get_kernel("flydsl_rmsnorm"), shape, "bf16", cfg(256), "gfx942").kernels
+    monkeypatch.delenv("ROCM_PATH")
+    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", str(tmp_path / "cache"))
+    db = tmp_path / "c.db"
+    s, = Census("flydsl_rmsnorm", "M=8 N=4096", ["bf16"], target="mi300x", db=db, jobs=1,
+                configs=[cfg(256), cfg(256, 2), cfg(128)]).run()
+    assert s.configs == s.compiled == 3, s.errors
+    rows = {r.config: r for r in s.rows}
+    assert s.default is rows[cfg(256)]
+    assert (s.default.registers, s.default.shared_bytes) == (want.vgpr, want.lds)
+    assert rows[cfg(256)].binary == rows[cfg(256, 2)].binary != rows[cfg(128)].binary
+    assert s.distinct_binaries == 2 and s.duplicates == 1
+    table = Store(db, readonly=True).frame(table="census").set_index("config").loc[cfg(256).to_json()]
+    assert (table["vgprs"], table["sgprs"], table["binary"]) == (want.vgpr, want.sgpr, rows[cfg(256)].binary)
+    assert (tmp_path / "cache" / "flydsl-rocm" / "llvm" / "bin" / "ld.lld").exists()
+    with pytest.raises(UsageError, match="flydsl_rmsnorm is a FlyDSL kernel: it compiles for gfx942, gfx950 only, "
+                                         "not for NVIDIA_H200"):
+        Census("flydsl_rmsnorm", "M=8 N=4096", ["bf16"], target="h200", jobs=1).run()
+
+
+def test_without_a_linker_a_flydsl_census_says_what_to_install_or_set(flydsl_installed, tmp_path, monkeypatch):
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "not-rocm"))
+    monkeypatch.setattr(flydsl_installed, "find_lld", lambda: None)
+    with pytest.raises(RunError, match=r"apt-get install lld-22; or set ROCM_PATH to a ROCm installation"):
+        flydsl_installed.use_linker(tmp_path / "linker")
 
 
 def test_census_pruning_on_the_cpu_path_times_one_config_per_binary(tmp_path):
