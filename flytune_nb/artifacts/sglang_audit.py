@@ -32,6 +32,11 @@ CONFIRM_ROUNDS = 2
 TIMED = {"graph": "as SGLang's tuner times (10 calls captured in one CUDA graph, per call)",
          "events": "one launch per sample with the L2 flushed (host gaps between SGLang's launches included)",
          "given": "by the caller's measure"}
+# Without a GPU Triton's interpreter runs the kernel on the CPU: no CUDA graph, no events (measure.timer.CpuTimer)
+TIMED_CPU = {"graph": "on the CPU by Triton's interpreter, wall clock of 10 back-to-back calls per sample, per call "
+                      "(no GPU, no CUDA graph: these times exercise the audit and say nothing about GPU speed)",
+             "events": "on the CPU by Triton's interpreter, wall clock of one call per sample (no GPU: these times "
+                       "exercise the audit and say nothing about GPU speed)"}
 
 # Models whose MoE shapes SGLang ships files for: (experts, moe intermediate size, hidden size, top-k), from each
 # model's config.json (num_local_experts / num_experts, intermediate_size / moe_intermediate_size, hidden_size,
@@ -90,6 +95,7 @@ class Audit:
     root: str
     dtype: str
     timing: str = "graph"  # graph | events | given (a caller's measure)
+    backend: str = ""  # the device's: cuda | hip | interpreter ("" when not known)
     entries: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (file, why)
     fallback: list = field(default_factory=list)  # (file, folder it is read from)
@@ -136,10 +142,16 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
           measure: Callable | None = None, listener: Callable | None = None, timing: str = "graph") -> Audit:
     """``shapes``: {(E, N): {"K": k, "topk": t}} for files MODELS does not cover (or to override it); ``timing``: see
     default_measure (ignored with ``measure``)."""
+    from flytune_nb.core.device import current_device, ensure_backend
+
+    # Before Triton is imported: triton.language's own @jit helpers are made for one mode at import, and SGLang's
+    # kernel, interpreted later, cannot call compiled ones ("Cannot call @triton.jit'd outside of the scope of a
+    # kernel" on every entry of a machine without a GPU). ``import flytune_nb`` chooses early only with a CPU-only
+    # torch; a CUDA build of torch on a machine without a GPU is decided here.
+    ensure_backend()
     import triton
 
     from flytune_nb.core.config import Config
-    from flytune_nb.core.device import current_device
     from flytune_nb.core.registry import get_kernel
 
     device = device or current_device()
@@ -157,7 +169,7 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
     asked = {tuple(k): (dict(v), "--shape") for k, v in (shapes or {}).items()}
     table_of = {**known, **asked}
     result = Audit(device.name, triton.__version__, up.extra.get("sglang_version", "?"), str(root), dtype,
-                   "given" if given else timing)
+                   "given" if given else timing, backend=device.backend)
     found = device_files(root, device.name, triton.__version__)
     running = files.version_dir(triton.__version__)
     for name, (path, folder) in found.items():
@@ -279,7 +291,7 @@ def to_markdown(a: Audit) -> str:
              "",
              f"SGLang {a.sglang}, Triton {a.triton}, {a.dtype}; folder `{a.root}`. Every entry re-timed on SGLang's "
              f"own kernel against `get_default_config` (ties within {TIE:.0%} or {MIN_DELTA_US:g} us), every output "
-             f"checked against a float64 reference. Timed {TIMED.get(a.timing, a.timing)}. Measured with "
+             f"checked against a float64 reference. Timed {_timed(a)}. Measured with "
              f"flytune_nb (`flytune audit-sglang`).",
              "",
              f"- {len(a.entries)} entries of {n_files} files timed: **{len(a.slower)} slower than the default**, "
@@ -317,6 +329,12 @@ def to_markdown(a: Audit) -> str:
                    f"{_us(e.shipped_us)} | {_us(e.default_us)} | {_ratio(e.speedup)} |")
             lines.append(row + (f" {_us(e.best_us)} | `{e.best}` |" if best else ""))
     return "\n".join(lines) + "\n"
+
+
+def _timed(a: Audit) -> str:
+    if a.backend == "interpreter" and a.timing in TIMED_CPU:
+        return TIMED_CPU[a.timing]
+    return TIMED.get(a.timing, a.timing)
 
 
 def _ratio(v) -> str:

@@ -499,6 +499,32 @@ def test_audit_cli_times_real_entries_and_writes_the_report(tmp_path, capsys):
     assert "--shape takes" in capsys.readouterr().err
 
 
+# A CUDA build of torch on a machine without a GPU: importing flytune_nb cannot choose the interpreter early there
+# (it would cost every import a driver initialisation), so the audit itself must choose it before importing Triton.
+AS_CUDA_BUILD = ("import runpy, sys, torch; torch.version.cuda = torch.version.cuda or '12.8'; "
+                 "sys.argv[0] = 'flytune'; runpy.run_module('flytune_nb', run_name='__main__')")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU path: a machine without a GPU")
+@pytest.mark.parametrize("python", [["-m", "flytune_nb"], ["-c", AS_CUDA_BUILD]], ids=["installed", "cuda_build"])
+def test_audit_cli_on_a_machine_without_a_gpu_chooses_the_interpreter_itself(tmp_path, python):
+    """A user's shell: no TRITON_INTERPRET (this test process set it, so the child's environment is built without
+    it). The audit must choose the interpreter before Triton is imported, and say how it timed there."""
+    root = tmp_path / "sglang"
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1), 4: _entry(4)})
+    md = tmp_path / "a.md"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = REPO
+    p = subprocess.run([sys.executable, *python, "audit-sglang", "--dir", str(root), "--dtype", "fp16",
+                        "--shape", "E=4 N=64 K=32 topk=2", "--md", str(md)], env=env, capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    report = md.read_text()
+    assert "2 entries of 1 files timed" in report and "0 failing" in report and "Cannot call" not in report
+    assert "CUDA graph" not in report.replace("no CUDA graph", "")
+    assert "on the CPU by Triton's interpreter, wall clock of 10 back-to-back calls per sample" in report
+
+
 def test_a_gfx942_census_of_sglangs_kernel_reads_both_gemms_binaries(tmp_path, monkeypatch):
     """SGLang launches its kernel through its own launcher, not flytune's: the census must still get what Triton
     built for gfx942, both GEMMs of each config (gate+up, then down), with their registers and MFMA."""
