@@ -17,6 +17,7 @@ pytest.importorskip("sglang")
 from flytune_nb.artifacts import sglang as files  # noqa: E402
 from flytune_nb.core.device import current_device, from_properties  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
+from flytune_nb.errors import UsageError  # noqa: E402
 from flytune_nb.measure.correctness import compare  # noqa: E402
 from flytune_nb.measure.trial import evaluate  # noqa: E402
 from tests.conftest import H200_PROPS, MI300X_PROPS, REPO  # noqa: E402
@@ -120,6 +121,32 @@ def test_down_gemm_alone_matches_its_reference_and_keeps_the_up_block_m(down, de
     for cfg in (d, space[0], space[-1]):
         t = evaluate(down, TINY, "fp16", cfg, dev, cpu_timer)
         assert t.ok and t.rel_error < 2e-3, (str(cfg), t.reason)
+
+
+def test_a_config_dir_without_configs_is_refused_for_the_down_gemm(down, dev, tmp_path, monkeypatch):
+    """SGLANG_MOE_CONFIG_DIR one level above an export: SGLang raises FileNotFoundError there and no server starts, so
+    there is no up config to pin; the down GEMM's space and default say so instead of pinning SGLang's default."""
+    (tmp_path / "sglang_fused_moe" / "configs" / running()).mkdir(parents=True)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(tmp_path))
+    for call in (down.configs, down.default):
+        with pytest.raises(UsageError, match=r"SGLANG_MOE_CONFIG_DIR=.* has no configs/ folder: a SGLang server "
+                                             r"started with it raises FileNotFoundError.*subfolder sglang_fused_moe"):
+            call(TINY, "fp16", dev)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(UsageError, match=r"nowhere is not a folder: a SGLang server started with it raises"):
+        down.default(TINY, "fp16", dev)
+
+
+def test_a_malformed_up_file_is_named_in_a_warning(spec, down, dev, tmp_path, monkeypatch):
+    from flytune_nb.serve.lookup import ArtifactWarning
+
+    bad = tmp_path / "configs" / running() / files.file_name(TINY["E"], TINY["N"], dev.name)
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"1": {"BLOCK_SIZE_M": 64,')
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(tmp_path))
+    with pytest.warns(ArtifactWarning, match=rf"{bad.name}: not a SGLang MoE config file .*SGLang cannot use this "
+                                             r"up config either, so the down GEMM is pinned to SGLang's default"):
+        assert down.default(TINY, "fp16", dev) == spec.default(TINY, "fp16", dev)
 
 
 def test_space_is_sglangs_and_the_default_is_get_default_config(spec, sg, dev):
