@@ -82,6 +82,39 @@ def stdlib_compiled_for_gpu() -> bool:
     return lang is not None and type(getattr(lang, "sum", None)).__name__ == "JITFunction"
 
 
+def fix_interpreter_bf16_dot() -> bool:
+    """Make the interpreter's ``tl.dot`` right for bfloat16 operands (idempotent). Triton 3.6's interpreter stores
+    bf16 as uint16 and its ``create_dot`` hands those bits to numpy's matmul as integers: a 16x16 product is off by
+    up to 2.6e10, so every bf16 config of a GEMM kernel (SGLang's fused MoE among them) reads "wrong" on the CPU.
+    Here bf16 operands are widened to fp32 first (exact), which is what an MMA with an fp32 accumulator computes.
+    False where the installed interpreter has no such builder method or stores bf16 otherwise (nothing to fix, or a
+    layout this was not written for)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    dot = getattr(builder, "create_dot", None)
+    convert, handle = getattr(interpreter, "_convert_float", None), getattr(interpreter, "TensorHandle", None)
+    if dot is None or convert is None or handle is None:
+        return False
+    if getattr(dot, "_flytune_bf16", False):
+        return True
+
+    def widened(h):
+        if h.dtype.scalar != tl.bfloat16 or h.data.dtype != np.uint16:
+            return h
+        return handle(convert(h.data, tl.bfloat16, tl.float32, None).view(np.float32), tl.float32)
+
+    @functools.wraps(dot)
+    def create_dot(self, a, b, d, *args, **kwargs):
+        return dot(self, widened(a), widened(b), d, *args, **kwargs)
+
+    create_dot._flytune_bf16 = True
+    builder.create_dot = create_dot
+    return True
+
+
 # -- the launch fast path ------------------------------------------------------------------------------------------
 def launch_runtime() -> dict:
     """What the fast path looks up once per process: the JIT class, Triton's argument specialiser, the current

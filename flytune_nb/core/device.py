@@ -149,9 +149,10 @@ def ensure_backend() -> None:
 
                 warnings.warn(reason, InterpreterWarning, stacklevel=3)
     if interpreting():  # the interpreter is not thread-safe: one interpreted launch at a time in this process
-        from flytune_nb._compat.triton import serialise_interpreter
+        from flytune_nb._compat.triton import fix_interpreter_bf16_dot, serialise_interpreter
 
         serialise_interpreter()
+        fix_interpreter_bf16_dot()  # its bf16 tl.dot is wrong as shipped (Triton 3.6)
 
 
 def choose_interpreter_early() -> None:
