@@ -11,7 +11,9 @@ which SGLang's context manager lacks), and the two-launch path used where ``fuse
 Two paths, chosen once per process (``sglang().path``):
 - ``fused_experts``: SGLang's ``fused_experts_impl`` under ``forced_config`` — the call SGLang's tuner times. On a GPU
   with sgl_kernel everything is SGLang's; on the CPU (Triton's interpreter) SGLang has no alignment backend, so ours is
-  swapped in for the call only, and SGLang takes its own native activation and Triton combine fallbacks.
+  swapped in for the call only, and SGLang takes its own native activation and Triton combine fallbacks (but at
+  top-k 1 the down GEMM's direct write is kept as the output, as SGLang's GPU branches keep it: its CPU branch would
+  sum a cache nothing wrote over it).
 - ``kernel``: on a GPU without sgl_kernel, SGLang's activation and combine are sgl_kernel ops, so both GEMMs go through
   ``invoke_fused_moe_kernel`` directly (SGLang's kernel and launcher, the same grid and specialisation) with our
   alignment, a torch SiLU*up (fp32 math, one rounding, as sgl_kernel's silu_and_mul) and a torch sum over top-k.
@@ -374,14 +376,31 @@ def two_launches(inputs: dict, up: dict, down: dict | None = None) -> torch.Tens
     return down_gemm(silu_and_mul(h), w2, wts, ids, aligned, down, inputs.get("w2_scale"))
 
 
+def _combine_as_on_a_gpu(combine):
+    """SGLang's ``moe_combine_topk`` as its CUDA, HIP and XPU branches run it: where the down GEMM wrote straight into
+    the output (``_use_intermediate`` off: top-k 1, no routed scaling, no hooks) the output is returned as it is. Its
+    remaining branch (the CPU) sums the intermediate cache that GEMM never wrote over the output regardless: NaN/Inf
+    or garbage in every top-k 1 trial."""
+    @functools.wraps(combine)
+    def combine_topk(*args, **kwargs):
+        if kwargs.get("_use_intermediate") is False and not kwargs.get("use_fused_moe_sum_all_reduce"):
+            return kwargs["out_hidden_states"]
+        return combine(*args, **kwargs)
+
+    return combine_topk
+
+
 def fused_experts(inputs: dict, config: dict) -> torch.Tensor:
     """SGLang's ``fused_experts_impl`` with ``config`` forced onto both GEMMs, as its tuner runs it."""
     sg = sglang()
     fm = sg.fused_moe
     saved = fm.moe_align_block_size
+    saved_combine = getattr(fm, "moe_combine_topk", None)
     try:
         if not sg.native_align:  # no backend for SGLang's alignment here: ours, for this call only
             fm.moe_align_block_size = lambda ids, bm, e, *a, **k: moe_align(ids, bm, e)
+        if saved_combine is not None and not _gpu():  # SGLang's CPU combine: see _combine_as_on_a_gpu
+            fm.moe_combine_topk = _combine_as_on_a_gpu(saved_combine)
         # fused_experts_impl reads the TP group to size its output; a single process has none.
         fp8 = {"use_fp8_w8a8": True, "w1_scale": inputs["w1_scale"], "w2_scale": inputs["w2_scale"]} \
             if is_fp8(inputs["w1"]) else {}
@@ -390,6 +409,8 @@ def fused_experts(inputs: dict, config: dict) -> torch.Tensor:
                                          inputs["topk_ids"], inplace=False, activation="silu", **fp8)
     finally:
         fm.moe_align_block_size = saved
+        if saved_combine is not None:
+            fm.moe_combine_topk = saved_combine
 
 
 class _Warmup:
