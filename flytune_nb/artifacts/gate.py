@@ -36,7 +36,7 @@ from typing import Callable
 import fnmatch
 import time
 
-from flytune_nb.errors import UsageError
+from flytune_nb.errors import KernelUnavailable, UsageError
 from flytune_nb.artifacts.files import LOCK, PROVENANCE, atomic_write, read_provenance
 from flytune_nb.serve.lookup import validated_table
 from flytune_nb.strategies.selection import FLOOR as SELECTION_FLOOR  # a row inside it needs no confirming
@@ -61,7 +61,8 @@ class CheckRow:
     reason: str = ""
     drift: float = 1.0  # the file's median default now / default then, at least 1 (see the module doc)
     # what the verdict is about: "exported" (slower than at export), "default" (slower than the heuristic),
-    # "correctness", "drift" (the device drifted, not the config), "file" (unreadable), "budget" (not timed), ""
+    # "correctness", "drift" (the device drifted, not the config), "file" (unreadable), "budget" (not timed),
+    # "unavailable" (its kernel cannot load here, e.g. sglang is not installed: not timed, and a FAIL), ""
     kind: str = ""
     stale: bool = False  # tuned for another source of the kernel than its current one
     path: str = ""  # the artifact's path
@@ -142,6 +143,7 @@ class ArtifactFile:
     prov: dict | None = None
     table: dict | None = None
     error: str = ""
+    unavailable: bool = False  # the error is the kernel's: it cannot load here (a missing optional dependency)
 
     @property
     def sources(self) -> set:
@@ -185,7 +187,11 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
             out.append(f)
             continue
         try:
-            f.spec = get_kernel(kernel, list(paths))
+            try:
+                f.spec = get_kernel(kernel, list(paths))
+            except KernelUnavailable:
+                f.unavailable = True
+                raise
             rest, _, dtype = parse_name(path.name)
             f.prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
             f.rest, f.dtype = _full_shape(path.name, rest, dtype, f.prov)
@@ -267,7 +273,8 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
         base = dict(kernel=f.kernel, file=f.path.name, dtype=f.dtype, config="", now_ms=math.inf, then_ms=None,
                     default_ms=None, vs_then=None, vs_default=None, path=str(f.path))
         if f.error:
-            done(CheckRow(**{**base, "shape": {}, "status": "FAIL", "reason": f.error, "kind": "file"}))
+            done(CheckRow(**{**base, "shape": {}, "status": "FAIL", "reason": f.error,
+                             "kind": "unavailable" if f.unavailable else "file"}))
             continue
         spec, stale, timing = f.spec, f.stale, f.timing
         meas = measure_for(timing)
@@ -397,7 +404,7 @@ def row_cells(r: CheckRow) -> list[str]:
 def severity(r: CheckRow) -> float:
     """How bad a row is, for ordering: a correctness or file failure first, then the larger of its slowdown beyond
     the drift and against the heuristic default."""
-    if r.kind in ("correctness", "file"):
+    if r.kind in ("correctness", "file", "unavailable"):
         return math.inf
     ratios = [x for x in ((r.vs_then / r.drift) if r.vs_then else None, r.vs_default) if x is not None]
     return max(ratios, default=0.0)
@@ -411,8 +418,12 @@ def worst(rows: list[CheckRow], n: int = 5) -> list[CheckRow]:
 
 def summary_lines(rows: list[CheckRow], device_name: str) -> list[str]:
     n = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
-    checked = len(rows) - n["SKIP"]
+    unavailable = sum(r.kind == "unavailable" for r in rows)
+    checked = len(rows) - n["SKIP"] - unavailable
     line = f"{checked} config{'' if checked == 1 else 's'} checked on {device_name}: {n['FAIL']} FAIL, {n['WARN']} WARN"
+    if unavailable:  # a gate that cannot time a file does not pass it: each counts as a FAIL above
+        line += (f"; {unavailable} file{'s' if unavailable != 1 else ''} not checked, each a FAIL: "
+                 f"{'its' if unavailable == 1 else 'their'} kernel cannot load here")
     if n["SKIP"]:
         line += f"; {n['SKIP']} not checked (time budget)"
     stale = sum(r.stale for r in rows)
@@ -438,7 +449,10 @@ def advice(rows: list[CheckRow], directory, paths=(), device=None) -> list[str]:
         stale = any(r.stale for r in rs)
         f = files.get(path)
         if not (bad or stale) or f is None or f.error:
-            if bad and f is not None and f.error:
+            if bad and f is not None and f.unavailable:  # the file may be fine: this machine cannot time it
+                out.append(f"{Path(path).name} was not timed ({f.error}): install what it needs here and check "
+                           f"again; until then the file fails the check")
+            elif bad and f is not None and f.error:
                 out.append(f"{Path(path).name}: {f.error}; export it again")
             continue
         if f.table is None:

@@ -444,3 +444,28 @@ def test_on_the_interpreter_check_judges_correctness_not_speed(tmp_path, capsys)
     assert main(["check", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "speed not judged (Triton's interpreter on the CPU)" in printed and "0 FAIL, 0 WARN" in printed
+
+
+def test_a_file_whose_kernel_cannot_load_here_fails_the_gate_and_says_to_install_it(tmp_path, capsys, dev):
+    """The kernel needs an optional dependency this machine lacks (sglang_fused_moe without sglang): its files were
+    not timed, so the gate fails them (a CI gate that cannot check must not pass), and what to do is to install what
+    it needs, not to export a file that may be fine."""
+    import shutil
+
+    from tests.conftest import PLUGINS
+
+    plugins = tmp_path / "plugins"
+    shutil.copytree(f"{PLUGINS}/toy", plugins / "needs_lib")
+    (plugins / "needs_lib" / "__init__.py").write_text(
+        "from flytune_nb.kit import KernelUnavailable\n"
+        "raise KernelUnavailable(\"needs somelib: pip install 'flytune_nb[somelib]'\")\n")
+    folder = tmp_path / "exports" / "needs_lib" / triton_dir_name(triton.__version__)
+    folder.mkdir(parents=True)
+    name = f"N=256,device_name={dev.name},dtype=fp32.json"
+    (folder / name).write_text('{"1": {"BLOCK_N": 256}}\n')
+    assert main(["check", str(tmp_path / "exports"), "--path", str(plugins), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert f"0 configs checked on {dev.name}: 1 FAIL, 0 WARN; 1 file not checked, each a FAIL" in out
+    assert (f"{name} was not timed (needs_lib: needs somelib: pip install 'flytune_nb[somelib]'): install what it "
+            f"needs here and check again") in out
+    assert "export it again" not in out
