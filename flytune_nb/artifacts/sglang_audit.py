@@ -10,8 +10,9 @@ default ones included) says how much is left on the table. *Missing*: the model 
 that have no file for this device at all (SGLang then runs its default), files that exist only for another Triton
 version, and SGLang's default batch sizes a file lacks.
 
-A file's name gives only E and N; the hidden size K and the top-k come from ``shapes`` or, for files of the models
-listed in MODELS (at tensor-parallel degrees 1-8), from that table. ``dtype`` picks the files: bf16/fp16 the
+A file's name gives only E and N; the hidden size K and the top-k come from ``shapes``, else from the
+provenance.json beside the file (``flytune export`` writes one; SGLang's own files have none), else, for files of the
+models listed in MODELS (at tensor-parallel degrees 1-8), from that table. ``dtype`` picks the files: bf16/fp16 the
 unquantised ones, fp8 the ``dtype=fp8_w8a8`` ones (per-tensor fp8); other quantised files (block-wise, per-channel,
 int8, int4) are listed, not timed.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from flytune_nb.artifacts import sglang as files
+from flytune_nb.artifacts.files import PROVENANCE, read_provenance
 from flytune_nb.errors import UsageError
 
 TIE = 0.03  # within 3% of the default is a tie: run-to-run spread of one config on the H200 was up to ~2%
@@ -126,6 +128,22 @@ def device_files(root: Path, device_name: str, triton_version: str) -> dict[str,
     return out
 
 
+def recorded_shape(path: Path) -> dict | None:
+    """{"K", "topk"} as the provenance.json beside an exported file records them, or None (no sidecar, no entry for
+    the file, or one that does not say)."""
+    try:
+        entries = read_provenance(Path(path).parent / PROVENANCE).get(Path(path).name, {})
+    except files.ArtifactError:
+        return None
+    for entry in entries.values():
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        try:
+            return {"K": int(shape["K"]), "topk": int(shape["topk"])}
+        except (TypeError, KeyError, ValueError):
+            continue
+    return None
+
+
 def default_measure(device, timing: str = "graph") -> Callable:
     """``timing``: "graph" (10 calls in one CUDA graph, per call: how SGLang's tuner times) or "events" (one launch
     per sample, L2 flushed). Per launch, a small MoE call also times the host's gaps between SGLang's few launches
@@ -186,11 +204,13 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
                                    if other else f"{meta['dtype']} weights: not timed (this kernel tunes the "
                                                  "unquantised path and fp8_w8a8 per tensor)"))
             continue
-        if (meta["E"], meta["N"]) not in table_of:
+        recorded = None if (meta["E"], meta["N"]) in asked else recorded_shape(path)
+        if recorded is None and (meta["E"], meta["N"]) not in table_of:
             result.skipped.append((name, f"hidden size and top-k unknown: pass --shape \"E={meta['E']} "
                                          f"N={meta['N']} K=... topk=...\""))
             continue
-        extra, label = table_of[(meta["E"], meta["N"])]
+        # what the file's own provenance records beats a model of the same E and N: MODELS is a guess by name
+        extra, label = (recorded, "provenance") if recorded else table_of[(meta["E"], meta["N"])]
         try:
             table = files.read_table(path)
         except files.ArtifactError as e:

@@ -521,6 +521,27 @@ def test_audit_of_fp8_times_the_fp8_w8a8_files_only(tmp_path):
     assert a.missing_files == [("--shape", "E=4,N=32,device_name=CPU_interpreter,dtype=fp8_w8a8.json")]
 
 
+def test_an_audit_of_exports_reads_hidden_size_and_top_k_from_their_provenance(tmp_path):
+    """E=4 N=64 is no model's: without --shape only the provenance.json flytune export wrote beside the file says K
+    and top-k. --shape still wins over it."""
+    from flytune_nb.artifacts.sglang_audit import audit
+    from flytune_nb.measure.trial import Trial
+
+    (path,) = _sweep_and_export("sglang_fused_moe", tmp_path, budget=1)
+    seen = []
+
+    def measure(spec, shape, dtype, config):
+        seen.append(dict(shape))
+        return Trial(spec.name, shape, dtype, config, "ok", p50=0.1)
+
+    a = audit(path.parents[2], dtype="fp16", measure=measure)
+    assert a.skipped == [] and [(e.M, e.label) for e in a.entries] == [(1, "provenance"), (5, "provenance")]
+    assert {(s["K"], s["topk"]) for s in seen} == {(32, 2)}
+    seen.clear()
+    a = audit(path.parents[2], dtype="fp16", measure=measure, shapes={(4, 64): {"K": 64, "topk": 1}})
+    assert {e.label for e in a.entries} == {"--shape"} and {(s["K"], s["topk"]) for s in seen} == {(64, 1)}
+
+
 def test_audit_cli_times_real_entries_and_writes_the_report(tmp_path, capsys):
     from flytune_nb.ui.cli import main
 
