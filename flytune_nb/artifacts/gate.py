@@ -37,7 +37,7 @@ import fnmatch
 import time
 
 from flytune_nb.errors import KernelUnavailable, UsageError
-from flytune_nb.artifacts.files import LOCK, PROVENANCE, atomic_write, read_provenance
+from flytune_nb.artifacts.files import PROVENANCE, atomic_write, read_provenance
 from flytune_nb.serve.lookup import validated_table
 from flytune_nb.strategies.selection import FLOOR as SELECTION_FLOOR  # a row inside it needs no confirming
 
@@ -481,8 +481,9 @@ def accept_drift(rows: list[CheckRow]) -> list[CheckRow]:
     than when exported (``kind`` "exported" or "drift", and not slower than the heuristic default beyond the WARN
     line either): their provenance gets ``best_p50_ms`` / ``default_p50_ms``
     from this check, and the old values under ``accepted``. A row slower than the heuristic default or incorrect
-    is never accepted: that needs a new sweep. Returns the rows accepted."""
-    from filelock import FileLock
+    is never accepted: that needs a new sweep. Returns the rows accepted; ArtifactError for a folder it cannot
+    write."""
+    from flytune_nb.artifacts.files import export_lock
 
     accepted = [r for r in rows if r.status in ("FAIL", "WARN") and r.kind in ("exported", "drift") and r.path
                 and r.batch is not None and (r.vs_default is None or r.vs_default <= WARN)]
@@ -491,7 +492,7 @@ def accept_drift(rows: list[CheckRow]) -> list[CheckRow]:
         by_dir.setdefault(Path(r.path).parent, []).append(r)
     today = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     for folder, rs in by_dir.items():
-        with FileLock(str(folder / LOCK)):
+        with export_lock(folder):
             prov = read_provenance(folder / PROVENANCE)
             for r in rs:
                 entry = prov.get(r.file, {}).get(str(r.batch))

@@ -1,5 +1,6 @@
 """SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
 import json
+import os
 from pathlib import Path
 from collections import Counter
 
@@ -14,7 +15,7 @@ from flytune_nb.engine.store import Store
 from flytune_nb.engine.sweep import Sweep
 from flytune_nb.measure.trial import Trial
 from flytune_nb.ui.cli import main
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, as_unprivileged_user
 
 TDIR = triton_dir_name(triton.__version__)
 
@@ -469,3 +470,28 @@ def test_a_file_whose_kernel_cannot_load_here_fails_the_gate_and_says_to_install
     assert (f"{name} was not timed (needs_lib: needs somelib: pip install 'flytune_nb[somelib]'): install what it "
             f"needs here and check again") in out
     assert "export it again" not in out
+
+
+def test_accepting_the_drift_in_a_folder_this_user_cannot_write_is_refused_before_the_timing(tmp_path, shared_folder):
+    """--accept-drift rewrites provenance.json: where that cannot happen it is one line (exit 2) before the check
+    times anything. Root writes anywhere, so the command runs as an unprivileged user."""
+    import shutil
+
+    out, _ = _exported(tmp_path)
+    ro = os.path.join(shared_folder, "exports")
+    shutil.copytree(out, ro)
+    for folder, dirs, _files in os.walk(ro):
+        os.chmod(folder, 0o555)
+
+    def accept():
+        import contextlib
+        import io
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            rc = main(["check", ro, "--accept-drift", "--quiet"])
+        return rc, out.getvalue(), err.getvalue()
+
+    rc, printed, err = as_unprivileged_user(accept)
+    assert rc == 2 and "cannot write to" in err and "is not writable for this user" in err
+    assert "checked on" not in printed  # nothing was timed
