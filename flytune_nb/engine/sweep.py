@@ -127,8 +127,11 @@ class Sweep:
             raise UsageError("no dtype given")
         self.strategy_name = strategy
         self.strategy = get_strategy(strategy)
-        if budget is not None and budget < 1:
-            raise UsageError(f"budget must be >= 1, got {budget}")
+        if isinstance(budget, str) and budget.strip().isdigit():  # papermill's -r and a form field pass text
+            budget = int(budget)
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+            raise UsageError(f"budget must be a whole number of configs >= 1 (or None: the whole space), got "
+                             f"{type(budget).__name__} {budget!r}")
         timeout = float(timeout)
         if not 0 < timeout < float("inf"):
             raise UsageError(f"timeout must be a number of seconds > 0, got {timeout!r}")

@@ -14,10 +14,22 @@ from flytune_nb.ui.report import failure_line, measured_line, summary_table, tri
 from flytune_nb.engine.sweep import Sweep
 
 
-def _check_outputs(export_dir, *files) -> None:
-    for f in files:
-        if f and not Path(f).resolve().parent.is_dir():
-            raise UsageError(f"cannot write {f}: folder {Path(f).resolve().parent} does not exist")
+def _check_outputs(db, export_dir, **files) -> None:
+    """Every output of the batch writable where it is named, before the sweep: a results file in a missing folder,
+    a folder given for a file, or a results file that is the store itself (which it would overwrite, losing every
+    trial) is one UsageError naming the parameter."""
+    store = Path(db).resolve()
+    if not store.parent.is_dir():
+        raise UsageError(f"db {db}: folder {store.parent} does not exist")
+    for name, f in files.items():
+        if not f:
+            continue
+        if Path(f).resolve() == store:
+            raise UsageError(f"{name} {f} is the results store (db); name another file")
+        if Path(f).is_dir():
+            raise UsageError(f"{name} {f} is a folder; name a file in it")
+        if not Path(f).resolve().parent.is_dir():
+            raise UsageError(f"{name} {f}: folder {Path(f).resolve().parent} does not exist")
     if export_dir and Path(export_dir).exists() and not Path(export_dir).is_dir():
         raise UsageError(f"export_dir {export_dir} exists and is not a folder")
     if export_dir:
@@ -56,11 +68,17 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
     ``results_csv`` / ``results_json``: "" (default) writes them beside ``db`` (``batch.results.csv``), None skips.
     ``timeout``: seconds per trial before its worker is killed (recorded as timeout); ``paths``: folders that hold
     kernel folders (a plugin of yours). ``dtypes`` None: the kernel's own (KernelSpec.default_dtype)."""
+    if not isinstance(kernel, str) or not kernel.strip():
+        raise UsageError(f"kernel must be a kernel's name (flytune kernels lists them), got {kernel!r}")
+    if not isinstance(db, (str, Path)) or not str(db).strip():
+        raise UsageError(f"db must be the path of a results store, got {db!r}")
     if isinstance(budget, str):  # papermill -r passes text
         try:
             budget = int(budget) if budget.strip() else None
         except ValueError:
             raise UsageError(f"budget must be a whole number of configs, got {budget!r}") from None
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int)):
+        raise UsageError(f"budget must be a whole number of configs, got {budget!r}")
     try:
         timeout = float(timeout)
     except (TypeError, ValueError):
@@ -71,7 +89,7 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
         paths = [p for p in paths.split(",") if p.strip()]
     results_csv = _beside(db, ".results.csv") if results_csv == "" else results_csv
     results_json = _beside(db, ".results.json") if results_json == "" else results_json
-    _check_outputs(export_dir, results_csv, results_json)  # before the sweep, not after an hour of it
+    _check_outputs(db, export_dir, results_csv=results_csv, results_json=results_json)  # before the sweep, not after
     sweep = Sweep(kernel, grid, dtypes, db=db, strategy=strategy, budget=budget, isolate=isolate, paths=paths,
                   timeout=timeout, retry_failed=retry_failed, listeners=[TqdmListener(disable=not progress)])
     results = sweep.run()

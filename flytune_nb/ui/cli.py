@@ -392,6 +392,7 @@ def cmd_targets() -> int:
 
 def cmd_census(args) -> int:
     import csv
+    from pathlib import Path
 
     from flytune_nb.engine.census_pool import Census
     from flytune_nb.engine.store import Store
@@ -419,16 +420,25 @@ def cmd_census(args) -> int:
 
     if args.csv:  # checked before minutes of compiling, not after
         args.csv = _report_path("--csv", args.csv)
+        if Path(args.csv).resolve() == Path(args.db).expanduser().resolve():  # it would overwrite every stored row
+            raise UsageError(f"--csv {args.csv} is the results store (--db); name another file")
     census = Census(args.kernel, args.grid, args.dtype, target=args.target, paths=args.path,
                     jobs=args.jobs, every=args.every, sample=args.sample, limit=args.limit,
                     configs=_configs(args.config), timeout=args.timeout, progress=progress,
                     siblings=not args.every_config)
+    new_store = not Path(args.db).expanduser().exists()
     store = Store(args.db)
     try:
         print(f"flytune census: {census.spec.name} for {census.device.label}: "
               f"{grid_size_text(len(census.shapes), len(census.dtypes))}; rows in {args.db} (table census)", flush=True)
         census.db = store
         results = census.run()
+    except UsageError:
+        if new_store and store.count("census") == 0:  # bad input writes nothing: not even the empty store it opened
+            store.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{Path(args.db).expanduser()}{suffix}").unlink(missing_ok=True)
+        raise
     finally:
         if bar is not None:
             bar.close()

@@ -13,7 +13,12 @@ def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
              (dict(grid=5), "grid must be text like 'M=1,64 N=4096'.*got int 5"),
              (dict(grid=["M=1", "N=256"]), "grid must be .* a list of shape dicts; got list"),
              (dict(isolate="maybe"), "isolate must be True or False, got 'maybe'"),
-             (dict(progress=2), "progress must be True or False, got 2")]
+             (dict(progress=2), "progress must be True or False, got 2"),
+             (dict(budget=2.5), "budget must be a whole number of configs, got 2.5"),
+             (dict(budget=True), "budget must be a whole number of configs, got True"),
+             # an output named as the store would overwrite every stored trial
+             (dict(results_json=str(db)), "results_json .*b.db is the results store"),
+             (dict(results_csv=str(tmp_path)), "results_csv .* is a folder; name a file in it")]
     from flytune_nb.artifacts.files import BUILTIN_DIR
     from flytune_nb.core.device import current_device
 
@@ -25,6 +30,30 @@ def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
             run_batch("rmsnorm", **{"grid": "M=1 N=256", "dtypes": "fp32", "isolate": False, "progress": False,
                                     **kw}, db=str(db))
     assert not db.exists()  # nothing was swept or written
+    for kw, message in [(dict(kernel=5), "kernel must be a kernel's name"), (dict(db=""), "db must be the path"),
+                        (dict(db=str(tmp_path / "nofolder" / "b.db")), "db .*nofolder/b.db: folder .* does not exist")]:
+        with pytest.raises(ValueError, match=message):
+            run_batch(**{"kernel": "rmsnorm", "grid": "M=1 N=256", "dtypes": "fp32", "isolate": False,
+                         "progress": False, "db": str(db), **kw})
+    assert not db.exists() and not (tmp_path / "nofolder").exists()
+    # the store the batch would overwrite keeps every trial: it is refused before anything opens it
+    from flytune_nb import Sweep
+    from flytune_nb.engine.store import Store
+
+    Sweep("rmsnorm", "M=1 N=256", ["fp32"], db=db, isolate=False, baselines=(), budget=2).run()
+    before = Store(db).count()
+    with pytest.raises(ValueError, match="is the results store"):
+        run_batch("rmsnorm", "M=1 N=256", "fp32", db=str(db), results_csv=str(db), isolate=False, progress=False)
+    assert Store(db).count() == before > 0
+
+
+def test_a_sweep_refuses_a_budget_that_is_not_a_whole_number():
+    from flytune_nb import Sweep
+
+    for budget in (2.5, True, "three", 0):
+        with pytest.raises(ValueError, match="budget must be a whole number of configs >= 1"):
+            Sweep("rmsnorm", "M=1 N=256", ["fp32"], isolate=False, budget=budget)
+    assert Sweep("rmsnorm", "M=1 N=256", ["fp32"], isolate=False, budget="3").budget == 3
 
 
 

@@ -297,6 +297,20 @@ def test_a_census_config_with_another_kernels_knobs_is_one_usage_error(capsys, t
     err = capsys.readouterr().err.strip()
     assert err == ("flytune: error: rmsnorm config BLOCK_Q=1024: no knob BLOCK_Q; lacks BLOCK_N "
                    "(its knobs: BLOCK_M, BLOCK_N)")
+    assert not list(tmp_path.glob("c.db*"))  # bad input writes nothing, not even an empty store
+
+
+def test_a_census_csv_naming_the_store_is_refused_and_the_store_kept(capsys, tmp_path):
+    from flytune_nb import Sweep
+    from flytune_nb.engine.store import Store
+
+    db = tmp_path / "runs.db"
+    Sweep("rmsnorm", "M=1 N=256", ["fp32"], db=db, isolate=False, baselines=(), budget=2).run()
+    before = Store(db).count()
+    assert main(["census", "rmsnorm", "--target", "h200", "--grid", "M=1 N=256", "--dtype", "fp32", "--sample", "2",
+                 "--db", str(db), "--csv", str(db), "--quiet"]) == 2
+    assert "is the results store (--db); name another file" in capsys.readouterr().err
+    assert Store(db).count() == before > 0
 
 
 def test_cli_census_prints_the_summary_and_stores_the_rows(capsys, tmp_path):
