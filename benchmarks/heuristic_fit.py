@@ -9,8 +9,9 @@ rows' looped form before its cache hints, matmul before SPLIT_K / STREAM_K): a p
 they never timed is counted as unmeasured, never guessed.
 
 Usage: python -m benchmarks heuristic_fit [--max-depth 3] [--store PATH --kernel NAME] [--out DIR]
-~1 minute on a CPU. Results: benchmarks/results/NVIDIA_H200/heuristic_fit.{json,md} (filed under the device that
-measured the stores), and the suggested rules as heuristic_fit_<kernel>_<dtype>.py.txt beside them.
+~1 minute on a CPU. Results: benchmarks/results/<device>/heuristic_fit.{json,md}, filed under the device that measured
+the stores (NVIDIA_H200 for the committed ones; a --store's own), and the suggested rules as
+heuristic_fit_<kernel>_<dtype>.py.txt beside them.
 """
 from __future__ import annotations
 
@@ -41,10 +42,12 @@ def main(argv=None) -> int:
 
     if (args.store is None) != (args.kernel is None):
         raise UsageError("--store and --kernel go together")
-    plan = [(args.kernel, args.store, (args.dtype,))] if args.store else \
+    if args.max_depth < 1:
+        raise UsageError(f"--max-depth must be >= 1, got {args.max_depth}")
+    plan = [(args.kernel, args.store, (get_kernel(args.kernel).check_dtype(args.dtype),))] if args.store else \
         [(k, RESULTS / DEVICE / "stores" / db, dts) for k, db, dts in STORES]
-    dev = DESCRIBED[DEVICE]
-    folder = results_dir(args.out, DEVICE)
+    dev = _store_device(args.store) if args.store else DESCRIBED[DEVICE]
+    folder = results_dir(args.out, dev.name)
     t0 = time.perf_counter()
     rows, lines = [], []
     for kernel, store, dtypes in plan:
@@ -65,7 +68,8 @@ def main(argv=None) -> int:
                          f"{s['hand_regret']:.3f} | {s['fitted_worst']:.2f} | {s['hand_worst']:.2f} | "
                          f"{s['hand_unmeasured']} | {len(rule.leaves())} ({rows[-1]['hand_leaves']} hand) |")
     md = "\n".join([
-        "# Fitted heuristics on the committed H200 stores: regret on held-out model shapes",
+        f"# Fitted heuristics on {f'the {dev.name} store {args.store.name}' if args.store else 'the committed H200 stores'}"
+        ": regret on held-out model shapes",
         f"flytune_nb.analysis.fit, max depth {args.max_depth}; one fold per model shape (every batch size of one N, "
         "or (N, K)); regret = pick / best of the store at that shape, geomean over the shapes where both picks were "
         f"timed. {time.perf_counter() - t0:.0f} s on the CPU.", "",
@@ -74,8 +78,33 @@ def main(argv=None) -> int:
         "The full fits (every shape) are in heuristic_fit_<kernel>_<dtype>.py.txt: open one in the workbench's "
         "heuristic editor to re-score it. A leaf marked hand keeps the hand-written rule (hand_default), which the "
         "fit overrides only where two or more shapes agree on a config at least 1% faster."])
-    write(args.name, {"max_depth": args.max_depth, "rows": rows}, md, out=args.out, device=DEVICE)
+    write(args.name, {"max_depth": args.max_depth, "rows": rows}, md, out=args.out, device=dev.name)
     return 0
+
+
+def _store_device(path: Path):
+    """The device a store's sweeps ran on (the fit asks the heuristic about that device, and the results are filed
+    under it); one clear error for a store that ran on several or does not say."""
+    from flytune_nb.core.device import DeviceInfo
+    from flytune_nb.engine.store import Store
+    from flytune_nb.errors import UsageError
+
+    store = Store(path, readonly=True)
+    try:
+        devices = {json_key(info): info for info in store.run_devices().values()}
+    finally:
+        store.close()
+    if len(devices) != 1:
+        what = "does not record the device it ran on" if not devices else \
+            f"holds sweeps from {len(devices)} devices ({', '.join(sorted(d['name'] for d in devices.values()))})"
+        raise UsageError(f"{path} {what}; fit from a store of one device")
+    return DeviceInfo(**next(iter(devices.values())))
+
+
+def json_key(info: dict) -> str:
+    import json
+
+    return json.dumps(info, sort_keys=True)
 
 
 if __name__ == "__main__":

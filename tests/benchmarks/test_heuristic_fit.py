@@ -18,7 +18,21 @@ def test_heuristic_fit_on_a_store(tmp_path):
     assert row["kernel"] == "rmsnorm" and row["shapes"] == 4 and row["fitted_regret"] >= 1.0
     rule = (out / "heuristic_fit_rmsnorm_fp32.py.txt").read_text()
     assert "def default(shape, dtype, device)" in rule
-    assert "| rmsnorm | fp32 | s.db | 4 |" in (out / "heuristic_fit.md").read_text()
+    md = (out / "heuristic_fit.md").read_text()
+    assert "| rmsnorm | fp32 | s.db | 4 |" in md
+    assert md.startswith("# Fitted heuristics on the CPU_interpreter store s.db")  # the store's device, not the H200's
+
+
+def test_results_are_filed_under_the_stores_device(tmp_path, monkeypatch):
+    import benchmarks.common as common
+
+    db = tmp_path / "s.db"
+    configs = [Config({"BLOCK_N": 256}, num_warps=1, num_stages=1), Config({"BLOCK_N": 256}, num_warps=2, num_stages=1)]
+    Sweep("rmsnorm", "M=1,4 N=200,256", ["fp32"], configs=configs, db=db, isolate=False, baselines=()).run()
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")  # where results go without --out
+    assert bench(["heuristic_fit", "--store", str(db), "--kernel", "rmsnorm", "--dtype", "fp32"]) == 0
+    assert (tmp_path / "results" / "CPU_interpreter" / "heuristic_fit.json").exists()
+    assert not (tmp_path / "results" / "NVIDIA_H200").exists()
 
 
 def test_a_store_without_its_kernel_is_one_line(tmp_path, capsys):
@@ -27,3 +41,8 @@ def test_a_store_without_its_kernel_is_one_line(tmp_path, capsys):
     assert bench(["heuristic_fit", "--store", str(tmp_path / "none.db"), "--kernel", "rmsnorm", "--out",
                   str(tmp_path)]) == 2
     assert "none.db" in capsys.readouterr().err
+    for argv, says in ((["--dtype", "fp61"], "unknown dtype 'fp61'; rmsnorm supports"),
+                       (["--max-depth", "0"], "--max-depth must be >= 1")):
+        assert bench(["heuristic_fit", "--store", str(tmp_path / "none.db"), "--kernel", "rmsnorm", "--out",
+                      str(tmp_path), *argv]) == 2
+        assert says in capsys.readouterr().err
