@@ -44,6 +44,9 @@ def census_cache_dir(device: DeviceInfo) -> Path:
     ``$XDG_CACHE_HOME/flytune_census``). One per arch: an MI300X and an MI325X build the same gfx942 binaries."""
     root = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"),
                                               "flytune_census")
+    if Path(root).exists() and not Path(root).is_dir():  # otherwise an errno naming a subfolder, not the variable
+        source = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the census cache"
+        raise UsageError(f"{source} ({root}) is a file, not a folder; point it at a folder")
     return Path(root) / f"{device.backend}-{device.arch}"
 
 
@@ -385,6 +388,12 @@ class Census:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise UsageError(f"{name} must be an integer >= 1, got {v!r}")
         self.device, self.cache_dir = resolve_target(target)
+        if self.spec.backend == "flydsl":  # said here, before anything starts (a census process says it again)
+            from flytune_nb.backends import flydsl
+
+            if self.device.arch not in flydsl.ARCHS:
+                raise UsageError(f"{self.spec.name} is a FlyDSL kernel: it compiles for {', '.join(flydsl.ARCHS)} "
+                                 f"only, not for {self.device.name} ({self.device.arch})")
         self.db, self.jobs, self.every, self.sample, self.limit = db, jobs, every, sample, limit
         self.configs = None if configs is None else list(configs)
         self.timeout, self.progress, self.siblings = timeout, progress, siblings

@@ -295,7 +295,10 @@ def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
     if s.spilled_in_registers:
         lines.append(f"  spill VGPRs into AGPRs only (no scratch): {len(s.spilled_in_registers)}"
                      f"{some(s.spilled_in_registers, lambda r: f'{r.spilled_registers} VGPRs')}")
-    lines.append(f"  no 16-byte loads (narrow): {len(s.narrow)}{some(s.narrow, widest)}")
+    if any(r._insn("load_bytes") for r in s.rows) or not s.rows:  # a FlyDSL object is not disassembled
+        lines.append(f"  no 16-byte loads (narrow): {len(s.narrow)}{some(s.narrow, widest)}")
+    else:
+        lines.append("  load widths: not read for these binaries")
     limit = "LDS" if s.occupancy_unit.startswith("waves") else "shared memory"
     lines.append(f"  {limit} over the per-block limit: {len(s.smem_over_limit)}{some(s.smem_over_limit, shared)}")
     if s.occupancy_hist:

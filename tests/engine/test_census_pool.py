@@ -114,6 +114,10 @@ def test_a_flydsl_census_reads_its_code_objects_with_no_rocm_path(tmp_path, monk
     assert (s.default.registers, s.default.shared_bytes) == (want.vgpr, want.lds)
     assert rows[cfg(256)].binary == rows[cfg(256, 2)].binary != rows[cfg(128)].binary
     assert s.distinct_binaries == 2 and s.duplicates == 1
+    from flytune_nb.measure.census import format_summary
+
+    summary = format_summary(s)  # a FlyDSL object is not disassembled: no claim about its loads
+    assert "load widths: not read for these binaries" in summary and "narrow" not in summary
     table = Store(db, readonly=True).frame(table="census").set_index("config").loc[cfg(256).to_json()]
     assert (table["vgprs"], table["sgprs"], table["binary"]) == (want.vgpr, want.sgpr, rows[cfg(256)].binary)
     assert (tmp_path / "cache" / "flydsl-rocm" / "llvm" / "bin" / "ld.lld").exists()

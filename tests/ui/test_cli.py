@@ -300,6 +300,14 @@ def test_a_census_config_with_another_kernels_knobs_is_one_usage_error(capsys, t
     assert not list(tmp_path.glob("c.db*"))  # bad input writes nothing, not even an empty store
 
 
+def test_a_census_cache_that_is_a_file_is_named(capsys, tmp_path, monkeypatch):
+    (tmp_path / "cachefile").write_text("")
+    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", str(tmp_path / "cachefile"))
+    assert main(["census", "rmsnorm", "--target", "h100", "--grid", "M=1 N=256", "--dtype", "fp32", "--db",
+                 str(tmp_path / "c.db"), "--quiet"]) == 2
+    assert "$FLYTUNE_CENSUS_CACHE" in capsys.readouterr().err and not (tmp_path / "c.db").exists()
+
+
 def test_a_census_csv_naming_the_store_is_refused_and_the_store_kept(capsys, tmp_path):
     from flytune_nb import Sweep
     from flytune_nb.engine.store import Store
