@@ -140,7 +140,8 @@ def check_knobs(spec, config: Config, reference: Config) -> str:
         return ""
     parts = ([f"unknown knob{'s' * (len(extra) > 1)} {', '.join(sorted(extra))}"] if extra else []) + (
         [f"missing {', '.join(sorted(missing))}"] if missing else [])
-    return f"{'; '.join(parts)} (this kernel's knobs: {', '.join(sorted(reference.to_dict()))})"
+    knobs = sorted(set(reference.to_dict()) | set(spec.optional_knobs))  # BLOCK_M=4 is rmsnorm's as much as BLOCK_N
+    return f"{'; '.join(parts)} (this kernel's knobs: {', '.join(knobs)})"
 
 
 def rescore(fn, results, device, canonical, spec=None) -> Rescore:

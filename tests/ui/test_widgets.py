@@ -227,7 +227,8 @@ def test_editor_refuses_knobs_the_kernel_does_not_have_at_once(dev):
     head = "from flytune_nb.core.config import Config\ndef default(shape, dtype, device):\n    return "
     ed.code.value = head + "Config({'BLOCK_N': 256, 'BLOCK_Q': 4}, num_warps=1, num_stages=1)\n"
     text = html.unescape(ed.result.value)
-    assert ed.last is None and "unknown knob BLOCK_Q" in text and "this kernel's knobs: BLOCK_N" in text
+    assert ed.last is None and "unknown knob BLOCK_Q" in text
+    assert "this kernel's knobs: BLOCK_M, BLOCK_N," in text  # the optional BLOCK_M is one of them too
     ed.code.value = head + "Config({}, num_warps=1, num_stages=1)\n"
     assert "missing BLOCK_N" in html.unescape(ed.result.value)
 
@@ -271,6 +272,10 @@ def test_editor_saves_to_a_user_file_unless_asked_for_the_kernels_own(tmp_path, 
     assert ed.save_path.value == str(kernel_file) and "fingerprint" in ed.note.value
     ed2 = HeuristicEditor(lambda: spec, lambda: results, lambda: dev)
     assert ed2.code.value.endswith("# tried: BLOCK 64\n")  # the user's draft is what opens next time
+    for where, says in ((tmp_path, "is a folder: name a file in it"), (tmp_path / "no" / "h.py", "no folder")):
+        ed2.save_path.value = str(where)
+        ed2.save()
+        assert says in html.unescape(ed2.result.value) and "Errno" not in ed2.result.value
 
 
 def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):

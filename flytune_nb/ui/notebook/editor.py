@@ -131,7 +131,11 @@ class HeuristicEditor(W.VBox):
             with_time_limit(lambda: load_heuristic(source, package=package))  # never save code that does not load
             if not self.save_path.value.strip():
                 raise HeuristicError("choose a file to save to")
-            path = Path(self.save_path.value.strip())
+            path = Path(self.save_path.value.strip()).expanduser()
+            if path.is_dir():
+                raise HeuristicError(f"{path} is a folder: name a file in it, e.g. {path / 'heuristic.py'}")
+            if not path.resolve().parent.is_dir():
+                raise HeuristicError(f"no folder {path.resolve().parent}: create it first, or choose another file")
             if path.resolve() == self._kernel_file().resolve() and not self.into_kernel.value:
                 raise HeuristicError("that is the kernel's own heuristic.py: tick 'into the kernel's folder' to "
                                      "write it")
@@ -139,5 +143,8 @@ class HeuristicEditor(W.VBox):
                 path.with_suffix(path.suffix + ".bak").write_text(path.read_text())
             path.write_text(self.code.value)
             self.result.value += f"<p>saved to <code>{html.escape(str(path))}</code></p>"
-        except (HeuristicError, OSError, ValueError) as e:
+        except OSError as e:  # the disk's word (read-only, full), with the path it refused
+            self.result.value = error_html(f"not saved: cannot write {e.filename or self.save_path.value}: "
+                                           f"{e.strerror or e}")
+        except (HeuristicError, ValueError) as e:
             self.result.value = error_html(f"not saved: {e}")
