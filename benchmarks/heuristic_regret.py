@@ -28,13 +28,25 @@ from flytune_nb.errors import UsageError
 
 def _current_default(g, kernel, shape, dtype, device):
     """The store's trials of the config the kernel's heuristic picks now (empty when it was not timed)."""
-    want = get_kernel(kernel).default(json.loads(shape), dtype, DESCRIBED[device])
+    want = get_kernel(kernel).default(json.loads(shape), dtype, device)
     return g[g["config"] == want.to_json()]
 
 
-def score(full, current: bool) -> tuple[list[dict], dict]:
+def _devices(store: Store) -> dict:
+    """Device name -> the DeviceInfo the heuristic is asked about: the one a sweep recorded, else the described
+    GPU, else the interpreter's (a store swept on the CPU)."""
+    from flytune_nb.core.device import DeviceInfo, interpreter_device
+
+    known = {**DESCRIBED, interpreter_device().name: interpreter_device()}
+    known.update({info["name"]: DeviceInfo(**info) for info in store.run_devices().values()})
+    return known
+
+
+def score(full, current: bool, devices: dict | None = None) -> tuple[list[dict], dict]:
     """Regret rows per (kernel, dtype, device) of a store's full-fidelity trials, and unmeasured shapes per device
-    (``current``: the heuristic now; otherwise the default the sweep timed)."""
+    (``current``: the heuristic now; otherwise the default the sweep timed). ``devices``: name -> DeviceInfo the
+    heuristic now is asked about (default: the described GPUs)."""
+    devices = DESCRIBED if devices is None else devices
     per = defaultdict(list)
     unmeasured = defaultdict(int)
     for (kernel, shape, dtype, device), g in full.groupby(["kernel", "shape", "dtype", "device"]):
@@ -42,8 +54,8 @@ def score(full, current: bool) -> tuple[list[dict], dict]:
         # is in the key): score the most recently measured one only, as export does, never a mix of versions.
         g = g[g["key"] == g.loc[g["id"].idxmax(), "key"]]
         d, ok = g[g["is_default"] == 1], g[g["status"] == "ok"]
-        if current:  # only on a device described in flytune_nb.core.device; elsewhere the shape counts as unmeasured
-            d = _current_default(g, kernel, shape, dtype, device) if device in DESCRIBED else g.iloc[0:0]
+        if current:  # only on a device it can name (see _devices); elsewhere the shape counts as unmeasured
+            d = _current_default(g, kernel, shape, dtype, devices[device]) if device in devices else g.iloc[0:0]
             unmeasured[device] += d.empty and not ok.empty
         if d.empty or ok.empty:  # the default never timed (a stopped sweep), or nothing passed: no regret to state
             continue
@@ -89,7 +101,7 @@ def main(argv=None):
     for db in dbs:
         store = Store(db, readonly=True)
         try:
-            df = store.frame()
+            df, devices = store.frame(), _devices(store)
         finally:
             store.close()
         full = df[df["fidelity"] == "full"] if len(df) else df
@@ -98,7 +110,7 @@ def main(argv=None):
         if not len(full):
             continue
         swept, _ = score(full, current=False)
-        now, unmeasured = score(full, current=True)
+        now, unmeasured = score(full, current=True, devices=devices)
         for device in sorted(set(full["device"])):
             sections[device].append((Path(db).name, [r for r in swept if r["device"] == device],
                                      [r for r in now if r["device"] == device], unmeasured.get(device, 0),

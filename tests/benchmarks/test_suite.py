@@ -157,6 +157,17 @@ def test_heuristic_regret_on_a_store(tmp_path):
     assert "## `tiny.db`" in (tmp_path / "out" / "heuristic_regret.md").read_text()
 
 
+def test_heuristic_regret_scores_the_heuristic_now_on_a_store_swept_on_the_cpu(tmp_path):
+    """A store swept here (no GPU): the heuristic now is asked about the interpreter the store records, so its
+    default, which the sweep timed, is scored, not counted as never timed."""
+    from flytune_nb import Sweep
+
+    Sweep("rmsnorm", "M=1,4 N=256", ["fp32"], db=tmp_path / "cpu.db", isolate=False, baselines=(), budget=2).run()
+    assert bench(["heuristic_regret", "--store", str(tmp_path / "cpu.db"), "--out", str(tmp_path / "out")]) == 0
+    (section,) = json.loads((tmp_path / "out" / "heuristic_regret.json").read_text())["stores"]
+    assert section["unmeasured_now"] == 0 and section["default_now"][0]["shapes"] == 2
+
+
 def test_heuristic_regret_on_a_missing_store_is_one_line(tmp_path, capsys):
     assert bench(["heuristic_regret", "--store", str(tmp_path / "none.db"), "--out", str(tmp_path)]) == 2
     assert "none.db" in capsys.readouterr().err
