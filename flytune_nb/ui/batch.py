@@ -18,9 +18,7 @@ def _check_outputs(db, export_dir, **files) -> None:
     """Every output of the batch writable where it is named, before the sweep: a results file in a missing folder,
     a folder given for a file, or a results file that is the store itself (which it would overwrite, losing every
     trial) is one UsageError naming the parameter."""
-    store = Path(db).resolve()
-    if not store.parent.is_dir():
-        raise UsageError(f"db {db}: folder {store.parent} does not exist")
+    store = Path(db).expanduser().resolve()
     for name, f in files.items():
         if not f:
             continue
@@ -28,8 +26,9 @@ def _check_outputs(db, export_dir, **files) -> None:
             raise UsageError(f"{name} {f} is the results store (db); name another file")
         if Path(f).is_dir():
             raise UsageError(f"{name} {f} is a folder; name a file in it")
-        if not Path(f).resolve().parent.is_dir():
-            raise UsageError(f"{name} {f}: folder {Path(f).resolve().parent} does not exist")
+        folder = Path(f).resolve().parent
+        if not folder.is_dir() and folder != store.parent:  # the store's folder is made with it, as the CLI's is
+            raise UsageError(f"{name} {f}: folder {folder} does not exist")
     if export_dir and Path(export_dir).exists() and not Path(export_dir).is_dir():
         raise UsageError(f"export_dir {export_dir} exists and is not a folder")
     if export_dir:

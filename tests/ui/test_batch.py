@@ -30,12 +30,15 @@ def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
             run_batch("rmsnorm", **{"grid": "M=1 N=256", "dtypes": "fp32", "isolate": False, "progress": False,
                                     **kw}, db=str(db))
     assert not db.exists()  # nothing was swept or written
-    for kw, message in [(dict(kernel=5), "kernel must be a kernel's name"), (dict(db=""), "db must be the path"),
-                        (dict(db=str(tmp_path / "nofolder" / "b.db")), "db .*nofolder/b.db: folder .* does not exist")]:
+    for kw, message in [(dict(kernel=5), "kernel must be a kernel's name"), (dict(db=""), "db must be the path")]:
         with pytest.raises(ValueError, match=message):
             run_batch(**{"kernel": "rmsnorm", "grid": "M=1 N=256", "dtypes": "fp32", "isolate": False,
                          "progress": False, "db": str(db), **kw})
-    assert not db.exists() and not (tmp_path / "nofolder").exists()
+    assert not db.exists()
+    # a store in a folder not made yet: made with it (as `flytune sweep --db` does), its results files beside it
+    fresh = tmp_path / "new" / "b.db"
+    run_batch("rmsnorm", "M=1 N=256", "fp32", db=str(fresh), budget=1, export_dir=None, isolate=False, progress=False)
+    assert fresh.exists() and (tmp_path / "new" / "b.results.csv").exists()
     # the store the batch would overwrite keeps every trial: it is refused before anything opens it
     from flytune_nb import Sweep
     from flytune_nb.engine.store import Store
