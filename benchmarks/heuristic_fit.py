@@ -91,20 +91,14 @@ def _store_device(path: Path):
 
     store = Store(path, readonly=True)
     try:
-        devices = {json_key(info): info for info in store.run_devices().values()}
+        devices = {info["name"]: info for info in store.run_devices().values()}
     finally:
         store.close()
     if len(devices) != 1:
         what = "does not record the device it ran on" if not devices else \
-            f"holds sweeps from {len(devices)} devices ({', '.join(sorted(d['name'] for d in devices.values()))})"
+            f"holds sweeps from {len(devices)} devices ({', '.join(sorted(devices))})"
         raise UsageError(f"{path} {what}; fit from a store of one device")
     return DeviceInfo(**next(iter(devices.values())))
-
-
-def json_key(info: dict) -> str:
-    import json
-
-    return json.dumps(info, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -376,6 +376,14 @@ def linker_root(folder: str | os.PathLike) -> Path:
     return root
 
 
+def check_target(spec, device) -> None:
+    """UsageError unless FlyDSL compiles ``spec`` for ``device`` (gfx942 / gfx950): said by a census before it
+    starts and by its processes."""
+    if device.arch not in ARCHS:
+        raise UsageError(f"{spec.name} is a FlyDSL kernel: it compiles for {', '.join(ARCHS)} only, not for "
+                         f"{device.name} ({device.arch})")
+
+
 def use_linker(folder: str | os.PathLike) -> None:
     """Point ROCM_PATH at ``linker_root(folder)`` unless FlyDSL finds an ld.lld already (ROCM_PATH's, else
     /opt/rocm's), so this process compiles with no ROCM_PATH set: a census process. RunError (what to install or

@@ -388,12 +388,10 @@ class Census:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise UsageError(f"{name} must be an integer >= 1, got {v!r}")
         self.device, self.cache_dir = resolve_target(target)
-        if self.spec.backend == "flydsl":  # said here, before anything starts (a census process says it again)
+        if self.spec.backend == "flydsl":  # before anything starts
             from flytune_nb.backends import flydsl
 
-            if self.device.arch not in flydsl.ARCHS:
-                raise UsageError(f"{self.spec.name} is a FlyDSL kernel: it compiles for {', '.join(flydsl.ARCHS)} "
-                                 f"only, not for {self.device.name} ({self.device.arch})")
+            flydsl.check_target(self.spec, self.device)
         self.db, self.jobs, self.every, self.sample, self.limit = db, jobs, every, sample, limit
         self.configs = None if configs is None else list(configs)
         self.timeout, self.progress, self.siblings = timeout, progress, siblings

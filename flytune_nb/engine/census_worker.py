@@ -95,11 +95,7 @@ class _Worker:
         fingerprint reads ROCM_PATH)."""
         from flytune_nb.backends import flydsl
         from flytune_nb.engine.census_pool import census_cache_dir
-        from flytune_nb.errors import UsageError
-
-        if self.device.arch not in flydsl.ARCHS:
-            raise UsageError(f"{spec.name} is a FlyDSL kernel: it compiles for {', '.join(flydsl.ARCHS)} only, not "
-                             f"for {self.device.name} ({self.device.arch})")
+        flydsl.check_target(spec, self.device)
         flydsl.use_linker(census_cache_dir(self.device).parent / "flydsl-rocm")
 
     def plan(self, spec, shape: dict, dtype: str) -> dict:
