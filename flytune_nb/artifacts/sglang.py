@@ -21,6 +21,8 @@ import importlib.util
 import json
 import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from flytune_nb.artifacts.files import ArtifactError
@@ -120,10 +122,30 @@ def shipped_entry(shape, device_name: str, *, down: bool = False, triton_version
     return Config.from_dict(knobs), path, m
 
 
+# Set by ``serving_from`` for the length of an audit: the root a server under audit would read.
+_AUDITED_ROOT: ContextVar[Path | None] = ContextVar("sglang_audited_root", default=None)
+
+
 def serving_root() -> Path | None:
-    """The folder a SGLang server started now would read: $SGLANG_MOE_CONFIG_DIR, else its package folder."""
+    """The folder a SGLang server started now would read: $SGLANG_MOE_CONFIG_DIR, else its package folder (within
+    ``serving_from(root)``: ``root``)."""
+    audited = _AUDITED_ROOT.get()
+    if audited is not None:
+        return audited
     env = os.environ.get("SGLANG_MOE_CONFIG_DIR")
     return Path(env) if env else package_root()
+
+
+@contextmanager
+def serving_from(root: Path):
+    """Within: ``serving_root()`` is ``root``. An audit of a config folder asks what a server started with
+    ``SGLANG_MOE_CONFIG_DIR=root`` runs, and such a server pins its down GEMM's BLOCK_SIZE_M to the up file in
+    ``root``, not in whatever folder this process's environment names."""
+    token = _AUDITED_ROOT.set(Path(root))
+    try:
+        yield
+    finally:
+        _AUDITED_ROOT.reset(token)
 
 
 def resolve(root: Path, name: str, triton_version: str) -> tuple[Path | None, str | None]:

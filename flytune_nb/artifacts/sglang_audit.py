@@ -190,51 +190,53 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
                    "given" if given else timing, backend=device.backend)
     found = device_files(root, device.name, triton.__version__)
     running = files.version_dir(triton.__version__)
-    for name, (path, folder) in found.items():
-        meta = files.parse_name(name)
-        if folder != running:
-            result.fallback.append((name, folder))
-        if meta["block_shape"] or meta["per_channel_quant"]:
-            result.skipped.append((name, "block-wise or per-channel quantisation: not timed (this kernel tunes the "
-                                         "unquantised path and fp8_w8a8 per tensor)"))
-            continue
-        if meta["dtype"] != tag:
-            other = {None: "bf16", "fp8_w8a8": "fp8"}.get(meta["dtype"])
-            result.skipped.append((name, f"{meta['dtype'] or 'unquantised'} weights: audited with --dtype {other}"
-                                   if other else f"{meta['dtype']} weights: not timed (this kernel tunes the "
-                                                 "unquantised path and fp8_w8a8 per tensor)"))
-            continue
-        recorded = None if (meta["E"], meta["N"]) in asked else recorded_shape(path)
-        if recorded is None and (meta["E"], meta["N"]) not in table_of:
-            result.skipped.append((name, f"hidden size and top-k unknown: pass --shape \"E={meta['E']} "
-                                         f"N={meta['N']} K=... topk=...\""))
-            continue
-        # what the file's own provenance records beats a model of the same E and N: MODELS is a guess by name
-        extra, label = (recorded, "provenance") if recorded else table_of[(meta["E"], meta["N"])]
-        try:
-            table = files.read_table(path)
-        except files.ArtifactError as e:
-            result.skipped.append((name, str(e)))
-            continue
-        lacking = [m for m in files.BATCH_SIZES if m not in table]
-        if lacking:
-            result.missing_sizes[name] = lacking
-        spec = down if meta["down"] else up
-        for m in sorted(table):
-            shape = spec.check_shape({"M": m, "E": meta["E"], "N": meta["N"], **extra})
-            knobs = {k: v for k, v in table[m].items() if k != "USE_TMA"}
-            try:
-                shipped = Config.from_dict(knobs)
-                if meta["down"]:  # SGLang runs a down entry with the up config's BLOCK_SIZE_M
-                    shipped = shipped.replace(BLOCK_SIZE_M=spec.default(shape, dtype, device)["BLOCK_SIZE_M"])
-            except (ValueError, KeyError) as e:
-                result.entries.append(Entry(name, folder, meta["down"], shape, label, m, json.dumps(knobs), "",
-                                            "ERROR", None, None, reason=str(e)[:200]))
+    # the down entries run with the BLOCK_SIZE_M of the up file a server reading ``root`` runs, as SGLang pins it
+    with files.serving_from(root):
+        for name, (path, folder) in found.items():
+            meta = files.parse_name(name)
+            if folder != running:
+                result.fallback.append((name, folder))
+            if meta["block_shape"] or meta["per_channel_quant"]:
+                result.skipped.append((name, "block-wise or per-channel quantisation: not timed (this kernel tunes the "
+                                             "unquantised path and fp8_w8a8 per tensor)"))
                 continue
-            entry = _entry(spec, shape, dtype, device, shipped, measure, name, folder, meta["down"], label, search)
-            result.entries.append(entry)
-            if listener:
-                listener(entry)
+            if meta["dtype"] != tag:
+                other = {None: "bf16", "fp8_w8a8": "fp8"}.get(meta["dtype"])
+                result.skipped.append((name, f"{meta['dtype'] or 'unquantised'} weights: audited with --dtype {other}"
+                                       if other else f"{meta['dtype']} weights: not timed (this kernel tunes the "
+                                                     "unquantised path and fp8_w8a8 per tensor)"))
+                continue
+            recorded = None if (meta["E"], meta["N"]) in asked else recorded_shape(path)
+            if recorded is None and (meta["E"], meta["N"]) not in table_of:
+                result.skipped.append((name, f"hidden size and top-k unknown: pass --shape \"E={meta['E']} "
+                                             f"N={meta['N']} K=... topk=...\""))
+                continue
+            # what the file's own provenance records beats a model of the same E and N: MODELS is a guess by name
+            extra, label = (recorded, "provenance") if recorded else table_of[(meta["E"], meta["N"])]
+            try:
+                table = files.read_table(path)
+            except files.ArtifactError as e:
+                result.skipped.append((name, str(e)))
+                continue
+            lacking = [m for m in files.BATCH_SIZES if m not in table]
+            if lacking:
+                result.missing_sizes[name] = lacking
+            spec = down if meta["down"] else up
+            for m in sorted(table):
+                shape = spec.check_shape({"M": m, "E": meta["E"], "N": meta["N"], **extra})
+                knobs = {k: v for k, v in table[m].items() if k != "USE_TMA"}
+                try:
+                    shipped = Config.from_dict(knobs)
+                    if meta["down"]:  # SGLang runs a down entry with the up config's BLOCK_SIZE_M
+                        shipped = shipped.replace(BLOCK_SIZE_M=spec.default(shape, dtype, device)["BLOCK_SIZE_M"])
+                except (ValueError, KeyError) as e:
+                    result.entries.append(Entry(name, folder, meta["down"], shape, label, m, json.dumps(knobs), "",
+                                                "ERROR", None, None, reason=str(e)[:200]))
+                    continue
+                entry = _entry(spec, shape, dtype, device, shipped, measure, name, folder, meta["down"], label, search)
+                result.entries.append(entry)
+                if listener:
+                    listener(entry)
     have = {(m["E"], m["N"]) for n in found if (m := files.parse_name(n))["dtype"] == tag and not m["down"]}
     for (E, N), (_, label) in sorted(asked.items()):
         if (E, N) not in have:

@@ -479,6 +479,36 @@ def test_audit_reports_slower_missing_fallback_and_broken_entries(tmp_path):
     assert "pass --shape \"E=9 N=96 K=... topk=...\"" in md
 
 
+def test_an_audit_runs_down_entries_with_the_up_block_m_of_the_audited_folder(tmp_path, monkeypatch):
+    """A server started with SGLANG_MOE_CONFIG_DIR=<audited dir> pins the down GEMM's BLOCK_SIZE_M to that dir's up
+    file. The process's own $SGLANG_MOE_CONFIG_DIR naming another folder (up BLOCK_SIZE_M 64 there, 32 in the
+    audited one) must not leak into the audit, in the shipped entry or the default it is timed against."""
+    from flytune_nb.artifacts.sglang_audit import audit
+    from flytune_nb.measure.trial import Trial
+
+    audited, elsewhere = tmp_path / "audited", tmp_path / "elsewhere"
+    up = "E=4,N=64,device_name=CPU_interpreter.json"
+    _fake_shipped(audited, running(), up, {1: {**_entry(1), "BLOCK_SIZE_M": 32}})
+    _fake_shipped(audited, running(), up.replace(".json", "_down.json"), {1: _entry(1)})
+    _fake_shipped(elsewhere, running(), up, {1: {**_entry(1), "BLOCK_SIZE_M": 64}})
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(elsewhere))
+    timed = []
+
+    def measure(spec, shape, dtype, config):
+        timed.append((spec.name, config["BLOCK_SIZE_M"]))
+        return Trial(spec.name, shape, dtype, config, "ok", p50=0.1)
+
+    a = audit(audited, shapes={(4, 64): {"K": 32, "topk": 2}}, dtype="fp16", measure=measure)
+    down = [e for e in a.entries if e.down]
+    assert len(down) == 1 and down[0].status == "OK"
+    assert {bm for name, bm in timed if name == "sglang_fused_moe_down"} == {32}
+    assert "BLOCK_SIZE_M=32," in down[0].shipped and "BLOCK_SIZE_M=32," in down[0].default
+    from flytune_nb.kernels.sglang_fused_moe_down import up_config  # and after the audit, the environment's again
+    from flytune_nb.core.device import current_device
+
+    assert up_config({"M": 1, "E": 4, "N": 64, "K": 32, "topk": 2}, "fp16", current_device())["BLOCK_SIZE_M"] == 64
+
+
 def test_an_audit_of_a_device_sglang_ships_no_file_for_says_so_and_times_nothing(tmp_path):
     """Only another GPU's files: nothing is timed, and the report says there is no file for this device rather than
     describing a timing that never ran."""
