@@ -172,3 +172,22 @@ def flydsl_compiler(flydsl_installed, request):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def count_rows(db, table: str = "trials") -> int:
+    """How many rows ``table`` of the results store at ``db`` holds."""
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+@pytest.fixture
+def swept(tmp_path):
+    """A results store of rmsnorm M=1,4,16 N=256 fp32, swept in this process (no baselines)."""
+    from flytune_nb.engine.store import Store
+    from flytune_nb.engine.sweep import Sweep
+
+    db = tmp_path / "s.db"
+    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    return Store(db)

@@ -316,6 +316,15 @@ def compute_version_key() -> None:
     triton_key()
 
 
+def version_key_computed() -> bool:
+    """Whether this process holds Triton's version key already (computed here, or inherited from the forkserver that
+    forked it). False where ``triton_key`` is not an lru-cached function."""
+    from triton.runtime.cache import triton_key
+
+    info = getattr(triton_key, "cache_info", None)
+    return info is not None and info().currsize > 0
+
+
 def cache_invalidating_env() -> dict:
     """The TRITON_* / MLIR_* / LLVM_* variables Triton itself says invalidate its compile cache; {} where it cannot say."""
     try:

@@ -1,4 +1,5 @@
-"""SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
+"""The committed exports (flytune_nb/exports): valid, in the space of the GPU they were tuned on, and never
+overwritten with interpreter timings."""
 import json
 from collections import Counter
 
@@ -6,39 +7,13 @@ import pytest
 import triton
 
 from flytune_nb.artifacts import files as artifacts
-from flytune_nb.artifacts.files import triton_dir_name
 from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
-from flytune_nb.engine.store import Store
-from flytune_nb.engine.sweep import Sweep
 from flytune_nb.serve.lookup import lookup
 from flytune_nb.ui.cli import main
 
-TDIR = triton_dir_name(triton.__version__)
-
-
 pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
-
-
-@pytest.fixture
-def swept(tmp_path):
-    db = tmp_path / "s.db"
-    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
-    return Store(db)
-
-
-MALFORMED = {
-    "invalid json": "{ nope",
-    "empty file": "",
-    "empty object": "{}",
-    "non-numeric key": '{"triton_version": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
-    "non-dict value": '{"4": 256}',
-    "missing knob": '{"4": {"BLOCK_N": 256, "num_warps": 1}}',
-    "unknown knob": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1, "GROUP_SIZE_M": 8}}',
-    "bool knob": '{"4": {"BLOCK_N": true, "num_warps": 1, "num_stages": 1}}',
-    "list top level": '[{"BLOCK_N": 256}]',
-}
 
 
 def test_export_refuses_interpreter_timings_for_the_committed_exports(swept, capsys):

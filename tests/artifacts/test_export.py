@@ -27,13 +27,6 @@ TDIR = triton_dir_name(triton.__version__)
 pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
 
 
-@pytest.fixture
-def swept(tmp_path):
-    db = tmp_path / "s.db"
-    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
-    return Store(db)
-
-
 MALFORMED = {
     "invalid json": "{ nope",
     "empty file": "",

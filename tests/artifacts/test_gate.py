@@ -1,4 +1,5 @@
-"""SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
+"""The regression gate (flytune check): thresholds and exit codes, confirmation of suspect rows, drift, stale
+entries and what to do about them, on the CPU interpreter and on stored H200 checks."""
 import json
 import os
 from pathlib import Path
@@ -17,17 +18,7 @@ from flytune_nb.measure.trial import Trial
 from flytune_nb.ui.cli import main
 from tests.conftest import FIXTURES, as_unprivileged_user
 
-TDIR = triton_dir_name(triton.__version__)
-
-
 pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
-
-
-@pytest.fixture
-def swept(tmp_path):
-    db = tmp_path / "s.db"
-    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
-    return Store(db)
 
 
 def _is_default(spec, shape, dtype, config) -> bool:
@@ -50,19 +41,6 @@ def _off_default(path: Path) -> dict:
         table[m] = next(c for c in spec.configs(shape, "fp32", dev) if not _is_default(spec, shape, "fp32", c)).to_dict()
     path.write_text(json.dumps(table, indent=4))
     return {int(m): Config.from_dict(c) for m, c in table.items()}
-
-
-MALFORMED = {
-    "invalid json": "{ nope",
-    "empty file": "",
-    "empty object": "{}",
-    "non-numeric key": '{"triton_version": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
-    "non-dict value": '{"4": 256}',
-    "missing knob": '{"4": {"BLOCK_N": 256, "num_warps": 1}}',
-    "unknown knob": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1, "GROUP_SIZE_M": 8}}',
-    "bool knob": '{"4": {"BLOCK_N": true, "num_warps": 1, "num_stages": 1}}',
-    "list top level": '[{"BLOCK_N": 256}]',
-}
 
 
 def test_check_thresholds_and_exit_codes(swept, tmp_path, dev, capsys, monkeypatch):

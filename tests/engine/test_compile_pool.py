@@ -1,6 +1,5 @@
-"""The sweep engine: results store, resume, kill -9, fault isolation, scale-out lanes."""
-import sqlite3
-import sys
+"""The precompile pool: its environment, hangs, stop, queue order, a broken pool replaced, and compiling on meta
+inputs without a GPU."""
 import time
 from types import SimpleNamespace
 
@@ -9,22 +8,6 @@ import pytest
 from flytune_nb.engine.events import TrialStarted
 from flytune_nb.engine.sweep import Sweep, SweepError
 from tests.conftest import PLUGINS
-
-
-def _count(db, table="trials"):
-    with sqlite3.connect(db) as c:
-        return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-
-
-def _triton_key_cached() -> int:
-    from triton.runtime.cache import triton_key
-
-    return triton_key.cache_info().currsize
-
-
-def _meta_machinery_loaded() -> list:
-
-    return [m for m in ("torch._refs", "torch.fx.experimental.symbolic_shapes", "sympy") if m not in sys.modules]
 
 
 def test_precompile_pool_gets_its_environment_and_a_hang_only_ends_precompilation():

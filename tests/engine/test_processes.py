@@ -1,6 +1,6 @@
-"""The sweep engine: results store, resume, kill -9, fault isolation, scale-out lanes."""
+"""Worker processes: the forkserver, what each forked worker inherits (the caller's environment, Triton's version
+key, torch's meta machinery, torch.compile settings), prestart, and a worker that cannot start."""
 import os
-import sqlite3
 import subprocess
 import sys
 
@@ -8,15 +8,10 @@ from flytune_nb.engine.sweep import Sweep
 from tests.conftest import PLUGINS, REPO
 
 
-def _count(db, table="trials"):
-    with sqlite3.connect(db) as c:
-        return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-
-
 def _triton_key_cached() -> int:
-    from triton.runtime.cache import triton_key
+    from flytune_nb._compat.triton import version_key_computed
 
-    return triton_key.cache_info().currsize
+    return int(version_key_computed())
 
 
 def _meta_machinery_loaded() -> list:

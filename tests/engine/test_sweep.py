@@ -15,24 +15,7 @@ from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.events import TrialStarted
 from flytune_nb.engine.store import Store, StoreError
 from flytune_nb.engine.sweep import Sweep, SweepError
-from tests.conftest import PLUGINS, as_unprivileged_user
-
-
-def _count(db, table="trials"):
-    with sqlite3.connect(db) as c:
-        return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-
-
-def _triton_key_cached() -> int:
-    from triton.runtime.cache import triton_key
-
-    return triton_key.cache_info().currsize
-
-
-def _meta_machinery_loaded() -> list:
-    import sys
-
-    return [m for m in ("torch._refs", "torch.fx.experimental.symbolic_shapes", "sympy") if m not in sys.modules]
+from tests.conftest import PLUGINS, as_unprivileged_user, count_rows
 
 
 def test_in_process_sweep_fills_the_store_and_reads_as_a_dataframe(tmp_path):
@@ -82,11 +65,11 @@ def test_rerun_resumes_without_measuring_again(tmp_path):
     r = Sweep("toy", "N=64", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[events.append]).run()
     assert not [e for e in events if isinstance(e, TrialStarted)]  # nothing measured
     assert len(r[0].trials) == 8 and r[0].best.config["MODE"] == 0
-    assert _count(db) == 8
+    assert count_rows(db) == 8
     # A larger grid measures only the new shape.
     events.clear()
     Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[events.append]).run()
-    assert len([e for e in events if isinstance(e, TrialStarted)]) == 8 and _count(db) == 16
+    assert len([e for e in events if isinstance(e, TrialStarted)]) == 8 and count_rows(db) == 16
 
 
 def test_kill_9_loses_nothing_measured(tmp_path):
@@ -100,14 +83,14 @@ def test_kill_9_loses_nothing_measured(tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
-            if db.exists() and _count(db) >= 4:
+            if db.exists() and count_rows(db) >= 4:
                 break
         except sqlite3.OperationalError:  # the file exists before its schema does
             pass
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    at_kill = _count(db)
+    at_kill = count_rows(db)
     assert 4 <= at_kill < 13, at_kill
     events = []
     os.environ.update(FLYTUNE_EVIL_MODES="0", FLYTUNE_EVIL_SLEEPS=env["FLYTUNE_EVIL_SLEEPS"])
@@ -117,7 +100,7 @@ def test_kill_9_loses_nothing_measured(tmp_path):
         os.environ.pop("FLYTUNE_EVIL_MODES")
         os.environ.pop("FLYTUNE_EVIL_SLEEPS")
     measured = len([e for e in events if isinstance(e, TrialStarted)])
-    assert _count(db) == 13 == len(r[0].trials)  # default + 12 sleeps, each exactly once
+    assert count_rows(db) == 13 == len(r[0].trials)  # default + 12 sleeps, each exactly once
     assert measured == 13 - at_kill  # only what was not committed (the trial in flight at most) is redone
 
 
@@ -133,7 +116,7 @@ def test_crashes_hangs_and_raises_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert by_mode[3][0].status == "timeout" and "4 s" in by_mode[3][0].reason
     assert by_mode[4][0].status == "crashed" and "SIGSEGV" in by_mode[4][0].reason
     assert results[0].best.config["MODE"] == 0
-    assert _count(db) == 6  # every trial stored, the fatal ones included
+    assert count_rows(db) == 6  # every trial stored, the fatal ones included
     df = Store(db).frame()
     assert set(df["status"]) == {"ok", "launch_error", "crashed", "timeout"}
 
@@ -147,7 +130,7 @@ def test_two_worker_lanes_share_the_shapes(tmp_path):
     finally:
         os.environ.pop("FLYTUNE_EVIL_MODES")
     assert [r.shape["N"] for r in results] == [8, 16, 24, 32]
-    assert all(r.best is not None for r in results) and _count(db) == 8  # 2 configs x 4 shapes
+    assert all(r.best is not None for r in results) and count_rows(db) == 8  # 2 configs x 4 shapes
 
 
 def test_stop_keeps_what_was_measured_and_run_again_resumes(tmp_path):
@@ -161,9 +144,9 @@ def test_stop_keeps_what_was_measured_and_run_again_resumes(tmp_path):
     sw = Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False, listeners=[stop_after_three])
     holder["sweep"] = sw
     results = sw.run()
-    assert results[0].stopped and len(results) == 1 and _count(db) == 4
+    assert results[0].stopped and len(results) == 1 and count_rows(db) == 4
     r = Sweep("toy", "N=64,80", ["fp32"], db=db, paths=[PLUGINS], isolate=False).run()
-    assert len(r) == 2 and _count(db) == 16
+    assert len(r) == 2 and count_rows(db) == 16
 
 
 def test_plugin_bugs_and_bad_stores_are_one_clear_error(tmp_path):
@@ -295,7 +278,7 @@ def test_a_full_disk_mid_run_is_one_run_error_and_keeps_what_was_stored(tmp_path
             stored += 1
     assert isinstance(StoreWriteFailed("x"), RunError)
     s.close()
-    assert stored >= 5 and _count(db) == stored
+    assert stored >= 5 and count_rows(db) == stored
 
 
 def test_a_store_in_a_read_only_folder_is_read_and_refused_for_writing(shared_folder):
@@ -375,12 +358,12 @@ def test_ctrl_c_in_a_terminal_stops_cleanly_and_blames_no_config(tmp_path):
     deadline = time.time() + 180
     while time.time() < deadline:
         try:
-            if db.exists() and _count(db) >= 3:
+            if db.exists() and count_rows(db) >= 3:
                 break
         except sqlite3.OperationalError:
             pass
         time.sleep(0.05)
-    at_interrupt = _count(db)
+    at_interrupt = count_rows(db)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert at_interrupt < 41, "the sweep finished before the interrupt: nothing was tested"

@@ -1,11 +1,20 @@
+"""The command line: usage errors as one line and exit 2, the kernels listing, sweep / export / lookup / check /
+cache from argv, and their messages."""
 import json
 import os
 import re
+import sqlite3
+import sys
 
 import pytest
 
+from flytune_nb.engine.store import Store
+from flytune_nb.engine.sweep import Sweep
 from flytune_nb.ui.cli import main
-from tests.conftest import PLUGINS, as_unprivileged_user
+from tests.conftest import PLUGINS, as_unprivileged_user, count_rows
+
+# the lookup's parsed tables are emptied around every test: they write export files into tmp folders
+pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -114,83 +123,24 @@ def test_a_broken_plugin_does_not_hide_the_others(tmp_path, capsys):
                                                                          out.splitlines())
 
 
-"""The sweep engine: results store, resume, kill -9, fault isolation, scale-out lanes."""
-import sqlite3
-import sys
-
-import pytest
-
-from flytune_nb.engine.store import Store
-from flytune_nb.engine.sweep import Sweep
-
-
-def _count(db, table="trials"):
-    with sqlite3.connect(db) as c:
-        return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
-
-
-def _triton_key_cached() -> int:
-    from triton.runtime.cache import triton_key
-
-    return triton_key.cache_info().currsize
-
-
-def _meta_machinery_loaded() -> list:
-
-    return [m for m in ("torch._refs", "torch.fx.experimental.symbolic_shapes", "sympy") if m not in sys.modules]
-
-
 def test_cli_sweep_writes_the_store_and_resumes(tmp_path, capsys):
     from flytune_nb.ui.cli import main
 
     db = tmp_path / "cli.db"
     argv = ["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", str(db), "--quiet",
             "--no-isolate"]
-    assert main(argv) == 0 and _count(db) == 8
+    assert main(argv) == 0 and count_rows(db) == 8
     first = capsys.readouterr().out
     assert "results in" in first and "2/8" in first
     timed = re.search(rf"8 trials in {re.escape(str(db))} \((\d+) timings this run\)", first)
     assert timed and int(timed.group(1)) >= 8, first  # the 8 configs, then the selection stage's re-timings
-    assert main(argv) == 0 and _count(db) == 8  # resumed: every trial and the selection come from the store
+    assert main(argv) == 0 and count_rows(db) == 8  # resumed: every trial and the selection come from the store
     assert f"8 trials in {db} (nothing new measured: every trial was already in the store)" in capsys.readouterr().out
-    assert main(argv + ["--strategy", "random", "--budget", "3"]) == 0 and _count(db) == 8  # all stored already
+    assert main(argv + ["--strategy", "random", "--budget", "3"]) == 0 and count_rows(db) == 8  # all stored already
     assert "results in" in capsys.readouterr().out
     assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--gpus", "0,x"]) == 2
     assert "comma-separated integers" in capsys.readouterr().err
     assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--baselines", "torch_jit"]) == 2
-
-
-"""SGLang-format export, runtime lookup, provenance and the regression guard, on the CPU interpreter."""
-
-import pytest
-import triton
-
-from flytune_nb.artifacts.files import triton_dir_name
-
-TDIR = triton_dir_name(triton.__version__)
-
-
-pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
-
-
-@pytest.fixture
-def swept(tmp_path):
-    db = tmp_path / "s.db"
-    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
-    return Store(db)
-
-
-MALFORMED = {
-    "invalid json": "{ nope",
-    "empty file": "",
-    "empty object": "{}",
-    "non-numeric key": '{"triton_version": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
-    "non-dict value": '{"4": 256}',
-    "missing knob": '{"4": {"BLOCK_N": 256, "num_warps": 1}}',
-    "unknown knob": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1, "GROUP_SIZE_M": 8}}',
-    "bool knob": '{"4": {"BLOCK_N": true, "num_warps": 1, "num_stages": 1}}',
-    "list top level": '[{"BLOCK_N": 256}]',
-}
 
 
 def test_cli_export_and_lookup(swept, tmp_path, capsys):
