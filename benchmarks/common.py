@@ -236,7 +236,9 @@ def static_compiled(fn):
     first table). Returns the compiled function (call it once per shape's inputs)."""
     import torch
 
-    torch._dynamo.reset()
+    from flytune_nb._compat.torch import dynamo_reset
+
+    dynamo_reset()
     return torch.compile(fn, dynamic=False)
 
 

@@ -17,6 +17,12 @@ def pool_broken(pool) -> bool:
     return bool(getattr(pool, "_broken", False))
 
 
+def pool_processes(pool) -> list:
+    """The worker processes of a ``ProcessPoolExecutor`` (its ``_processes`` dict), to kill them without waiting for
+    their tasks; [] where the executor keeps no such dict (nothing to kill: ``shutdown`` still ends the pool)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 

@@ -232,6 +232,19 @@ def gpu_target(backend: str, arch, warp_size: int):
     return GPUTarget(backend, arch, warp_size)
 
 
+def driver_target() -> tuple | None:
+    """(backend, arch, warp_size) of the GPU Triton's active driver compiles for, or None on a Triton whose driver
+    cannot say (the caller then lets the real driver answer). Asking creates the driver: on CUDA it builds Triton's C
+    helpers first (seconds in a fresh Triton cache)."""
+    try:
+        from triton.runtime.driver import driver
+
+        t = driver.active.get_current_target()
+        return (t.backend, t.arch, t.warp_size)
+    except Exception:  # noqa: BLE001 - a Triton without these internals, or no driver for this machine
+        return None
+
+
 @contextlib.contextmanager
 def active_driver(stand_in):
     """Triton's active driver replaced by ``stand_in`` for the block (Triton keeps it in ``driver._active``; restored
@@ -510,6 +523,11 @@ def prime_cache(at, entries: dict) -> None:
     nothing (``run``: ``if key not in self.cache`` is false)."""
     for key, config in entries.items():
         at.cache[tuple(key)] = config
+
+
+def unprime_cache(at, key) -> None:
+    """Forget what ``prime_cache`` put under ``key`` (nothing if it is not there): the next call with it tunes."""
+    at.cache.pop(tuple(key), None)
 
 
 class _CacheMiss(Exception):

@@ -189,6 +189,7 @@ def current_target() -> tuple | None:
     CUDA: Triton's own rule (CudaDriver.get_current_target: capability major*10+minor, 32-wide warps), read from
     torch, because asking Triton's driver would build its C helpers with gcc first (in a fresh Triton cache, seconds
     on the timing worker's critical path, before the pool gets any work). HIP: Triton's driver."""
+    from flytune_nb._compat.triton import driver_target
     from flytune_nb.core.device import current_device
 
     if not current_device().is_gpu:
@@ -199,12 +200,9 @@ def current_target() -> tuple | None:
         if not getattr(torch.version, "hip", None):
             major, minor = torch.cuda.get_device_capability()
             return ("cuda", major * 10 + minor, 32)
-        from triton.runtime.driver import driver
-
-        t = driver.active.get_current_target()
-        return (t.backend, t.arch, t.warp_size)
-    except Exception:  # noqa: BLE001 - a Triton without these internals: the pool uses the real driver
+    except Exception:  # noqa: BLE001 - torch cannot say: the pool uses the real driver
         return None
+    return driver_target()
 
 
 # -- identical binaries ----------------------------------------------------------------------------------------------

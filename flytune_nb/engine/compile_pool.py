@@ -29,7 +29,7 @@ import threading
 import time
 import warnings
 
-from flytune_nb._compat.stdlib import pool_broken
+from flytune_nb._compat.stdlib import pool_broken, pool_processes
 from flytune_nb.engine.processes import child_env, child_init, context
 from flytune_nb.engine.tasks import compile_one, warm_up
 
@@ -301,7 +301,7 @@ class Precompiler:
     def _kill(pool, hard: bool = True) -> None:
         """End ``pool`` without waiting: ``hard`` kills its processes now, else the idle ones exit on their own."""
         if hard:
-            for p in list((getattr(pool, "_processes", None) or {}).values()):
+            for p in pool_processes(pool):
                 p.kill()
         pool.shutdown(wait=False, cancel_futures=True)
 

@@ -164,7 +164,7 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
     for pk in list(report.keys):
         members = groups[(pk.key, pk.dtype)]
         if not tc.hits_cache(at, lambda: adopted.launch(adopted.kernel, members[0][3])):
-            at.cache.pop(pk.key, None)
+            tc.unprime_cache(at, pk.key)
             report.keys.remove(pk)
             report.mismatched.extend((m[0], pk.dtype, pk.key) for m in members)
     if report.coarse:

@@ -202,6 +202,24 @@ def test_the_pools_target_follows_tritons_cuda_rule_without_asking_its_driver(mo
     assert compiling.current_target() is None
 
 
+def test_the_pools_target_on_hip_is_what_tritons_driver_says(monkeypatch):
+    """HIP has no rule to read from torch (gfx942 vs gfx950, 64-wide waves): the target is the driver's, asked
+    through flytune_nb._compat.triton; a Triton whose driver cannot say leaves it to the real driver (None)."""
+    import torch
+
+    import flytune_nb._compat.triton as tc
+    from flytune_nb.backends import triton as compiling
+    from flytune_nb.core import device
+    from tests.conftest import MI300X_PROPS
+
+    monkeypatch.setattr(device, "current_device", lambda index=0: device.from_properties(MI300X_PROPS, hip=True))
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    monkeypatch.setattr(tc, "driver_target", lambda: ("hip", "gfx942", 64))
+    assert compiling.current_target() == ("hip", "gfx942", 64)
+    monkeypatch.setattr(tc, "driver_target", lambda: None)
+    assert compiling.current_target() is None
+
+
 def test_a_broken_pool_is_replaced_and_a_stale_batch_leaves_the_new_one_alone():
     """A config that takes a pool process down breaks the whole pool. The next submit (another lane's shape) gets a
     fresh pool instead of an exception, and when the first batch finds its broken future later it kills only the
