@@ -13,6 +13,7 @@ import json
 
 import pandas as pd
 
+from flytune_nb.errors import UsageError
 from flytune_nb.measure.census import describe
 
 # The columns annotate() adds (the explorer offers the first four as colours): every one starts with "census " so that
@@ -124,7 +125,7 @@ def table(rows, trials: pd.DataFrame | None = None, *, show: str = "every config
     limiter, LDS / shared KiB, scratch bytes, widest load, MMA, same binary as, resources, default, and, where
     ``trials`` (that shape's trials frame) timed the config, its p50 (ms) and status. ``show``: a FILTERS key."""
     if show not in FILTERS:
-        raise ValueError(f"unknown census filter {show!r}; one of {', '.join(FILTERS)}")
+        raise UsageError(f"unknown census filter {show!r}; one of {', '.join(FILTERS)}")
     dup = duplicates(rows)
     timed = {}
     if trials is not None and not trials.empty:

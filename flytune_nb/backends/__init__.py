@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 
+from flytune_nb.errors import UsageError
+
 NAMES = ("triton", "flydsl")
 DEFAULT = "triton"
 
@@ -22,7 +24,7 @@ DEFAULT = "triton"
 def get(name: str):
     """The backend module ``name`` (one of NAMES)."""
     if name not in NAMES:
-        raise ValueError(f"unknown kernel backend {name!r}; known: {', '.join(NAMES)}")
+        raise UsageError(f"unknown kernel backend {name!r}; known: {', '.join(NAMES)}")
     return importlib.import_module(f"{__name__}.{name}")
 
 

@@ -331,7 +331,7 @@ class Store:
         import pandas as pd
 
         if table not in ("trials", "baselines", "runs", "retimes", "selections", "census"):
-            raise ValueError(f"unknown table {table!r}")
+            raise UsageError(f"unknown table {table!r}; one of trials, baselines, runs, retimes, selections, census")
         if not self.has_table(table):  # a store written before the table existed, opened read-only
             return pd.DataFrame()
         query = f"SELECT * FROM {table}" + (" WHERE kernel=?" if kernel else "")

@@ -24,7 +24,7 @@ from flytune_nb.core.shapes import grid_shapes
 from flytune_nb.core.registry import get_kernel, load_name
 from flytune_nb.engine.store import Store
 from flytune_nb.strategies import SEEDED, get_strategy
-from flytune_nb.engine.tasks import trial_from_dict
+from flytune_nb.engine.tasks import BASELINES, trial_from_dict
 from flytune_nb.strategies.loop import SearchResult, explore, planned
 from flytune_nb.strategies.selection import Rule, select, shortlist
 from flytune_nb.measure.trial import Trial
@@ -144,6 +144,11 @@ class Sweep:
         # measured again even when stored (the stored row is replaced): the workbench times an edited heuristic's
         # new picks beside fresh timings of the default and the best, never against minutes-old ones
         self.remeasure = set(map(self.spec.canonical, remeasure))
+        if baselines is not None:  # text as papermill and a form field pass it ("torch_eager,torch_compile"), or names
+            baselines = tuple(baselines.replace(",", " ").split()) if isinstance(baselines, str) else tuple(baselines)
+            bad = [b for b in baselines if b not in BASELINES]
+            if bad:
+                raise UsageError(f"unknown baseline {bad[0]!r}; use {', '.join(BASELINES)} or none")
         self.precompile, self.baseline_names, self.ray = precompile, baselines, ray
         from flytune_nb.engine.census_pool import CensusPruner
 
@@ -570,7 +575,7 @@ class Sweep:
             return {}
         names = self.baseline_names
         if names is None:
-            names = ("torch_eager", "torch_compile") if device.is_gpu else ("torch_eager",)
+            names = BASELINES if device.is_gpu else BASELINES[:1]
         names = tuple(names)
         have = self.store.baselines_for(plan["key"])
         missing = tuple(n for n in names if n not in have)

@@ -11,6 +11,8 @@ from functools import lru_cache
 from flytune_nb.core.config import Config
 from flytune_nb.measure.trial import Trial
 
+BASELINES = ("torch_eager", "torch_compile")  # what a sweep can time beside the kernel: eager, then compiled
+
 
 # A sweep's own name for a KernelSpec object given directly to an in-process Sweep (e.g. with an edited heuristic)
 # -> that object; set and cleared by Sweep.run. Worker processes never see it: they load kernels by name.

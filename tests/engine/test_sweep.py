@@ -435,6 +435,21 @@ def test_a_dtype_string_is_names_not_characters():
 
 
 
+def test_an_unknown_baseline_is_refused_before_anything_is_measured(tmp_path):
+    """A typo in the baselines (the API, papermill's text, a form field) is bad input: refused when the sweep is made,
+    nothing stored, not a sweep that runs and records every shape's baseline as an error."""
+    from flytune_nb.errors import UsageError
+
+    db = tmp_path / "b.db"
+    with pytest.raises(UsageError, match="unknown baseline 'torch_jit'"):
+        Sweep("rmsnorm", "M=1 N=256", ["fp32"], db=db, isolate=False, baselines=["torch_eager", "torch_jit"])
+    assert not db.exists()
+    assert Sweep("rmsnorm", "M=1 N=256", ["fp32"], isolate=False, baselines="torch_eager,torch_compile").baseline_names \
+        == ("torch_eager", "torch_compile")
+    with pytest.raises(UsageError, match="unknown table 'trails'"):
+        Store(tmp_path / "s.db").frame(table="trails")
+
+
 def test_a_dtype_named_twice_is_swept_once():
     sw = Sweep("rmsnorm", "M=1 N=256", ["fp16", "float16", "fp32", "fp16"], isolate=False)
     assert sw.dtypes == ["fp16", "fp32"]

@@ -10,6 +10,7 @@ pytest.importorskip("plotly")
 from flytune_nb.analysis import resources  # noqa: E402
 from flytune_nb.engine.events import TrialStarted  # noqa: E402
 from flytune_nb.engine.store import Store  # noqa: E402
+from flytune_nb.errors import UsageError  # noqa: E402
 from flytune_nb.ui.notebook import Workbench  # noqa: E402
 from flytune_nb.ui.notebook.slots import load_plotly  # noqa: E402
 from tests.conftest import PLUGINS  # noqa: E402
@@ -123,7 +124,7 @@ def test_the_join_keeps_uncensused_configs_visible_and_names_shared_binaries():
     assert set(other[resources.SPILLS]) == {"not censused"}
     t = resources.table(rows, show="same binary as another")
     assert list(t["config"]) == [str(a)] and list(t["same binary as"]) == [str(b)]
-    with pytest.raises(ValueError, match="unknown census filter"):
+    with pytest.raises(UsageError, match="unknown census filter"):
         resources.table(rows, show="fast ones")
 
 

@@ -19,7 +19,7 @@ from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
 from flytune_nb.engine.events import TrialStarted
-from flytune_nb.errors import UsageError, first_line
+from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
                                              run_in_thread)
 from flytune_nb.ui.notebook.editor import HeuristicEditor
@@ -128,7 +128,7 @@ class Workbench(W.VBox):
 
     def _view(self, name: str):
         if not self.views_ready.wait(120):
-            raise RuntimeError("the workbench's views did not build within 120 s")
+            raise RunError("the workbench's views did not build within 120 s")
         return self._views[name]
 
     overview = property(lambda self: self._view("overview"))
