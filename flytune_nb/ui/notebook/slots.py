@@ -47,7 +47,7 @@ def load_plotly(background: bool = True, on_ready=None) -> None:
             if _READY.is_set():
                 return
             try:
-                from flytune_nb._compat.plotly import graph_objects
+                from flytune_nb.ui.notebook.plotly_import import graph_objects
 
                 graph_objects()
             except Exception as e:  # noqa: BLE001 - shown in every slot instead of a figure

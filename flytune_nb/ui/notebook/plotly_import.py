@@ -1,4 +1,4 @@
-"""Importing plotly quickly.
+"""Importing plotly quickly (the one place the workbench imports it first; UI code only, like every plotly import).
 
 ``plotly.io`` imports plotly's renderers, which import nbformat, which imports jsonschema, whose format checkers
 import ``rfc3987_syntax`` when it is installed (JupyterLab's jupyter-events brings it): that package builds a Lark
