@@ -191,3 +191,14 @@ def swept(tmp_path):
     db = tmp_path / "s.db"
     Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
     return Store(db)
+
+
+def wall_clock(kernel_call, quantiles=None, **_):
+    """The interpreter's stand-in for Triton's autotune benchmarker (which asks the GPU driver): one call, wall
+    time, as ``do_bench`` returns it (one number, or one per quantile asked)."""
+    import time
+
+    t = time.perf_counter()
+    kernel_call()
+    ms = (time.perf_counter() - t) * 1e3
+    return [ms] * len(quantiles) if quantiles else ms

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Iterable, Protocol
 
 
 class Listener(Protocol):
@@ -66,7 +66,7 @@ class SweepDone(Event):
 class Emitter:
     """Fans events out to listeners; detaches a listener that raises."""
 
-    def __init__(self, listeners: Iterable[Callable] = ()) -> None:
+    def __init__(self, listeners: Iterable[Listener] = ()) -> None:
         self.listeners = [l for l in listeners if l is not None]
         self._lock = threading.Lock()  # a multi-GPU sweep emits from one thread per GPU
 

@@ -1,7 +1,6 @@
 """The private @triton.autotune touches of flytune_nb._compat.triton, checked against the installed Triton's own
 Autotuner (its run, its cache, its disk-cache reader), not against a stand-in built to our assumptions."""
 import json
-import time
 
 import pytest
 import torch
@@ -9,14 +8,7 @@ import triton
 import triton.language as tl
 
 from flytune_nb._compat import triton as tc
-
-
-def wall_clock(kernel_call, quantiles=None, **_):
-    """A benchmarker for the interpreter (Triton's own asks the GPU driver): one call, wall time."""
-    t = time.perf_counter()
-    kernel_call()
-    ms = (time.perf_counter() - t) * 1e3
-    return [ms] * len(quantiles) if quantiles else ms
+from tests.conftest import wall_clock
 
 
 def _big_blocks_out(configs, named_args, **kwargs):

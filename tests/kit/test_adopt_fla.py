@@ -1,7 +1,6 @@
 """A real third-party library: flash-linear-attention's autotuned kernels (fla-core, the `fla` extra), adopted from
 examples/fla_kernels.py, swept on the CPU path, then served to fla's own Python functions with zero benchmarking."""
 import os
-import time
 import warnings
 
 import pytest
@@ -16,17 +15,9 @@ from flytune_nb.artifacts.export import export  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
 from flytune_nb.engine.store import Store  # noqa: E402
 from flytune_nb.serve.prime import CoarseKeyWarning  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from tests.conftest import REPO, wall_clock  # noqa: E402
 
 FLA = os.path.join(REPO, "examples", "fla_kernels.py")
-
-
-def wall_clock(kernel_call, quantiles=None, **_):
-    """The interpreter's stand-in for Triton's benchmarker (which asks the GPU driver): one call, wall time."""
-    t = time.perf_counter()
-    kernel_call()
-    ms = (time.perf_counter() - t) * 1e3
-    return [ms] * len(quantiles) if quantiles else ms
 
 
 def load(attr):

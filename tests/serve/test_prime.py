@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 
 import pytest
@@ -23,16 +22,9 @@ from flytune_nb.engine.store import Store
 from flytune_nb.errors import UsageError
 from flytune_nb.serve.lookup import ArtifactWarning
 from flytune_nb.serve.prime import CoarseKeyWarning
+from tests.conftest import wall_clock
 
 ADOPTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kit", "adopted.py")
-
-
-def wall_clock(kernel_call, quantiles=None, **_):
-    """The interpreter's stand-in for Triton's benchmarker (which asks the GPU driver): one call, wall time."""
-    t = time.perf_counter()
-    kernel_call()
-    ms = (time.perf_counter() - t) * 1e3
-    return [ms] * len(quantiles) if quantiles else ms
 
 
 def load(attr):
