@@ -158,8 +158,8 @@ def test_heuristic_regret_on_a_store(tmp_path):
 
 
 def test_heuristic_regret_scores_the_heuristic_now_on_a_store_swept_on_the_cpu(tmp_path):
-    """A store swept here (no GPU): the heuristic now is asked about the interpreter the store records, so its
-    default, which the sweep timed, is scored, not counted as never timed."""
+    """A store swept here (no GPU): the current heuristic is asked about the device the store records (the
+    interpreter), so its default, which the sweep timed, is scored, not counted as never timed."""
     from flytune_nb import Sweep
 
     Sweep("rmsnorm", "M=1,4 N=256", ["fp32"], db=tmp_path / "cpu.db", isolate=False, baselines=(), budget=2).run()

@@ -65,7 +65,7 @@ peak (729 measured at 8192^3): below ~300 flops per byte of weight a GEMM is bou
   4) and 4 beyond (M=1024, N=14336: 896 tiles, 175.2 us); else, one round of 128x128 tiles filling >= 90%, that
   tile on 8 warps with 5 stages (M=512, N=4096: 30.9 us, against 33.3 for the pointer tile); else 128x64x128 tiles
   on 4 warps, 4 stages when those fill >= 90% and 128x128 ones make at most one round (M=256, N=4096: 128 tiles,
-  24.5 us, the sweep's best; up to M = 512 the 64x128x128 rule above now takes such shapes). Otherwise no tile
+  24.5 us, the sweep's best; up to M = 512 the 64x128x128 rule above takes such shapes first). Otherwise no tile
   size fills the rounds, and 128x128x64 on 4 warps, 5 stages takes the partial round (M=512, N=14336: 102.1 us,
   the sweep's best; M=256, N=12288: 56.3, 1.08x that sweep's best;
   M=256, N=14336: 58.7 us on 8 warps in the sweep, and on 4 warps 52.2 us under graph replay against 57.1 for the
