@@ -8,6 +8,7 @@ import flytune_nb.core.key as keymod
 from flytune_nb.core.device import from_properties, interpreter_device
 from flytune_nb.core.key import make_key, stride_class
 from flytune_nb.core.registry import get_kernel, load_folder
+from flytune_nb.errors import UsageError
 from tests.conftest import H200_PROPS as H200
 from tests.conftest import MI300X_PROPS as MI300X
 
@@ -126,7 +127,7 @@ def test_the_timing_mode_is_in_the_key_and_the_events_digest_leaves_it_out(spec)
     before = {k: v for k, v in asdict(events).items() if k != "timing"}
     assert events.digest == hashlib.sha256(json.dumps(before, sort_keys=True, default=list).encode()).hexdigest()[:24]
     assert graph.digest != events.digest and graph.to_dict()["timing"] == "graph"
-    with pytest.raises(Exception, match="unknown timing mode"):
+    with pytest.raises(UsageError, match="unknown timing mode"):
         make_key(spec, {"M": 8, "N": 64}, "bf16", _inputs(), interpreter_device(), timing="replay")
 
 

@@ -194,7 +194,7 @@ def test_a_config_failing_inside_the_override_leaves_none_behind(spec, km, sg, d
     t = evaluate(spec, TINY, "fp16", bad, dev, cpu_timer)
     assert not t.ok and t.status in ("compile_error", "launch_error")
     assert tu.get_config() is None  # SGLang's own override_config (no finally) would have left BLOCK_SIZE_N=48 set
-    with pytest.raises(Exception):
+    with pytest.raises(RuntimeError, match="inside"):
         with tu.override_config({"BLOCK_SIZE_M": 1}):
             raise RuntimeError("inside")
     leaked = tu.get_config()

@@ -8,6 +8,7 @@ import statistics
 import pytest
 
 from flytune_nb.core.config import Config
+from flytune_nb.errors import UsageError
 from flytune_nb.measure.trial import Trial
 from flytune_nb.strategies.selection import Rule, compare, decide, schedule, select, shortlist
 from tests.conftest import FIXTURES
@@ -179,5 +180,5 @@ def test_shortlist_and_schedule():
 def test_no_candidates_means_no_timing_and_the_default():
     sel = select(_c(1), [], lambda c, i: pytest.fail("timed"), Rule())
     assert sel.chose_default and sel.repeats == 0 and "no candidate" in sel.reason
-    with pytest.raises(Exception, match="top >= 0"):
+    with pytest.raises(UsageError, match="top >= 0"):
         Rule(rounds=0)
