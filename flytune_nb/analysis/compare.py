@@ -8,9 +8,6 @@ import math
 
 import pandas as pd
 
-SIDE_COLUMNS = ("device", "triton", "torch")
-
-
 def sides(frame: pd.DataFrame) -> list[str]:
     """The run groups a store's trials frame holds, as labels "NVIDIA_H200 · triton 3.6.0 · torch 2.9.0"."""
     if frame.empty:

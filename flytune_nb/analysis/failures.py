@@ -6,14 +6,6 @@ import collections
 import re
 from dataclasses import dataclass
 
-# Statuses a trial may fail with (measure.trial.STATUSES less ok/skipped), and what each means to a user.
-MEANING = {"wrong": "the output differs from torch's beyond the dtype's tolerance",
-           "compile_error": "the compiler refused the config (out of resources, ptxas, ...)",
-           "launch_error": "the kernel's run raised while launching",
-           "crashed": "the worker died (abort, segfault, device fault)",
-           "timeout": "no answer within the per-trial timeout (the worker was killed)"}
-
-
 @dataclass(frozen=True)
 class FailureSummary:
     total: int

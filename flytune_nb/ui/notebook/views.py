@@ -14,17 +14,12 @@ import ipywidgets as W
 
 from flytune_nb.analysis.explore import ORDER, RANK, heat_table, knob_influence, knobs, trials_frame
 from flytune_nb.analysis.units import fmt_time, in_unit, unit_for
-from flytune_nb.core.shapes import shape_text
 from flytune_nb.errors import UsageError
 from flytune_nb.ui.notebook.controls import error_html
 from flytune_nb.ui.notebook.slots import FigureSlot, plotly_ready
 from flytune_nb.ui.notebook.styles import SCROLL, table_css
 
 TABLE_CSS = table_css("flytune-table", "white-space:normal;word-break:break-word;max-width:520px;")
-
-
-def _label(shape: dict, dtype: str) -> str:
-    return f"{shape_text(shape)} {dtype}"
 
 
 class OverviewView(W.VBox):
