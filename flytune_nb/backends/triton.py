@@ -12,7 +12,7 @@ real inputs on the real driver.
 
 Why the cache entry is the right one: Triton specialises a pointer on its 16-byte alignment, and a meta tensor's
 address (0) is aligned like every fresh allocation; integers specialise on their values, which come from the shape.
-tests/test_gpu.py checks that the real launch then finds the kernel compiled here.
+tests/gpu/test_gpu.py checks that the real launch then finds the kernel compiled here.
 
 A census compiles the same way for a GPU this machine does not have (``compile_kernels`` in a process in compile
 mode, flytune_nb.core.device.enter_compile_mode) and keeps what Triton built: its resources are read by

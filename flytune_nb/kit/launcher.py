@@ -9,9 +9,10 @@ hand the arguments straight to that kernel's launcher.
 
 The cache key is never coarser than Triton's: each argument's specialisation comes from Triton's own
 ``native_specialize_impl`` (pointer dtype and 16-byte alignment for tensors; width, ==1 and %16 for integers), so a
-cached kernel is reused only where Triton would pick the same one (tests/test_launch.py: a misaligned view gets its
-own kernel). Whatever it cannot vouch for takes Triton's path on every call: the interpreter, profiler launch hooks,
-pre-run hooks, kernels that read Python globals, callable grids, any other kind of callable.
+cached kernel is reused only where Triton would pick the same one (tests/kit/test_launcher.py, tests/gpu/test_gpu.py:
+a misaligned view gets its own kernel). Whatever it cannot vouch for takes Triton's path on every call: the
+interpreter, profiler launch hooks, pre-run hooks, kernels that read Python globals, callable grids, any other kind
+of callable.
 """
 from __future__ import annotations
 
