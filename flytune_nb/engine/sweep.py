@@ -145,7 +145,9 @@ class Sweep:
         # new picks beside fresh timings of the default and the best, never against minutes-old ones
         self.remeasure = set(map(self.spec.canonical, remeasure))
         if baselines is not None:  # text as papermill and a form field pass it ("torch_eager,torch_compile"), or names
-            baselines = tuple(baselines.replace(",", " ").split()) if isinstance(baselines, str) else tuple(baselines)
+            if isinstance(baselines, str):  # "none" as the CLI's --baselines takes it
+                baselines = () if baselines.strip().lower() == "none" else tuple(baselines.replace(",", " ").split())
+            baselines = tuple(baselines)
             bad = [b for b in baselines if b not in BASELINES]
             if bad:
                 raise UsageError(f"unknown baseline {bad[0]!r}; use {', '.join(BASELINES)} or none")
