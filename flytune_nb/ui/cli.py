@@ -299,9 +299,10 @@ def cmd_sweep(args) -> int:
     from flytune_nb.engine.sweep import Sweep, SweepError
 
     progress = TqdmListener(disable=True if args.quiet else None)  # quiet: no bar, but it still tracks the trial in flight
+    # --baselines goes as typed: Sweep reads "none" and refuses unknown names
     sw = Sweep(args.kernel, args.grid, args.dtype, db=args.db, paths=args.path, strategy=args.strategy,
                budget=args.budget, timeout=args.timeout, isolate=not args.no_isolate,
-               precompile=False if args.no_precompile else None, baselines=args.baselines,  # Sweep reads "none" and checks the names
+               precompile=False if args.no_precompile else None, baselines=args.baselines,
                gpus=_ints(args.gpus, "--gpus"), ray=args.ray, listeners=[progress],
                retry_failed=args.retry_failed,
                timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms}, timing=args.timing,
