@@ -222,7 +222,8 @@ def resweep_command(f: ArtifactFile, directory, paths=()) -> str:
     over the old entries."""
     batch = sorted(int(m) for m in (f.prov or {}) if str(m).isdigit()) or sorted(f.table or [])
     axes = " ".join(f"{a}={v}" for a, v in (f.rest or {}).items())
-    grid = f"{f.spec.batch_axis}={','.join(map(str, batch))}" + (f" {axes}" if axes else "")
+    # a file neither readable nor in provenance.json names no batch sizes: SGLang's tuning set (the grid preset)
+    grid = f"{f.spec.batch_axis}={','.join(map(str, batch)) or 'sglang'}" + (f" {axes}" if axes else "")
     extra = "".join(f" --path {p}" for p in paths) + (" --timing graph" if f.timing == "graph" else "")
     db = f"resweep_{f.kernel}.db"
     return (f'flytune sweep {f.kernel} --grid "{grid}" --dtype {f.dtype} --db {db}{extra} && '

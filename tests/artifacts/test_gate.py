@@ -410,6 +410,29 @@ def test_a_file_its_provenance_lists_but_the_folder_lacks_fails_the_check(tmp_pa
     assert "1 FAIL" in printed
 
 
+def test_an_unreadable_file_no_provenance_names_is_given_a_sweep_command_that_parses(tmp_path, capsys, dev):
+    """Neither the file nor a provenance.json names its batch sizes: the advice sweeps SGLang's (the grid preset),
+    never an empty ``M=`` the sweep itself would refuse."""
+    import re
+    import shlex
+
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, grid_shapes
+
+    path = tmp_path / "ex" / "rmsnorm" / triton_dir_name(triton.__version__) / \
+        f"N=256,device_name={dev.name},dtype=fp32.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{ nope")
+    assert main(["check", str(tmp_path / "ex"), "--quiet"]) == 1
+    printed = capsys.readouterr().out
+    [command] = [line.strip() for line in printed.splitlines() if line.strip().startswith("flytune sweep")]
+    grid = shlex.split(command)[shlex.split(command).index("--grid") + 1]
+    assert grid == "M=sglang N=256"
+    spec = get_kernel("rmsnorm")
+    assert [s["M"] for s in grid_shapes(grid, spec.axes, spec.batch_axis)] == list(SGLANG_BATCH_SIZES)
+    assert not re.search(r"M=(\s|\")", printed)
+
+
 def test_on_the_interpreter_check_judges_correctness_not_speed(tmp_path, capsys):
     """Interpreter timings are the CPU's wall clock: an entry recorded as 1000x faster than it times now passes, with
     the reason saying speed was not judged; a wrong entry still fails."""
