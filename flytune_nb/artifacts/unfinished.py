@@ -3,8 +3,10 @@
 A sweep stopped or killed while it searched a shape leaves the trials it timed and no selection (the stage that
 re-times the shortlist against the default): that fastest median is of part of the search and vetted by nothing. A
 shape is unfinished when all of these hold:
-- its kernel has selections in this store: stores written before the selection stage have none, and their runs were
-  often never marked finished, so lacking one says nothing there;
+- its kernel has selections in this store, or a run that timed it recorded a selection rule that was on: stores
+  written before the selection stage have neither, and their runs were often never marked finished, so lacking a
+  selection says nothing there; a run that recorded its rule says it would have made one (the first shape of a fresh
+  store, cut off mid-search or mid-selection, has no other shape's selection to vouch for the store);
 - it has no selection under its tuning key;
 - every run that timed it is recorded as never finished (killed, or stopped: a stopped run is not marked finished);
 - no finished run of its kernel had it in its grid (a run that resumed it and finished, with selection off).
@@ -18,8 +20,6 @@ import json
 def unfinished_keys(store, kernel: str | None = None) -> set[str]:
     """The tuning keys of the shapes in ``store`` (of ``kernel``, or every kernel) that a sweep left mid-search."""
     sels = store.frame(kernel, table="selections")
-    if sels.empty:
-        return set()
     runs = store.frame(kernel, table="runs")
     if runs.empty or "finished" not in runs.columns:
         return set()
@@ -28,15 +28,28 @@ def unfinished_keys(store, kernel: str | None = None) -> set[str]:
         return set()
     done = runs["finished"].notna() & (runs["finished"] != "")
     stopped = set(runs.loc[~done, "run_id"])
+    selecting = set(runs.loc[runs["selection"].map(_selects), "run_id"]) if "selection" in runs.columns else set()
     covered = {(r["kernel"], _canon(shape), dtype) for _, r in runs[done].iterrows()
                for shape in json.loads(r["grid"] or "[]") for dtype in json.loads(r["dtypes"] or "[]")}
-    judged, selected = set(sels["kernel"]), set(sels["key"])
+    judged = set(sels["kernel"]) if len(sels) else set()
+    selected = set(sels["key"]) if len(sels) else set()
     out = set()
     for (kname, shape, dtype, key), g in trials.groupby(["kernel", "shape", "dtype", "key"]):
-        if kname in judged and key not in selected and set(g["run_id"]) <= stopped \
+        runs_of = set(g["run_id"])
+        if (kname in judged or runs_of & selecting) and key not in selected and runs_of <= stopped \
                 and (kname, _canon(shape), dtype) not in covered:
             out.add(key)
     return out
+
+
+def _selects(rule) -> bool:
+    """Whether a run's recorded rule (Rule.to_dict as JSON; None for runs from before runs recorded it) was on."""
+    if not isinstance(rule, str) or not rule:
+        return False
+    try:
+        return int(json.loads(rule).get("top", 0)) > 0
+    except (ValueError, AttributeError, TypeError):
+        return False
 
 
 def _canon(shape) -> tuple:

@@ -27,7 +27,7 @@ from flytune_nb.measure.trial import Trial
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
   run_id TEXT PRIMARY KEY, kernel TEXT, grid TEXT, dtypes TEXT, strategy TEXT, budget INTEGER,
-  device TEXT, started TEXT, finished TEXT, device_info TEXT);
+  device TEXT, started TEXT, finished TEXT, device_info TEXT, selection TEXT);
 CREATE TABLE IF NOT EXISTS trials (
   id INTEGER PRIMARY KEY, run_id TEXT, kernel TEXT, shape TEXT, dtype TEXT, config TEXT, fidelity TEXT,
   status TEXT, reason TEXT, p20 REAL, p50 REAL, p80 REAL, rel_error REAL, compile_s REAL, reps INTEGER,
@@ -168,6 +168,7 @@ class Store:
         for table, column, decl in (("trials", "is_default", "INTEGER DEFAULT 0"), ("trials", "source", "TEXT"),
                                     ("trials", "binary", "TEXT"), ("trials", "twin_of", "TEXT"),
                                     ("trials", "timing", "TEXT"), ("runs", "device_info", "TEXT"),
+                                    ("runs", "selection", "TEXT"),
                                     ("census", "sibling_of", "TEXT")):
             have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             if column not in have:
@@ -178,16 +179,18 @@ class Store:
 
     # -- runs ----------------------------------------------------------------------------------------------------
     def start_run(self, kernel: str, grid, dtypes, strategy: str, budget, device: str,
-                  device_info: dict | None = None) -> str:
+                  device_info: dict | None = None, selection: dict | None = None) -> str:
         """``device_info``: the sweep's DeviceInfo as a dict (its raw torch name and CU count identify FlyDSL's
-        offline configs at export)."""
+        offline configs at export); ``selection``: the run's selection rule as a dict (Rule.to_dict), which tells
+        export that a shape of this run without a selection was cut off before it (artifacts/unfinished.py)."""
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         with self._lock:
             self._db.execute(
                 "INSERT INTO runs (run_id, kernel, grid, dtypes, strategy, budget, device, started, finished, "
-                "device_info) VALUES (?,?,?,?,?,?,?,?,NULL,?)",
+                "device_info, selection) VALUES (?,?,?,?,?,?,?,?,NULL,?,?)",
                 (run_id, kernel, json.dumps(grid), json.dumps(list(dtypes)), strategy, budget, device, _now(),
-                 json.dumps(device_info, sort_keys=True) if device_info is not None else None))
+                 json.dumps(device_info, sort_keys=True) if device_info is not None else None,
+                 json.dumps(selection, sort_keys=True) if selection is not None else None))
         return run_id
 
     def run_devices(self) -> dict[str, dict]:

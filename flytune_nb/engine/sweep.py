@@ -231,7 +231,8 @@ class Sweep:
             if self.rule == "auto":
                 self.rule = Rule() if DeviceInfo(**device).is_gpu else INTERPRETER_RULE
             self.run_id = self.store.start_run(self.spec.name, [dict(s) for s in self.shapes], self.dtypes,
-                                               self.strategy_name, self.budget, device["name"], device_info=device)
+                                               self.strategy_name, self.budget, device["name"], device_info=device,
+                                               selection=self.rule.to_dict())
             jobs: queue.Queue = queue.Queue()
             for p in plans:
                 jobs.put(p)

@@ -276,7 +276,7 @@ def test_export_into_a_read_only_folder_is_one_artifact_error_and_writes_nothing
     out = os.path.join(shared_folder, "ex")
     [path] = export(Store(db), out)
     before = {p: open(os.path.join(path.parent, p), "rb").read() for p in os.listdir(path.parent)}
-    Sweep("rmsnorm", "M=16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
     os.chmod(path.parent, 0o555)
     fresh = os.path.join(shared_folder, "ro")
     os.makedirs(fresh)
@@ -409,6 +409,38 @@ def test_a_shape_cut_off_mid_search_is_left_out_until_the_sweep_resumes(tmp_path
         warnings.simplefilter("error", ArtifactWarning)
         export(Store(db), out)
     assert sorted(json.loads(path.read_text()), key=int) == ["1", "4", "16"]
+
+
+def test_the_first_shape_of_a_fresh_store_cut_off_mid_search_is_never_exported(tmp_path):
+    """A fresh store whose first sweep is stopped (or killed) during its only shape's search holds no selection at
+    all, of any shape: the shape's fastest is still of part of a search that nothing re-timed against the default,
+    so export leaves it out with the warning, exactly as it does when another shape's selection is in the store.
+    Running the same sweep again finishes it and the export takes it."""
+    from flytune_nb.engine.events import TrialDone
+
+    db = tmp_path / "fresh.db"
+    holder = {}
+
+    def stop_after_two(event):
+        if isinstance(event, TrialDone) and event.index >= 1:
+            holder["total"] = event.total
+            holder["sweep"].stop()
+
+    holder["sweep"] = Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(),
+                            listeners=[stop_after_two])
+    holder["sweep"].run()
+    store = Store(db)
+    assert 2 <= store.count() < holder["total"], "stopped part-way through the search"
+    assert store.count("selections") == 0
+    out = tmp_path / "ex"
+    with pytest.warns(ArtifactWarning, match=r"batch sizes 4 are left out: the sweep .* stopped"):
+        assert export(store, out) == []
+    assert not out.exists() or not any(p.suffix == ".json" for p in out.rglob("*"))
+    Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ArtifactWarning)
+        [path] = export(Store(db), out)
+    assert list(json.loads(path.read_text())) == ["4"]
 
 
 def test_a_shape_finished_without_a_selection_is_exported_once_a_run_has_finished_it(tmp_path):
