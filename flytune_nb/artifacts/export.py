@@ -12,7 +12,7 @@ from pathlib import Path
 from flytune_nb import backends
 from flytune_nb.artifacts import flydsl
 from flytune_nb.artifacts.files import (
-    BUILTIN_DIR, PROVENANCE, ArtifactError, atomic_write, check_writable, export_lock, file_name, kernel_dir,
+    BUILTIN_DIR, PROVENANCE, ArtifactError, atomic_write_all, check_writable, export_lock, file_name, kernel_dir,
     read_provenance, read_table, render_for)
 from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.device import INTERPRETER_NAME
@@ -286,8 +286,14 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
             # a file deleted by hand leaves its provenance record behind: the file starts afresh, and so does that
             old = prov.get(path.name, {}) if path.exists() else {}
             table, prov[path.name] = _merge(entry, table, old, replace_stale)
-            atomic_write(path, render_for(entry["spec"], table))
-            atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
+            sidecar = json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n"
+            try:
+                atomic_write_all([(path, render_for(entry["spec"], table)), (prov_path, sidecar)])
+            except OSError as e:
+                raise ArtifactError(f"cannot write {path.name} in {path.parent}: {e.strerror or e}; it and its "
+                                    f"{PROVENANCE} are as they were"
+                                    + (f" (written before it: {', '.join(p.name for p in written)})" if written
+                                       else "")) from None
         written.append(path)
     return written + flydsl.write_planned(fly)
 

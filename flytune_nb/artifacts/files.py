@@ -69,14 +69,27 @@ os.umask(_UMASK)
 
 
 def atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    atomic_write_all([(path, text)])
+
+
+def atomic_write_all(files: list[tuple[Path, str]]) -> None:
+    """Write several files as one change as far as a failure goes: every text is written in full to a temp file
+    beside its target first (where a full disk or an I/O error strikes), and only then are they renamed over their
+    targets. An artifact and its provenance.json therefore never end up one new and one old because the second
+    write failed."""
+    staged = []
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a committed or shared config must be readable
-        os.replace(tmp, path)
+        for path, text in files:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((tmp, path))
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; a committed or shared config must be readable
+        for tmp, path in staged:
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from flytune_nb.artifacts.files import ArtifactError, atomic_write
+from flytune_nb.artifacts.files import ArtifactError, atomic_write, atomic_write_all
 from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.config import Config
 
@@ -288,8 +288,9 @@ def write_planned(entries: list[dict]) -> list[Path]:
                 if not isinstance(prov, dict):
                     raise ArtifactError(f"{prov_path}: expected {{file name: record}}")
             for e in mine:
-                atomic_write(e["path"], e["text"])
                 prov[e["path"].name] = e["prov"]
-                written.append(e["path"])
-            atomic_write(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")
+            # the configs and their sidecar are renamed into place only once all of them are written in full
+            atomic_write_all([(e["path"], e["text"]) for e in mine]
+                             + [(prov_path, json.dumps(dict(sorted(prov.items())), indent=1, sort_keys=True) + "\n")])
+            written += [e["path"] for e in mine]
     return written

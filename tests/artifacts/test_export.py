@@ -317,6 +317,42 @@ def test_export_into_a_read_only_folder_is_one_artifact_error_and_writes_nothing
     assert os.listdir(fresh) == []
 
 
+def test_a_full_disk_while_exporting_leaves_the_file_and_its_provenance_as_they_were(swept, tmp_path, monkeypatch):
+    """The config file and provenance.json describe each other: a write that fails part-way (the disk fills while
+    the sidecar, the larger of the two, is written) must not leave a new table beside the old provenance, whose
+    latencies, source and selection then describe configs the file no longer holds. The export is one
+    ArtifactError naming the folder, and both files keep their bytes."""
+    import errno
+
+    out = tmp_path / "ex"
+    [path] = export(swept, out)
+    prov_path = path.parent / "provenance.json"
+    table = json.loads(path.read_text())
+    m, entry = next(iter(table.items()))
+    edited = {**table, m: {**entry, "num_warps": entry["num_warps"] * 2}}  # what export will put back
+    path.write_text(json.dumps(edited, indent=4) + "\n")
+    before = {p.name: p.read_bytes() for p in (path, prov_path)}
+    real_mkstemp = artifacts.tempfile.mkstemp
+
+    def full_disk_for_the_sidecar(*args, **kw):
+        fd, tmp = real_mkstemp(*args, **kw)
+        if kw.get("prefix", "").startswith(".provenance.json"):
+            os.close(fd)
+            os.unlink(tmp)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return fd, tmp
+
+    monkeypatch.setattr(artifacts.tempfile, "mkstemp", full_disk_for_the_sidecar)
+    with pytest.raises(artifacts.ArtifactError, match=r"cannot write .* No space left on device; it and its "
+                                                      r"provenance.json are as they were"):
+        export(swept, out)
+    assert {p.name: p.read_bytes() for p in (path, prov_path)} == before
+    assert sorted(p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")) == []
+    monkeypatch.setattr(artifacts.tempfile, "mkstemp", real_mkstemp)
+    export(swept, out)
+    assert json.loads(path.read_text()) == table
+
+
 def test_one_warning_per_file_not_per_call(tmp_path):
     spec = get_kernel("rmsnorm")
     with warnings.catch_warnings(record=True) as caught:
