@@ -153,4 +153,39 @@ def read_provenance(path: Path) -> dict:
         raise ArtifactError(f"{path}: not readable JSON ({e})") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ArtifactError(f"{path}: expected {{file name: {{batch size: record}}}}")
+    for name, records in data.items():
+        for m, record in records.items():
+            why = _bad_record(m, record)
+            if why:
+                raise ArtifactError(f"{path}: {name}, batch size {m!r}: {why}; restore {PROVENANCE} from version "
+                                    f"control, or delete that record (the next export of that batch size writes "
+                                    f"it afresh)")
     return data
+
+
+# The fields of a provenance record that export and `flytune check` compute with, and the JSON types each may have
+# (null: unknown). A record edited by hand into another type would otherwise surface as a TypeError mid-check.
+_NUMBER = (int, float)
+_FIELDS = {"source": (str,), "timing": (str,), "dtype": (str,), "kernel": (str,), "toolchain": (dict,),
+           "shape": (dict,), "selection": (dict,), "best_p50_ms": _NUMBER, "default_p50_ms": _NUMBER}
+
+
+def _bad_record(m: str, record) -> str:
+    """Why one provenance record cannot be used, or ""."""
+    try:
+        int(m)
+    except ValueError:
+        return "not a batch size (the keys are the file's batch sizes)"
+    if not isinstance(record, dict):
+        return f"expected a record object, got {type(record).__name__}"
+    for field, types in _FIELDS.items():
+        v = record.get(field)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, types)):
+            return f"{field} is {type(v).__name__} {v!r:.40}"
+    shape = record.get("shape") or {}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in shape.values()):
+        return f"shape {shape!r:.60} holds a value that is not a whole number"
+    band = (record.get("selection") or {}).get("band")
+    if band is not None and (isinstance(band, bool) or not isinstance(band, _NUMBER)):
+        return f"selection band is {type(band).__name__} {band!r:.40}"
+    return ""

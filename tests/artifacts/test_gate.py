@@ -496,3 +496,37 @@ def test_accepting_the_drift_in_a_folder_this_user_cannot_write_is_refused_befor
     rc, printed, err = as_unprivileged_user(accept)
     assert rc == 2 and "cannot write to" in err and "is not writable for this user" in err
     assert "checked on" not in printed  # nothing was timed
+
+
+BAD_RECORDS = {
+    "null record": lambda rec: None,
+    "a list for a record": lambda rec: [rec],
+    "shape as text": lambda rec: {**rec, "shape": "N=256"},
+    "shape value not a number": lambda rec: {**rec, "shape": {"N": "wide"}},
+    "latency as text": lambda rec: {**rec, "best_p50_ms": "fast"},
+    "selection as a number": lambda rec: {**rec, "selection": 5},
+    "band as text": lambda rec: {**rec, "selection": {**(rec.get("selection") or {}), "band": "2%"}},
+    "source as a list": lambda rec: {**rec, "source": [rec.get("source")]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
+def test_a_provenance_record_of_the_wrong_type_is_one_line_for_check_and_export(case, swept, tmp_path, capsys):
+    """provenance.json is committed and edited by hand: a record whose field has another JSON type than export
+    writes (a latency typed in as text, a null record) stops `flytune check` and `flytune export` with one line
+    naming the file, the batch size and the field — not a TypeError from the middle of the check, and not a gate
+    that passes on it — and export writes nothing."""
+    out = tmp_path / "ex"
+    [path] = export(swept, out)
+    sidecar = path.parent / "provenance.json"
+    prov = json.loads(sidecar.read_text())
+    m = sorted(prov[path.name], key=int)[-1]
+    prov[path.name][m] = BAD_RECORDS[case](prov[path.name][m])
+    sidecar.write_text(json.dumps(prov))
+    before = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    capsys.readouterr()
+    for argv in (["check", str(out), "--quiet"], ["export", "--db", str(swept.path), "--out", str(out)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"flytune: error: {sidecar}: {path.name}, batch size '{m}': ") and "\n" not in err, err
+    assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == before
