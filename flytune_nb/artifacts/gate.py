@@ -118,7 +118,16 @@ def _full_shape(name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[d
     axes); older sidecars without it fall back to the name."""
     meta = next((p for p in prov.values() if isinstance(p, dict) and "shape" in p), None)
     if meta:
-        rest, dtype = {k: int(v) for k, v in meta["shape"].items()}, meta.get("dtype") or dtype
+        # What the name says is what lookup serves the file for: the sidecar only fills in what the name leaves out.
+        # Where the two disagree (a file renamed to serve another dtype, a sidecar copied from another folder), a
+        # check on the sidecar's shape or dtype would judge a problem no engine asks this file about.
+        said = {k: int(v) for k, v in meta["shape"].items()}
+        clash = sorted(a for a in rest if a in said and said[a] != rest[a])
+        if clash or (dtype is not None and meta.get("dtype") and meta["dtype"] != dtype):
+            what = ", ".join(f"{a}={said[a]}" for a in clash) or f"dtype {meta['dtype']}"
+            raise UsageError(f"{name}: {PROVENANCE} says it was tuned for {what}, which its name does not say (the "
+                             f"name is what lookup serves it for)")
+        rest, dtype = {**said, **rest}, dtype or meta.get("dtype")
     if dtype is None:
         raise UsageError(f"{name}: no dtype in the name and no provenance to say which; re-export it")
     return rest, dtype

@@ -530,3 +530,29 @@ def test_a_provenance_record_of_the_wrong_type_is_one_line_for_check_and_export(
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"flytune: error: {sidecar}: {path.name}, batch size '{m}': ") and "\n" not in err, err
     assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == before
+
+
+@pytest.mark.parametrize("field, value, said", [("dtype", "bf16", "dtype bf16"), ("shape", {"N": 512}, "N=512")])
+def test_a_sidecar_that_disagrees_with_the_file_name_fails_the_check_instead_of_checking_another_problem(
+        field, value, said, swept, tmp_path, dev, capsys):
+    """Lookup serves a file for the shape and dtype its name says. A provenance record that says otherwise (a file
+    renamed to serve fp32 from bf16 configs, a sidecar copied from another folder) made the check time and verify
+    the sidecar's problem instead: bf16's tolerance is 800x fp32's, so a config wrong for every fp32 call the file
+    serves passed the gate. The file now FAILs, naming the disagreement, and nothing is timed for it."""
+    out = tmp_path / "ex"
+    [path] = export(swept, out)
+    sidecar = path.parent / "provenance.json"
+    prov = json.loads(sidecar.read_text())
+    for record in prov[path.name].values():
+        record[field] = value
+    sidecar.write_text(json.dumps(prov))
+    timed = []
+
+    def measure(spec, shape, dtype, config):
+        timed.append((shape, dtype))
+        return Trial(spec.name, shape, dtype, config, "ok", p20=0.01, p50=0.01, p80=0.01, rel_error=0.0)
+
+    [row] = check(out, device=dev, measure=measure)
+    assert (row.status, row.kind, timed) == ("FAIL", "file", [])
+    assert f"provenance.json says it was tuned for {said}, which its name does not say" in row.reason
+    assert main(["check", str(out), "--quiet"]) == 1
