@@ -60,10 +60,17 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         won = best
         selection = None
         if sel is not None:
+            # The selection's winner, even where its search trial did not pass (a default that failed once in the
+            # search, then passed every round of the re-timing): the rounds vouch for it, and the search's fastest
+            # is the candidate the selection just turned down. A winner that failed its rounds too is vouched for
+            # by nothing: no entry.
             rows = ok[ok["config"] == sel["winner"]]
-            if len(rows):
-                won = rows.iloc[0]
-                selection = json.loads(sel["summary"])
+            if not len(rows) and sel["winner"] not in json.loads(sel["failed"] or "{}"):
+                rows = g[(g["config"] == sel["winner"]) & (g["fidelity"] == "full")]
+            if not len(rows):
+                continue
+            won = rows.iloc[0]
+            selection = json.loads(sel["summary"])
         toolchain = json.loads(won["toolchain"] or "{}")
         rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
         path = (kernel_dir(spec, out_dir) / backends.of(spec).config_dir_name(toolchain)

@@ -520,6 +520,37 @@ def test_a_shape_finished_without_a_selection_is_exported_once_a_run_has_finishe
     assert sorted(json.loads(files["rmsnorm"].read_text()), key=int) == ["1", "4"]
 
 
+def test_the_selections_winner_is_exported_even_where_its_search_trial_failed(tmp_path):
+    """The heuristic default fails its first launch (a transient fault) and passes every round of the re-timing,
+    where no candidate beats it: the selection keeps it. Export used to skip a winner without a passing search
+    trial and write the search's fastest instead, the very candidate the selection turned down, with no selection
+    in its provenance. It writes the default, with the selection's evidence."""
+    from flytune_nb.strategies.selection import Rule
+
+    from flytune_nb.core.device import current_device
+
+    spec = get_kernel("rmsnorm")
+    failed_once = []
+
+    def run(inputs, config):
+        if config == spec.default({"M": 4, "N": 256}, "fp32", current_device()) and not failed_once:
+            failed_once.append(config)
+            raise RuntimeError("transient launch failure")
+        return spec.run(inputs, config)
+
+    db = tmp_path / "flaky.db"
+    keep_default = Rule(top=1, rounds=3, floor=0.99)  # only a candidate 100x faster would replace the default
+    [result] = Sweep(dataclasses.replace(spec, run=run), "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(),
+                     selection=keep_default).run()
+    default = result.default
+    assert failed_once == [default] and result.default_trial.status == "launch_error"
+    assert result.selection.winner == default and result.best.config != default
+    [path] = export(Store(db), tmp_path / "ex")
+    assert json.loads(path.read_text()) == {"4": default.to_dict()}
+    record = json.loads((path.parent / "provenance.json").read_text())[path.name]["4"]
+    assert record["selection"]["winner"] == "default" and record["default_config"] == default.to_dict()
+
+
 def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("x")
