@@ -113,9 +113,10 @@ def _kernel_of(entries: dict, fallback: str) -> str:
     return next((p["kernel"] for p in entries.values() if isinstance(p, dict) and p.get("kernel")), fallback)
 
 
-def _full_shape(name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[dict, str]:
+def _full_shape(spec, name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[dict, str]:
     """The non-batch shape and dtype a file was tuned for: its provenance says it in full (a name may show only some
-    axes); older sidecars without it fall back to the name."""
+    axes, and the kernel's own tag of the dtype: SGLang's ``fp8_w8a8`` for fp8); older sidecars without it fall back
+    to the name."""
     meta = next((p for p in prov.values() if isinstance(p, dict) and "shape" in p), None)
     if meta:
         # What the name says is what lookup serves the file for: the sidecar only fills in what the name leaves out.
@@ -123,11 +124,12 @@ def _full_shape(name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[d
         # check on the sidecar's shape or dtype would judge a problem no engine asks this file about.
         said = {k: int(v) for k, v in meta["shape"].items()}
         clash = sorted(a for a in rest if a in said and said[a] != rest[a])
-        if clash or (dtype is not None and meta.get("dtype") and meta["dtype"] != dtype):
-            what = ", ".join(f"{a}={said[a]}" for a in clash) or f"dtype {meta['dtype']}"
+        said_dtype = meta.get("dtype")
+        if clash or (dtype is not None and said_dtype and spec.dtype_tag(said_dtype) != dtype):
+            what = ", ".join(f"{a}={said[a]}" for a in clash) or f"dtype {said_dtype}"
             raise UsageError(f"{name}: {PROVENANCE} says it was tuned for {what}, which its name does not say (the "
                              f"name is what lookup serves it for)")
-        rest, dtype = {**said, **rest}, dtype or meta.get("dtype")
+        rest, dtype = {**said, **rest}, said_dtype or dtype
     if dtype is None:
         raise UsageError(f"{name}: no dtype in the name and no provenance to say which; re-export it")
     return rest, dtype
@@ -203,7 +205,7 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
                 raise
             rest, _, dtype = parse_name(path.name)
             f.prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
-            f.rest, f.dtype = _full_shape(path.name, rest, dtype, f.prov)
+            f.rest, f.dtype = _full_shape(f.spec, path.name, rest, dtype, f.prov)
         except (LookupError, ValueError) as e:  # unknown kernel, bad name, malformed sidecar
             f.error = str(e)[:200]
         out.append(f)

@@ -433,6 +433,29 @@ def test_an_unreadable_file_no_provenance_names_is_given_a_sweep_command_that_pa
     assert not re.search(r"M=(\s|\")", printed)
 
 
+def test_a_name_and_sidecar_that_agree_in_the_kernels_own_dtype_tag_are_read_as_the_sidecars_dtype(tmp_path, dev):
+    """SGLang's fp8 MoE file names say ``dtype=fp8_w8a8`` where the sidecar says ``fp8``: the same dtype, so the file
+    is checked as fp8; a sidecar naming another dtype than the name's is refused."""
+    pytest.importorskip("sglang")
+    from flytune_nb.artifacts.gate import gather
+    from flytune_nb.core.registry import get_kernel
+
+    spec = get_kernel("sglang_fused_moe")
+    folder = tmp_path / "ex" / "sglang_fused_moe" / "configs" / f"triton_{triton.__version__.replace('.', '_')}"
+    folder.mkdir(parents=True)
+    name = f"E=4,N=64,device_name={dev.name},dtype=fp8_w8a8.json"
+    (folder / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64,
+                                                 "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 2}}))
+    record = {"kernel": "sglang_fused_moe", "shape": {"E": 4, "N": 64, "K": 32, "topk": 2}, "dtype": "fp8",
+              "source": spec.fingerprint}
+    (folder / "provenance.json").write_text(json.dumps({name: {"1": record}}))
+    [f] = gather(tmp_path / "ex", dev.name)
+    assert not f.error and f.dtype == "fp8" and f.rest == {"E": 4, "N": 64, "K": 32, "topk": 2}
+    (folder / "provenance.json").write_text(json.dumps({name: {"1": {**record, "dtype": "bf16"}}}))
+    [f] = gather(tmp_path / "ex", dev.name)
+    assert "says it was tuned for dtype bf16, which its name does not say" in f.error
+
+
 def test_on_the_interpreter_check_judges_correctness_not_speed(tmp_path, capsys):
     """Interpreter timings are the CPU's wall clock: an entry recorded as 1000x faster than it times now passes, with
     the reason saying speed was not judged; a wrong entry still fails."""
