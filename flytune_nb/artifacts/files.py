@@ -135,6 +135,8 @@ def read_table(path: Path) -> dict[int, dict]:
             m = int(k)
         except ValueError:
             raise ArtifactError(f"{path}: key {k!r} is not a batch size (SGLang applies int() to every key)") from None
+        if m < 1:  # no call has such a batch: a hand edit, and a shape no kernel can be timed at
+            raise ArtifactError(f"{path}: key {k!r} is not a batch size (a whole number >= 1)")
         if not isinstance(v, dict) or not v:
             raise ArtifactError(f"{path}: entry {k!r} is not a config object")
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()):

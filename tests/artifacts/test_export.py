@@ -37,6 +37,8 @@ MALFORMED = {
     "unknown knob": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1, "GROUP_SIZE_M": 8}}',
     "bool knob": '{"4": {"BLOCK_N": true, "num_warps": 1, "num_stages": 1}}',
     "list top level": '[{"BLOCK_N": 256}]',
+    "batch size 0": '{"0": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
+    "negative batch size": '{"-4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
 }
 
 

@@ -456,6 +456,18 @@ def test_a_name_and_sidecar_that_agree_in_the_kernels_own_dtype_tag_are_read_as_
     assert "says it was tuned for dtype bf16, which its name does not say" in f.error
 
 
+def test_a_batch_size_below_one_fails_its_file_and_the_check_goes_on(tmp_path, capsys, dev):
+    """A hand-edited key 0 or -4 is that file's FAIL (exit 1) beside the other files' rows, not one error line that
+    stops the whole check (exit 2)."""
+    out, paths = _exported(tmp_path)
+    other = paths[0].parent / paths[0].name.replace("N=256", "N=512")
+    other.write_text('{"-4": {"BLOCK_N": 512, "num_warps": 1, "num_stages": 1}}')
+    assert main(["check", str(out), "--quiet"]) == 1
+    printed = capsys.readouterr().out
+    assert f"{other.name}: key '-4' is not a batch size (a whole number >= 1)" in printed
+    assert sum(line.startswith(("OK", "FAIL", "WARN")) for line in printed.splitlines()) >= 1 + len(paths)
+
+
 def test_on_the_interpreter_check_judges_correctness_not_speed(tmp_path, capsys):
     """Interpreter timings are the CPU's wall clock: an entry recorded as 1000x faster than it times now passes, with
     the reason saying speed was not judged; a wrong entry still fails."""
