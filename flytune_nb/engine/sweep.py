@@ -46,6 +46,7 @@ class _Stopped(Exception):
     pass
 
 
+_SQLITE_INT_MAX = 2**63 - 1
 STOP_GRACE_S = 0.5  # Stop lets the trial in flight finish this long (and be stored), then kills its worker
 
 
@@ -132,6 +133,9 @@ class Sweep:
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
             raise UsageError(f"budget must be a whole number of configs >= 1 (or None: the whole space), got "
                              f"{type(budget).__name__} {budget!r}")
+        if budget is not None and budget > _SQLITE_INT_MAX:  # the store's runs table records it as an SQLite integer
+            raise UsageError(f"budget {budget} is more than any space holds; leave it out (None) to search the whole "
+                             f"space")
         timeout = float(timeout)
         if not 0 < timeout < float("inf"):
             raise UsageError(f"timeout must be a number of seconds > 0, got {timeout!r}")

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
     (["sweep", "rmsnorm", "--grid", "M=100000000 N=100000000"], "needs ~.* GiB"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--tie-band", "150"], "--tie-band is a percentage"),
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--select-top", "-1"], "--select-top must be >= 0"),
+    # past what the store's INTEGER column holds: refused before the store is opened, not an OverflowError
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--budget", str(2**63)], "budget 9223372036854775808 is more than"),
     # lookup takes one shape, and its messages say shape, not grid
     (["lookup", "rmsnorm", "M=37"], r"^flytune: error: shape must set each of the kernel's axes \['M', 'N'\]; missing \['N'\]$"),
     (["lookup", "rmsnorm", "M37", "N=256"], "shape term 'M37' is not AXIS=value"),
