@@ -36,7 +36,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
     medians of its interleaved re-timing, or for a store without one the search's fastest median. ``cut_off``: the
     store's unfinished_keys, when the caller has them already."""
     from flytune_nb.core.key import source_fingerprint
-    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.core.registry import get_kernel, kernel_paths
 
     df = store.frame(kernel)
     if df.empty:
@@ -50,7 +50,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         ok = g[(g["status"] == "ok") & (g["fidelity"] == "full")]
         if ok.empty:
             continue
-        spec = specs.get(kname) or specs.setdefault(kname, get_kernel(kname, list(paths)))
+        spec = specs.get(kname) or specs.setdefault(kname, get_kernel(kname, kernel_paths(paths)))
         shape = json.loads(shape_json)
         best = ok.loc[ok["p50"].idxmin()]
         dflt = g[(g["is_default"] == 1) & (g["fidelity"] == "full")]

@@ -197,7 +197,7 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=(), cut_off: set[st
     two different winners would share one identity (the kernel's key cannot tell their shapes apart). ``cut_off``:
     the store's unfinished_keys, when the caller has them already."""
     from flytune_nb import backends
-    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.core.registry import get_kernel, kernel_paths
 
     df = store.frame(kernel)
     if df.empty:
@@ -207,7 +207,7 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=(), cut_off: set[st
     if cut_off is None:  # export's SGLang files leave these out and say so
         cut_off = unfinished_keys(store, kernel)
     for (kname, shape_json, dtype, key), g in df.groupby(["kernel", "shape", "dtype", "key"]):
-        spec = specs.get(kname) or specs.setdefault(kname, get_kernel(kname, list(paths)))
+        spec = specs.get(kname) or specs.setdefault(kname, get_kernel(kname, kernel_paths(paths)))
         if spec.backend != "flydsl" or key in cut_off:
             continue
         art = spec.extra.get("flydsl")

@@ -184,7 +184,7 @@ def matches_file(path: Path, globs) -> bool:
 def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -> list[ArtifactFile]:
     """Every artifact of ``device_name`` under ``directory`` (``kernels``: only these; ``files``: only names or
     paths matching one of these globs), read and validated; unreadable ones carry their ``error``."""
-    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.core.registry import get_kernel, kernel_paths
 
     out = []
     for kernel, path in files_for(Path(directory), device_name):
@@ -199,7 +199,7 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
             continue
         try:
             try:
-                f.spec = get_kernel(kernel, list(paths))
+                f.spec = get_kernel(kernel, kernel_paths(paths))
             except KernelUnavailable:
                 f.unavailable = True
                 raise

@@ -54,12 +54,22 @@ def is_reference(name) -> bool:
     return isinstance(name, str) and _REF.match(name) is not None
 
 
+def kernel_paths(paths) -> list[str]:
+    """``paths=`` as a list of entries: one folder (or reference) given as text or a Path is that one entry, never
+    its characters, each of which would otherwise be searched as a folder of its own."""
+    if paths is None:
+        return []
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    return [os.fspath(p) if isinstance(p, os.PathLike) else str(p) for p in paths]
+
+
 def _references(paths) -> list[str]:
-    return [str(p) for p in (paths or []) if is_reference(str(p))]
+    return [p for p in kernel_paths(paths) if is_reference(p)]
 
 
 def search_path(paths: Iterable[str | os.PathLike] | None = None) -> list[Path]:
-    dirs = [Path(p) for p in (paths or []) if not is_reference(str(p))]
+    dirs = [Path(p) for p in kernel_paths(paths) if not is_reference(p)]
     env = os.environ.get("FLYTUNE_KERNEL_PATH", "")
     dirs += [Path(p) for p in env.split(os.pathsep) if p.strip()]
     for d in dirs:

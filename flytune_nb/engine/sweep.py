@@ -21,7 +21,7 @@ from flytune_nb.core.device import DeviceInfo
 from flytune_nb.measure.memory import ShapeTooLarge
 from flytune_nb.engine.events import Emitter, ShapeDone, ShapeSelected, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.core.shapes import grid_shapes
-from flytune_nb.core.registry import get_kernel, load_name
+from flytune_nb.core.registry import get_kernel, kernel_paths, load_name
 from flytune_nb.engine.store import Store
 from flytune_nb.strategies import SEEDED, get_strategy
 from flytune_nb.engine.tasks import BASELINES, trial_from_dict
@@ -83,7 +83,7 @@ class Sweep:
                  retry_failed: bool = False, configs: Iterable[Config] | None = None, timing: str | None = None,
                  selection: Rule | dict | str | None = "auto", twins: bool = True, prune=None,
                  remeasure: Iterable[Config] = (), warm_start: bool = True) -> None:
-        self.paths = tuple(str(p) for p in paths)
+        self.paths = tuple(kernel_paths(paths))
         self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
         if not isinstance(kernel, str):
             if self.spec.source_dir is not None:

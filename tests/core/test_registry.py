@@ -51,6 +51,19 @@ def test_missing_parts_and_bad_paths_are_explained(tmp_path):
         list_kernels([tmp_path / "nope"])
 
 
+def test_one_folder_given_as_text_or_a_path_is_one_folder_not_its_characters(tmp_path):
+    from pathlib import Path
+
+    from flytune_nb.engine.sweep import Sweep
+
+    assert "toy" in list_kernels(PLUGINS) and "toy" in list_kernels(Path(PLUGINS))
+    assert get_kernel("toy", PLUGINS).axes == ("N",)
+    assert Sweep("toy", "N=64", ["fp32"], db=":memory:", paths=PLUGINS, isolate=False).paths == (PLUGINS,)
+    missing = str(tmp_path / "nope")
+    with pytest.raises(RegistryError, match=f"kernel path {missing} is not a folder"):
+        list_kernels(missing)
+
+
 def test_a_name_defined_twice_is_an_error(tmp_path):
     shutil.copytree(f"{PLUGINS}/toy", tmp_path / "toy")
     with pytest.raises(RegistryError, match="defined twice"):

@@ -526,6 +526,12 @@ def test_workbench_reports_bad_parameters_inline(tmp_path):
     assert "unknown dtype &#x27;fp4&#x27;" in wb.grid.preview.value
 
 
+def test_workbench_paths_cell_as_one_folder_of_text(tmp_path):
+    """paths = "my_kernels" in the parameters cell is that folder, not one folder per character."""
+    wb = Workbench("toy", "N=64", ["fp32"], db=str(tmp_path / "x.db"), isolate=False, paths=PLUGINS)
+    assert wb.paths == [PLUGINS] and wb.picker.dropdown.value == "toy" and not wb.picker.problem
+
+
 def test_workbench_bad_grid_is_one_inline_message(tmp_path):
     wb = Workbench("rmsnorm", {"M": "1", "N": "4096"}, ["bf16"], db=str(tmp_path / "x.db"), isolate=False)
     wb.grid.axis_boxes["N"].value = "4096,abc"

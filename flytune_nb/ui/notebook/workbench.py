@@ -18,6 +18,7 @@ from IPython.display import display
 from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
+from flytune_nb.core.registry import kernel_paths
 from flytune_nb.engine.events import TrialStarted
 from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
@@ -37,7 +38,7 @@ class Workbench(W.VBox):
                  timeout: float = 120.0, gpus=None, retry_failed: bool = False, listeners=(),
                  heuristic_time_limit: float | None = None) -> None:
         _close_previous()
-        self.db_path, self.isolate, self.paths = db, isolate, list(paths)
+        self.db_path, self.isolate, self.paths = db, isolate, kernel_paths(paths)
         if isolate:
             from flytune_nb.engine.processes import prestart
 
