@@ -645,6 +645,21 @@ def test_a_strategy_or_budget_typo_is_refused_like_a_kernel_typo(tmp_path):
     assert wb.settings.problem == "" and wb.settings.values()["budget"] == 4  # papermill -r passes text
 
 
+def test_a_budget_or_timeout_that_is_not_a_number_is_refused_like_a_typo(tmp_path):
+    """budget = "ten" or timeout = "abc" in the parameters cell: shown with the box's fallback and not run, as a
+    strategy typo is, instead of the cell raising int()'s or float()'s traceback."""
+    for kw, said in ((dict(budget="ten"), "budget &#x27;ten&#x27; is not a number of configs"),
+                     (dict(budget=float("nan")), "budget nan is not a number of configs"),
+                     (dict(timeout="abc"), "timeout &#x27;abc&#x27; is not a number of seconds"),
+                     (dict(timeout=None), "timeout None is not a number of seconds")):
+        wb = Workbench("rmsnorm", "M=1 N=256", ["fp32"], db=str(tmp_path / "t.db"), isolate=False, **kw)
+        assert said in wb.settings.warning.value
+        assert wb.settings.budget.value == 0 and wb.settings.timeout.value == 120.0
+        assert wb.run() is None and "not run: " in wb.message.value and not (tmp_path / "t.db").exists()
+        (wb.settings.timeout if "timeout" in kw else wb.settings.budget).value = 7  # the box answers it
+        assert wb.settings.problem == "" and wb.accept_button.layout.display == "none"
+
+
 def test_the_suggested_fallback_can_be_accepted_as_it_is(tmp_path):
     """A typo's fallback is already selected (the closest kernel, the first supported dtype); selecting it again
     fires no change, so the workbench offers a button that accepts what the widgets show, and then runs it."""

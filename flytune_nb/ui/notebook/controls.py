@@ -301,7 +301,11 @@ class SweepSettings(W.HBox):
         close = difflib.get_close_matches(str(strategy), list(STRATEGIES), n=1)
         self.strategy = W.Dropdown(options=list(STRATEGIES), value=strategy if strategy in STRATEGIES else
                                    (close or ["exhaustive"])[0], description="strategy", layout=W.Layout(width="230px"))
-        self.budget = W.IntText(value=max(int(budget or 0), 0), description="budget", layout=narrow,
+        try:
+            shown_budget = max(int(budget or 0), 0)
+        except (TypeError, ValueError, OverflowError):  # 'ten', nan, inf: named below, the box shows the whole space
+            shown_budget = 0
+        self.budget = W.IntText(value=shown_budget, description="budget", layout=narrow,
                                 tooltip="at most this many configs per shape; 0: the whole space")
         # A parameters-cell typo is shown with the widget's fallback in its place and Run refuses until it is
         # answered, as for a kernel typo: running exhaustive where surrogate was asked for is hours on a big space
@@ -313,9 +317,15 @@ class SweepSettings(W.HBox):
         if budget is not None and not (isinstance(budget, int) and budget >= 1):
             problems.append(f"budget {budget!r} is not a number of configs >= 1 (None: the whole space). Fix it in "
                             "the parameters cell, or set the budget box (0 there: the whole space)")
+        try:
+            shown_timeout = float(timeout)
+        except (TypeError, ValueError):
+            problems.append(f"timeout {timeout!r} is not a number of seconds. Fix it in the parameters cell, or set "
+                            f"the timeout box")
+            shown_timeout = 120.0
         self.problem = problems[0] if problems else ""
         self.warning = W.HTML(error_html(self.problem) if self.problem else "")
-        self.timeout = W.FloatText(value=float(timeout), description="timeout s", layout=narrow,
+        self.timeout = W.FloatText(value=shown_timeout, description="timeout s", layout=narrow,
                                    tooltip="seconds one trial may take before its worker is killed (recorded as timeout)")
         self.rep_ms = W.FloatText(value=float(rep_ms or 100.0), description="timing ms", layout=narrow,
                                   tooltip="GPU timing budget per config (ms); the interpreter always times 3 reps")
@@ -326,8 +336,8 @@ class SweepSettings(W.HBox):
                                        tooltip="measure again every stored trial that did not pass (any status)")
         super().__init__([self.strategy, self.budget, self.timeout, self.rep_ms, self.gpus, self.retry_failed,
                           self.warning], layout=W.Layout(flex_flow="row wrap"))
-        self.strategy.observe(self.answered, "value")
-        self.budget.observe(self.answered, "value")
+        for knob in (self.strategy, self.budget, self.timeout):
+            knob.observe(self.answered, "value")
 
     def answered(self, _=None) -> None:
         """The user set a knob: the parameters cell's problem is answered."""
