@@ -128,6 +128,9 @@ class Store:
         self.path = Path(path)
         self._db = None
         try:
+            if str(path) != ":memory:" and self.path.is_dir():  # SQLite would only say "unable to open"
+                raise StoreError(f"{self.path} is a folder, not a results store; name a file in it, e.g. "
+                                 f"{self.path / 'runs.db'}")
             if readonly:
                 if not self.path.exists():
                     raise StoreError(f"no results store at {self.path}")
@@ -160,6 +163,10 @@ class Store:
                 raise StoreError(f"cannot start a results store at {self.path}: the disk is full") from None
             if isinstance(e, sqlite3.DatabaseError):
                 raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
+            blocking = next((p for p in reversed(self.path.parents) if p.exists() and not p.is_dir()), None)
+            if blocking is not None:  # mkdir's own word for it is "File exists" or "Not a directory"
+                raise StoreError(f"cannot make a results store at {self.path}: {blocking} exists and is not a "
+                                 f"folder") from None
             raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
         self._lock = _Guarded(self.path)  # one connection shared by the sweep's per-GPU threads
 

@@ -164,6 +164,20 @@ def test_plugin_bugs_and_bad_stores_are_one_clear_error(tmp_path):
         Store(bad)
 
 
+def test_a_store_path_through_a_file_or_at_a_folder_names_what_is_in_the_way(tmp_path):
+    """mkdir says only "File exists" and SQLite "unable to open database file": the message names the file in the
+    way, or the folder given for a file, and nothing is created."""
+    (tmp_path / "runs.db").write_text("")
+    for db in (tmp_path / "runs.db" / "x.db", tmp_path / "runs.db" / "sub" / "x.db"):
+        with pytest.raises(StoreError, match=f"cannot make a results store at {db}: {tmp_path / 'runs.db'} exists "
+                                             f"and is not a folder$"):
+            Store(db)
+    for readonly in (False, True):
+        with pytest.raises(StoreError, match=f"^{tmp_path} is a folder, not a results store; name a file in it"):
+            Store(tmp_path, readonly=readonly)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+
+
 def test_store_round_trips_inf_and_nan(tmp_path):
     from flytune_nb.core.config import Config
     from flytune_nb.measure.trial import Trial
@@ -230,7 +244,8 @@ def test_a_foreign_sqlite_file_is_refused_untouched(tmp_path):
     assert other.read_bytes() == before
     with pytest.raises(StoreError, match="no results store"):
         Store(tmp_path / "missing.db", readonly=True)
-    with pytest.raises(StoreError, match="cannot open"):
+    with pytest.raises(StoreError, match=f"cannot make a results store at {other}/nested.db: {other} exists and is "
+                                         f"not a folder"):
         Store(other / "nested.db")
 
 
