@@ -98,6 +98,8 @@ def check_writable(folder: Path) -> None:
     above it that does, where it would be made). Export checks every folder before it writes any file."""
     here = Path(folder)
     while not os.path.isdir(here) and here != here.parent:
+        if os.path.lexists(here):  # mkdir would fail on it with only "Not a directory"
+            raise ArtifactError(f"cannot write to {folder}: {here} exists and is not a folder")
         here = here.parent
     if not os.access(here, os.W_OK | os.X_OK):
         where = "it" if here == Path(folder) else f"{here}, where it would be made,"

@@ -355,6 +355,18 @@ def test_a_full_disk_while_exporting_leaves_the_file_and_its_provenance_as_they_
     assert json.loads(path.read_text()) == table
 
 
+def test_an_export_folder_below_a_file_names_the_file(tmp_path):
+    """--out runs.db (a file) or a folder under it: mkdir's "Not a directory" does not say which part; the check
+    every folder passes before any file is written names it."""
+    db = tmp_path / "s.db"
+    Sweep("rmsnorm", "M=1 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    for out in (db, db / "exports"):
+        with pytest.raises(artifacts.ArtifactError, match=f"cannot write to {out}/rmsnorm/{TDIR}: {db} exists and is "
+                                                          f"not a folder$"):
+            export(Store(db), out)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("s.db-")) == ["s.db"]
+
+
 def test_one_warning_per_file_not_per_call(tmp_path):
     spec = get_kernel("rmsnorm")
     with warnings.catch_warnings(record=True) as caught:
@@ -557,7 +569,7 @@ def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, ca
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["export", "--db", str(swept.path), "--out", str(blocker)]) == 2
-    assert "cannot create" in capsys.readouterr().err
+    assert f"{blocker} exists and is not a folder" in capsys.readouterr().err
     out = tmp_path / "ex"
     [path] = export(swept, out)
     before = path.read_text()
