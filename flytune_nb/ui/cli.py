@@ -809,13 +809,18 @@ def cmd_workbench(args) -> int:
     folder = Path(args.dir).expanduser()
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder} exists and is not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
     target = folder / "workbench.ipynb"
-    if target.exists():
-        print(f"flytune: {target} is there already; opening it as it is")
-    else:
-        shutil.copyfile(NOTEBOOKS / "workbench.ipynb", target)
-        print(f"flytune: copied the workbench notebook to {target}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        copied = not target.exists()
+        if copied:
+            shutil.copyfile(NOTEBOOKS / "workbench.ipynb", target)
+    except OSError as e:  # a folder the user named that cannot be made or written: bad input, nothing started
+        blocking = next((p for p in reversed(folder.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocking} exists and is not a folder" if blocking is not None else (e.strerror or str(e))
+        raise UsageError(f"cannot put the workbench in {folder}: {why}") from None
+    print(f"flytune: copied the workbench notebook to {target}" if copied else
+          f"flytune: {target} is there already; opening it as it is")
     command = [sys.executable, "-m", "jupyterlab", str(target.name)]
     shown = f"cd {folder} && {_jupyter_command()} lab workbench.ipynb"
     if args.no_lab:

@@ -231,3 +231,9 @@ def test_flytune_workbench_copies_the_notebook_into_a_folder_of_the_users(tmp_pa
     assert main(["workbench", str(target), "--no-lab"]) == 0 and (target / "workbench.ipynb").read_text() == "edited"
     (tmp_path / "file").write_text("x")
     assert main(["workbench", str(tmp_path / "file"), "--no-lab"]) == 2
+    # a folder that cannot be made is bad input too: one 'error:' line naming what is in the way, exit 2
+    capsys.readouterr()
+    assert main(["workbench", str(tmp_path / "file" / "sub"), "--no-lab"]) == 2
+    assert capsys.readouterr().err.strip() == (f"flytune: error: cannot put the workbench in {tmp_path}/file/sub: "
+                                               f"{tmp_path}/file exists and is not a folder")
+    assert not (tmp_path / "file").is_dir()
