@@ -487,6 +487,30 @@ def test_compare_two_stores_and_two_toolchains_in_one(tmp_path):
     assert len(wb.runs.compare()) == 2
 
 
+def test_compare_reads_the_stores_the_boxes_name_at_compare_time(tmp_path):
+    """Store B renamed (or mistyped) after Load, then Compare: the comparison is of the store named now, or the
+    reason it cannot be read, never the previously loaded store's numbers under the new name."""
+    a, other = tmp_path / "a.db", tmp_path / "other.db"
+    Sweep("toy", "N=64,96", ["fp32"], db=a, paths=[PLUGINS], isolate=False, baselines=()).run()
+    Sweep("toy", "N=128", ["fp32"], db=other, paths=[PLUGINS], isolate=False, baselines=()).run()
+    wb = _wb(tmp_path, {"N": "64"}, name="a.db")
+    wb._store()
+    wb.runs.db_b.value = str(a)
+    wb.runs.load()
+    assert len(wb.runs.compare()) == 2
+    wb.runs.db_b.value = str(other)  # no shape in common with A
+    df = wb.runs.compare()
+    assert df is not None and df.empty and "no shape measured on both sides" in wb.runs.summary.value
+    wb.runs.db_b.value = str(tmp_path / "typo.db")
+    assert wb.runs.compare() is None and "no results store at" in wb.runs.summary.value
+    assert wb.runs.table.value == ""
+    # the same store, swept again since the last Compare: its new shape is compared too
+    wb.runs.db_b.value = str(a)
+    wb.runs.compare()
+    Sweep("toy", "N=128", ["fp32"], db=a, paths=[PLUGINS], isolate=False, baselines=()).run()
+    assert len(wb.runs.compare()) == 3
+
+
 def test_measure_missing_times_picks_beside_fresh_default_and_best_and_plots_them(tmp_path):
     """Configs measured for the editor reach the plot, and are judged beside fresh timings of the default and the
     best, not against timings minutes old."""

@@ -437,29 +437,39 @@ class RunsView(W.VBox):
         finally:
             store.close()
 
-    def load(self) -> None:
+    def load(self, keep_sides: bool = False) -> bool:
+        """Read both stores as the boxes name them now; False (and the reason shown) when one cannot be read."""
         from flytune_nb.analysis.compare import sides
 
         try:
             self._frames = {"a": self._frame(self.db_a.value), "b": self._frame(self.db_b.value)}
         except Exception as e:  # noqa: BLE001 - a missing / foreign store: one line
-            self.summary.value = error_html(str(e))
-            return
+            self._frames = {}  # what was read before is not what the boxes name now
+            self.summary.value, self.table.value = error_html(str(e)), ""
+            return False
+        chosen = (self.side_a.value, self.side_b.value)
         a, b = sides(self._frames["a"]), sides(self._frames["b"])
         self.side_a.options, self.side_b.options = a, b
-        if a:
-            self.side_a.value = a[0]
-        if b:
-            self.side_b.value = b[-1] if len(b) > 1 and not self.db_b.value.strip() else b[0]
+        if keep_sides and chosen[0] in a and chosen[1] in b:
+            self.side_a.value, self.side_b.value = chosen
+        else:
+            if a:
+                self.side_a.value = a[0]
+            if b:
+                self.side_b.value = b[-1] if len(b) > 1 and not self.db_b.value.strip() else b[0]
         self.summary.value = (f"A: {len(a)} device/toolchain group(s), B: {len(b)}; pick one each and Compare"
                               if a and b else "<i>no trials of this kernel in one of the stores</i>")
+        return True
 
     def compare(self):
         from flytune_nb.analysis.compare import best_per_shape, compare
 
-        if not self._frames:
-            self.load()
-        if not self._frames or self.side_a.value is None or self.side_b.value is None:
+        # Read again on every Compare: a store named after the last Load, or trials a sweep added since, would
+        # otherwise be compared as they were then, under the names the boxes show now.
+        if not self.load(keep_sides=True):
+            return None
+        if self.side_a.value is None or self.side_b.value is None:
+            self.table.value = ""
             return None
         df = compare(best_per_shape(self._frames["a"], self.side_a.value),
                      best_per_shape(self._frames["b"], self.side_b.value))
