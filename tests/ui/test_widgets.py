@@ -761,6 +761,29 @@ def test_the_export_panel_shows_the_shapes_a_stopped_sweep_leaves_out(tmp_path):
     assert list(json.loads(path.read_text())) == ["1"]
 
 
+def test_the_export_panel_says_when_write_had_nothing_to_write(tmp_path):
+    """Write with no finished shape (a sweep stopped in its only shape) says nothing was written, as the preview
+    does, instead of an empty 'wrote:' list."""
+    from flytune_nb.engine.store import Store
+    from flytune_nb.ui.notebook.views import ExportPanel
+
+    sweep = None
+
+    def stop(event):
+        if isinstance(event, TrialDone):
+            sweep.stop()
+
+    db = tmp_path / "cut.db"
+    sweep = Sweep("rmsnorm", "M=16 N=256", ["fp32"], db=db, isolate=False, baselines=(), listeners=[stop])
+    sweep.run()
+    store = Store(db)
+    panel = ExportPanel(lambda: store, out_dir=str(tmp_path / "ex"), kernel_getter=lambda: "rmsnorm")
+    assert panel.refresh() == [] and "nothing to export" in panel.html.value
+    panel.write()
+    assert "nothing written" in panel.html.value and "wrote:" not in panel.html.value
+    assert not list((tmp_path / "ex").rglob("*.json"))
+
+
 def test_the_export_panel_preview_says_which_batch_sizes_only_a_far_entry_would_serve(tmp_path):
     """A store of M=64 alone: the preview, before anything is written, says that batch sizes 1-4 would take M=64's
     entry; the write says it again beside the file it wrote."""

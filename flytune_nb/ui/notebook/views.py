@@ -562,8 +562,9 @@ class ExportPanel(W.VBox):
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 written = export(store, out, kernel=self.kernel_getter(), paths=self.paths)
-            self.html.value = _notices(caught) + "wrote:<br>" + "<br>".join(
-                f"<code>{html.escape(str(p))}</code>" for p in written)
+            self.html.value = _notices(caught) + ("wrote:<br>" + "<br>".join(
+                f"<code>{html.escape(str(p))}</code>" for p in written) if written else
+                "<i>nothing written: no finished shape with passing trials to export</i>")
         except Exception as e:  # noqa: BLE001
             self.html.value = error_html(str(e))
 
