@@ -556,6 +556,17 @@ def test_workbench_paths_cell_as_one_folder_of_text(tmp_path):
     assert wb.paths == [PLUGINS] and wb.picker.dropdown.value == "toy" and not wb.picker.problem
 
 
+def test_a_paths_folder_that_is_not_there_is_shown_like_a_typo_not_raised(tmp_path):
+    """paths = ["my_kernels"] mistyped in the parameters cell: the cell returns its widgets with the reason in red
+    (the built-in kernels listed meanwhile) and Run refuses, instead of the cell raising RegistryError."""
+    missing = str(tmp_path / "my_kernels")
+    wb = Workbench("toy", "M=1 N=256", ["fp32"], db=str(tmp_path / "p.db"), isolate=False, paths=[missing])
+    said = html.unescape(wb.picker.warning.value)
+    assert f"kernel path {missing} is not a folder" in said and "Fix paths in the parameters cell" in said
+    assert "rmsnorm" in wb.picker.dropdown.options and "toy" not in wb.picker.dropdown.options
+    assert wb.run() is None and "not run: kernel path" in wb.message.value and not (tmp_path / "p.db").exists()
+
+
 def test_workbench_bad_grid_is_one_inline_message(tmp_path):
     wb = Workbench("rmsnorm", {"M": "1", "N": "4096"}, ["bf16"], db=str(tmp_path / "x.db"), isolate=False)
     wb.grid.axis_boxes["N"].value = "4096,abc"

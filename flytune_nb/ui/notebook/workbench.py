@@ -18,7 +18,7 @@ from IPython.display import display
 from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
-from flytune_nb.core.registry import kernel_paths
+from flytune_nb.core.registry import kernel_paths, search_path
 from flytune_nb.engine.events import TrialStarted
 from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
@@ -39,6 +39,13 @@ class Workbench(W.VBox):
                  heuristic_time_limit: float | None = None) -> None:
         _close_previous()
         self.db_path, self.isolate, self.paths = db, isolate, kernel_paths(paths)
+        paths_problem = ""
+        try:
+            search_path(self.paths)
+        except UsageError as e:  # a parameters-cell mistake like a kernel typo: shown above the widgets, not raised
+            paths_problem = (f"{e}. Fix paths in the parameters cell; until then only the built-in kernels are "
+                             f"listed")
+            self.paths = []
         if isolate:
             from flytune_nb.engine.processes import prestart
 
@@ -51,6 +58,9 @@ class Workbench(W.VBox):
         self._store_lock = threading.Lock()
         self.live = LiveResults()
         self.picker = KernelPicker(kernel, self.paths)
+        if paths_problem:  # it comes first: a kernel of those folders reads as unknown because of it
+            self.picker.problem = paths_problem
+            self.picker.warning.value = error_html(paths_problem)
         self.settings = SweepSettings(strategy, budget, timeout, (timer or {}).get("rep_ms"), gpus, retry_failed)
         self._timer_extra = {k: v for k, v in (timer or {}).items() if k != "rep_ms"}
         self.grid = GridEditor(self.picker, grid, dtypes, store_getter=self._store_if_exists,
