@@ -567,6 +567,13 @@ def test_a_paths_folder_that_is_not_there_is_shown_like_a_typo_not_raised(tmp_pa
     assert wb.run() is None and "not run: kernel path" in wb.message.value and not (tmp_path / "p.db").exists()
 
 
+def test_dtypes_that_are_not_names_are_shown_like_a_typo_not_raised(tmp_path):
+    wb = Workbench("rmsnorm", "M=1 N=256", 16, db=str(tmp_path / "d.db"), isolate=False)
+    assert "dtypes must be text like" in html.unescape(wb.grid.preview.value)
+    assert wb.grid.dtypes.value == ("bf16",)  # the kernel's first dtype meanwhile
+    assert wb.run() is None and "not run: dtypes must be text" in wb.message.value
+
+
 def test_workbench_bad_grid_is_one_inline_message(tmp_path):
     wb = Workbench("rmsnorm", {"M": "1", "N": "4096"}, ["bf16"], db=str(tmp_path / "x.db"), isolate=False)
     wb.grid.axis_boxes["N"].value = "4096,abc"

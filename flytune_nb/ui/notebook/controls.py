@@ -155,9 +155,11 @@ class GridEditor(W.VBox):
             box.style.close()
             box.close()
         self.dtypes.options = list(spec.dtypes)
-        wanted = [str(d) for d in (parse_list(dtypes) if dtypes else (self.dtypes.value or spec.dtypes[:1]))]
-
         chosen, self.dtype_problem = [], ""
+        try:
+            wanted = [str(d) for d in (parse_list(dtypes) if dtypes else (self.dtypes.value or spec.dtypes[:1]))]
+        except DtypeError as e:  # dtypes = 16: not a list of names at all; shown like a name's typo
+            wanted, self.dtype_problem = [], str(e)
         for d in wanted:
             try:
                 c = canonical(d)
