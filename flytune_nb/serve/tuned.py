@@ -53,8 +53,8 @@ class TunedKernel:
 
     # -- the hot path --------------------------------------------------------------------------------------------
     def __call__(self, **inputs: Any) -> Any:
-        # The memory hit inlined (config_for is the same test): this is the serving path, where the tuned call may add at most 5% to a raw launch, the
-        # whole call 5% over a raw Triton launch, and every Python frame counts on a slow host.
+        # The memory hit inlined (config_for is the same test): this is the serving path, where the whole call may
+        # cost at most 5% over a raw Triton launch, and every Python frame counts on a slow host.
         fast = _fast_key(inputs)
         hit = self._memory.get(fast)
         if hit is not None and not (self.autotune and hit[1] in ("default", "artifact")):
