@@ -66,7 +66,12 @@ def test_export_writes_only_knobs_is_byte_stable_and_keeps_provenance_beside(swe
     assert set(prov) == {"1", "4", "16"}
     p = prov["4"]
     assert p["device"] == dev.name and p["toolchain"]["triton"] == triton.__version__ and p["run_id"]
-    assert p["best_p50_ms"] > 0 and p["default_p50_ms"] >= p["best_p50_ms"] and p["speedup"] >= 1.0
+    assert p["best_p50_ms"] > 0 and p["speedup"] == pytest.approx(p["default_p50_ms"] / p["best_p50_ms"])
+    # the winner beat the default on the paired rounds' median ratio (the medians of each alone may still cross on
+    # the interpreter's noisy timings), or is the default itself, timed once
+    sel = p["selection"]
+    assert (sel["winner"] == "candidate" and sel["margin"] > 0) or \
+        (sel["winner"] == "default" and p["best_p50_ms"] == p["default_p50_ms"])
     assert p["source"] == get_kernel("rmsnorm").fingerprint and p["rel_error"] < 1e-5
 
 
