@@ -39,6 +39,7 @@ TOP = 3
 ROUNDS = 5
 FLOOR = 0.02
 Z = 3.0
+MAX_ROUNDS = 1000
 # 1.4826 * MAD estimates a normal standard deviation; the median of n draws has a standard error of ~1.2533 s / sqrt(n)
 MAD_TO_SIGMA = 1.4826
 MEDIAN_SE = 1.2533
@@ -58,6 +59,11 @@ class Rule:
 
         if self.top < 0 or self.rounds < 1 or not 0 <= self.floor < 1 or not self.z >= 0:
             raise UsageError(f"selection: top >= 0, rounds >= 1, 0 <= floor < 1 and z >= 0, got {self}")
+        # each round times every contender once per shape: past this a sweep never ends, and the median's standard
+        # error stopped mattering long before (it is under 4% of one round's spread at 1000 rounds)
+        if self.rounds > MAX_ROUNDS or self.top > MAX_ROUNDS:
+            raise UsageError(f"selection: rounds and top are at most {MAX_ROUNDS}, got rounds={self.rounds}, "
+                             f"top={self.top}")
 
     @property
     def on(self) -> bool:

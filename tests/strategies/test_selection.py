@@ -182,3 +182,6 @@ def test_no_candidates_means_no_timing_and_the_default():
     assert sel.chose_default and sel.repeats == 0 and "no candidate" in sel.reason
     with pytest.raises(UsageError, match="top >= 0"):
         Rule(rounds=0)
+    with pytest.raises(UsageError, match="at most 1000, got rounds=100000000000000000000"):
+        Rule(rounds=10**20)  # a sweep that would never end, refused before it starts
+    assert Rule(rounds=1000, top=1000).rounds == 1000
