@@ -760,17 +760,23 @@ def cmd_audit_sglang(args) -> int:
 def cmd_demo(quiet: bool = False) -> int:
     """The embedded default: notebooks/batch_sweep.ipynb executed headless into demo_out/ (the plain CLI sweep when
     the notebook extras are not installed)."""
-    print("flytune demo: running notebooks/batch_sweep.ipynb headless (papermill)...", flush=True)
+    import importlib.util
     from pathlib import Path
 
     from flytune_nb.core.device import current_device
 
     kernel, grid, dtype = DEMO_GPU if current_device().is_gpu else DEMO_CPU
-    try:
-        from flytune_nb.ui.papermill import printed_output, run_notebook
-    except ImportError:
+    # flytune_nb.ui.papermill imports papermill only when it runs a notebook, so importing it proves nothing: ask for
+    # the notebook extra's modules the run needs (papermill, nbformat, and ipykernel for the notebook's kernel)
+    missing = [m for m in ("papermill", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"flytune demo: {', '.join(missing)} not installed, so the demo runs as a plain sweep "
+              f"(for the notebook: pip install 'flytune_nb[notebook]')", flush=True)
         argv = ["sweep", kernel, "--grid", grid, "--dtype", dtype, "--db", DEMO_DB] + (["--quiet"] if quiet else [])
         return main(argv)
+    from flytune_nb.ui.papermill import printed_output, run_notebook
+
+    print("flytune demo: running notebooks/batch_sweep.ipynb headless (papermill)...", flush=True)
     out = Path("demo_out")
     nb = run_notebook("batch_sweep.ipynb", out / "batch_sweep.ipynb",
                       {"kernel": kernel, "grid": grid, "dtypes": dtype, "db": "demo.db", "export_dir": "exports",

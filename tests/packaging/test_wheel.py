@@ -83,3 +83,14 @@ def test_flytune_demo_runs_the_packaged_batch_notebook(installed):
     assert (out / "batch_sweep.ipynb").is_file() and (out / "results.csv").is_file()
     assert "M=4 N=1024" in p.stdout and "speedup" in p.stdout
     assert _files_under(repo_demo) == before
+
+
+def test_flytune_demo_without_the_notebook_extra_runs_the_plain_sweep(installed):
+    # the wheel's own dependencies do not include papermill (the notebook extra): the demo must still run, as the
+    # CLI sweep, and say which extra brings the notebook, never end in an ImportError traceback
+    hide = "import sys; sys.modules.update(dict.fromkeys(('papermill', 'nbformat', 'ipykernel')))"
+    p = _run(installed, "-c", f"{hide}; from flytune_nb.ui.cli import main; sys.exit(main(['demo', '--quiet']))")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    assert "flytune_nb[notebook]" in p.stdout and "speedup" in p.stdout
+    assert (installed[1] / "flytune_demo.db").is_file()
