@@ -8,6 +8,7 @@ accumulating output keeps a stale value on its real launch after tuning).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -136,9 +137,16 @@ class TunedKernel:
                         listener=self.listener)
         self.last_result = result
         best = result.require_best()
-        self.disk.put(self.spec.name, key.digest, best.config,
-                      {"key": key.to_dict(), "p50_ms": best.p50, "default": result.default.to_dict(),
-                       "default_p50_ms": getattr(result.default_trial, "p50", None)})
+        try:
+            self.disk.put(self.spec.name, key.digest, best.config,
+                          {"key": key.to_dict(), "p50_ms": best.p50, "default": result.default.to_dict(),
+                           "default_p50_ms": getattr(result.default_trial, "p50", None)})
+        except OSError as e:
+            # The search is done and its winner is served from memory: a cache folder this user cannot write (a
+            # service account whose home does not exist, a read-only home) must not throw the search away
+            warnings.warn(f"{self.spec.name}: could not cache the tuned winner in {self.disk.root}: "
+                          f"{e.strerror or e}; it is kept for this process only (set FLYTUNE_CACHE_DIR to a "
+                          f"writable folder to keep it)", RuntimeWarning, stacklevel=3)
         return result
 
     def clear(self) -> None:

@@ -97,6 +97,26 @@ def test_changed_shape_or_layout_resolves_again(spec, dev, tmp_path):
     _check_output(spec, inputs, out)
 
 
+def test_a_cache_folder_that_cannot_be_written_keeps_the_search_with_a_warning(spec, dev, tmp_path, counting,
+                                                                              monkeypatch):
+    # a service account whose home does not exist (HOME=/nonexistent) has no writable default cache folder; a file
+    # standing where the folder should be fails the same way for root, which ignores permissions
+    blocked = tmp_path / "cache"
+    blocked.write_text("")
+    monkeypatch.setenv("FLYTUNE_AUTOTUNE", "1")
+    op = TunedKernel(spec, device=dev, cache_dir=blocked / "flytune_nb", timer=CpuTimer(reps=1, warmup=0))
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    with pytest.warns(RuntimeWarning, match="could not cache the tuned winner.*FLYTUNE_CACHE_DIR"):
+        out = op(**inputs)
+    _check_output(spec, inputs, out)
+    assert op.last_source == "search" and len(counting) == 1
+    op(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert op.last_source == "memory" and len(counting) == 1
+    with pytest.warns(RuntimeWarning, match="could not cache"):
+        result = op.tune(**spec.make_inputs(SHAPE, "fp32", dev))
+    assert result.best is not None and blocked.read_text() == ""
+
+
 def test_corrupt_disk_cache_file_is_a_miss_with_a_warning(spec, dev, tmp_path):
     cache = DiskCache(tmp_path)
     p = cache.put("rmsnorm", "abc", Config({"BLOCK_N": 256}))
