@@ -806,6 +806,7 @@ def _jupyter_command() -> str:
 def cmd_workbench(args) -> int:
     """Copy the packaged workbench notebook into ``args.dir`` (kept if it is there: it may hold the user's edits)
     and start JupyterLab on it there, so results and exports land in the user's folder, never in the package."""
+    import shlex
     import shutil
     import subprocess
     from pathlib import Path
@@ -828,7 +829,8 @@ def cmd_workbench(args) -> int:
     print(f"flytune: copied the workbench notebook to {target}" if copied else
           f"flytune: {target} is there already; opening it as it is")
     command = [sys.executable, "-m", "jupyterlab", str(target.name)]
-    shown = f"cd {folder} && {_jupyter_command()} lab workbench.ipynb"
+    # quoted: the line is meant to be pasted into a shell, and a folder with a space would split into two words
+    shown = f"cd {shlex.quote(str(folder))} && {_jupyter_command()} lab workbench.ipynb"
     if args.no_lab:
         print(f"open it with: {shown}")
         return 0

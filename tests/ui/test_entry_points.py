@@ -214,6 +214,19 @@ def test_a_worker_flooding_stdout_is_cut_to_its_allowance(tmp_path):
     assert 0 < out.stdout.count("flood") <= (64 << 10) // 6 + 1 and "the rest of it is dropped" in out.stdout
 
 
+def test_flytune_workbench_prints_a_command_that_a_shell_runs_in_a_folder_with_spaces(tmp_path, capsys):
+    from flytune_nb.ui.cli import main
+
+    target = tmp_path / "my work" / "bench"
+    assert main(["workbench", str(target), "--no-lab"]) == 0
+    printed = capsys.readouterr().out
+    shown = printed.split("open it with: ", 1)[1].strip()
+    words = shlex.split(shown)
+    assert words[:3] == ["cd", str(target), "&&"], shown
+    p = subprocess.run(["bash", "-c", shown.split(" && ")[0] + " && ls"], capture_output=True, text=True)
+    assert p.returncode == 0 and "workbench.ipynb" in p.stdout, p.stderr
+
+
 def test_flytune_workbench_copies_the_notebook_into_a_folder_of_the_users(tmp_path, capsys):
     from flytune_nb.ui.cli import main
 
