@@ -47,7 +47,18 @@ def census_cache_dir(device: DeviceInfo) -> Path:
     if Path(root).exists() and not Path(root).is_dir():  # otherwise an errno naming a subfolder, not the variable
         source = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the census cache"
         raise UsageError(f"{source} ({root}) is a file, not a folder; point it at a folder")
-    return Path(root) / f"{device.backend}-{device.arch}"
+    return _made(Path(root) / f"{device.backend}-{device.arch}")
+
+
+def _made(cache: Path) -> Path:
+    """``cache``, made if missing. Made here, before the store opens, so that a user who cannot write it (a service
+    account whose HOME does not exist) gets one line naming the folder and the variable, and no empty store."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot make the census cache {cache}: {e.strerror or e}; set ${CACHE_ENV} to a writable "
+                         f"folder") from None
+    return cache
 
 
 def spread(configs: list, every: int = 1, sample: int | None = None) -> list:
@@ -148,8 +159,7 @@ class CensusPool:
         # A census process has no GPU of its own: it never initialises one beside a timing worker.
         env.update(CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES="", PYTORCH_NVML_BASED_CUDA_CHECK="1")
         if cache_dir is not None:
-            Path(cache_dir).mkdir(parents=True, exist_ok=True)
-            env["TRITON_CACHE_DIR"] = str(cache_dir)
+            env["TRITON_CACHE_DIR"] = str(_made(Path(cache_dir)))
         self._env = env
         self._procs: list[_Process | None] = [None] * self.jobs
         self._lock = threading.Lock()

@@ -260,6 +260,19 @@ def test_a_census_cache_that_is_a_file_is_named(capsys, tmp_path, monkeypatch):
     assert "$FLYTUNE_CENSUS_CACHE" in capsys.readouterr().err and not (tmp_path / "c.db").exists()
 
 
+def test_a_census_cache_that_cannot_be_made_is_named_before_the_store_opens(capsys, tmp_path, monkeypatch):
+    # the default cache under a HOME that does not exist (a service account's /nonexistent) fails the same way; a
+    # file in the path fails for root too, which ignores permissions
+    (tmp_path / "home").write_text("")
+    monkeypatch.delenv("FLYTUNE_CENSUS_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home" / ".cache"))
+    assert main(["census", "rmsnorm", "--target", "h100", "--grid", "M=1 N=256", "--dtype", "fp32", "--db",
+                 str(tmp_path / "c.db"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("flytune: error: cannot make the census cache ") and "$FLYTUNE_CENSUS_CACHE" in err, err
+    assert "\n" not in err and not list(tmp_path.glob("c.db*"))
+
+
 def test_a_census_csv_naming_the_store_is_refused_and_the_store_kept(capsys, tmp_path):
     from flytune_nb import Sweep
     from flytune_nb.engine.store import Store
