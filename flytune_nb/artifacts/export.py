@@ -13,7 +13,7 @@ from flytune_nb import backends
 from flytune_nb.artifacts import flydsl
 from flytune_nb.artifacts.files import (
     BUILTIN_DIR, PROVENANCE, ArtifactError, atomic_write_all, check_writable, export_lock, file_name, kernel_dir,
-    read_provenance, read_table, render_for)
+    read_provenance, read_table, refuse_installed_copy, render_for)
 from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.device import INTERPRETER_NAME
 from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
@@ -251,6 +251,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
     warning: `flytune check` will call them stale. A FlyDSL kernel's winners also become FlyDSL offline configs, one
     per exact key, under ``<out_dir>/flydsl_autotune/`` (flytune_nb.artifacts.flydsl); those are refused unless they
     were timed on an AMD GPU. Everything is checked before anything is written."""
+    refuse_installed_copy(out_dir)
     cut_off = unfinished_keys(store, kernel)  # read once for both plans
     plan = _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off))
     refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})

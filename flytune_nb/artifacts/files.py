@@ -28,6 +28,20 @@ class ArtifactError(UsageError):
     pass
 
 
+def refuse_installed_copy(folder: str | Path) -> None:
+    """ArtifactError when ``folder`` is the package's exports/ as pip installed it (a wheel in site-packages), not a
+    checkout's committed exports/: pip replaces or removes that folder's files on upgrade or uninstall, so configs or
+    provenance written there would be lost, and it is not the user's to change. A checkout (or an editable install
+    of one) has the project's pyproject.toml beside the package; there, writing into exports/ is how configs are
+    committed."""
+    if Path(folder).resolve() != BUILTIN_DIR.resolve() or (BUILTIN_DIR.parent.parent / "pyproject.toml").is_file():
+        return
+    raise ArtifactError(f"not written: {folder} is the installed flytune_nb package's copy of its committed configs, "
+                        f"which pip replaces or removes on upgrade or uninstall; write to a folder of yours "
+                        f"(--out DIR for export, a DIR argument for check) and serve it with --dir DIR or "
+                        f"FLYTUNE_CONFIG_DIR=DIR")
+
+
 def triton_dir_name(version: str) -> str:
     """``3.6.0`` -> ``triton_3_6_0`` (SGLang's rule; local suffixes such as ``+git…`` dropped)."""
     core = re.match(r"^(\d+(?:\.\d+)*)", version)

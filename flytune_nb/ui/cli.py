@@ -582,8 +582,9 @@ def cmd_check(args) -> int:
     args.json = args.json and _report_path("--json", args.json)
     args.md = args.md and _report_path("--md", args.md)
     if args.accept_drift:  # refused before the timing, not after it: --accept-drift rewrites provenance.json files
-        from flytune_nb.artifacts.files import PROVENANCE, check_writable
+        from flytune_nb.artifacts.files import PROVENANCE, check_writable, refuse_installed_copy
 
+        refuse_installed_copy(directory)
         for prov in directory.rglob(PROVENANCE):
             check_writable(prov.parent)
     # A misspelt --kernel would check nothing and pass a CI gate. A real kernel with no exports there is "nothing

@@ -94,3 +94,25 @@ def test_flytune_demo_without_the_notebook_extra_runs_the_plain_sweep(installed)
     assert "Traceback" not in p.stderr
     assert "flytune_nb[notebook]" in p.stdout and "speedup" in p.stdout
     assert (installed[1] / "flytune_demo.db").is_file()
+
+
+def test_export_and_accept_drift_refuse_the_installed_package_exports(installed, tmp_path):
+    # `flytune export` with no --out writes into the package's exports/: in a checkout that is how configs are
+    # committed, but for a wheel it is site-packages, whose files pip replaces or removes on upgrade or uninstall
+    import shutil
+
+    py, work, env = installed
+    store = tmp_path / "h200.db"  # GPU timings (the CPU interpreter's are refused there for another reason)
+    shutil.copyfile(os.path.join(REPO, "benchmarks", "results", "NVIDIA_H200", "stores", "gemm_11008_exhaustive.db"),
+                    store)
+    site_exports = Path(_run(installed, "-c", "from flytune_nb.core.resources import EXPORTS; print(EXPORTS)")
+                        .stdout.strip())
+    before = _files_under(site_exports)
+    p = _run(installed, "-m", "flytune_nb", "export", "--db", str(store))
+    assert p.returncode == 2 and "installed flytune_nb package's copy" in p.stderr, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr and _files_under(site_exports) == before
+    p = _run(installed, "-m", "flytune_nb", "check", "--accept-drift", "--quiet")
+    assert p.returncode == 2 and "installed flytune_nb package's copy" in p.stderr, p.stdout + p.stderr
+    # a folder of the user's takes the same export
+    p = _run(installed, "-m", "flytune_nb", "export", "--db", str(store), "--out", str(tmp_path / "mine"))
+    assert p.returncode == 0 and list((tmp_path / "mine" / "matmul").rglob("N=11008,*.json")), p.stderr
