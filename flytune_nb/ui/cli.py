@@ -765,11 +765,14 @@ def cmd_demo(quiet: bool = False) -> int:
     from pathlib import Path
 
     from flytune_nb.core.device import current_device
+    from flytune_nb.ui import NOTEBOOK_NEEDS
 
     kernel, grid, dtype = DEMO_GPU if current_device().is_gpu else DEMO_CPU
     # flytune_nb.ui.papermill imports papermill only when it runs a notebook, so importing it proves nothing: ask for
-    # the notebook extra's modules the run needs (papermill, nbformat, and ipykernel for the notebook's kernel)
-    missing = [m for m in ("papermill", "nbformat", "ipykernel") if importlib.util.find_spec(m) is None]
+    # the notebook extra's modules the run needs (papermill, nbformat, ipykernel for the notebook's kernel, and what
+    # the notebook's own cells import), or a half-installed extra fails inside the notebook as a papermill traceback
+    needs = ("papermill", "nbformat", "ipykernel") + NOTEBOOK_NEEDS
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
         print(f"flytune demo: {', '.join(missing)} not installed, so the demo runs as a plain sweep "
               f"(for the notebook: pip install 'flytune_nb[notebook]')", flush=True)

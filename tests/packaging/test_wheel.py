@@ -116,3 +116,28 @@ def test_export_and_accept_drift_refuse_the_installed_package_exports(installed,
     # a folder of the user's takes the same export
     p = _run(installed, "-m", "flytune_nb", "export", "--db", str(store), "--out", str(tmp_path / "mine"))
     assert p.returncode == 0 and list((tmp_path / "mine" / "matmul").rglob("N=11008,*.json")), p.stderr
+
+
+def _without_widgets(installed, tmp_path):
+    """The installed env, less ipywidgets, in this process and in every Python it starts (papermill's kernel):
+    the notebook extra half installed, as `pip install flytune_nb papermill ipykernel` leaves it."""
+    site = tmp_path / "hide"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['ipywidgets'] = None\n")
+    py, work, env = installed
+    return py, work, {**env, "PYTHONPATH": str(site)}
+
+
+def test_the_notebook_layer_without_its_extra_names_the_extra(installed, tmp_path):
+    p = _run(_without_widgets(installed, tmp_path), "-c", "import flytune_nb.ui.notebook")
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1] == (
+        "ModuleNotFoundError: the notebook workbench needs ipywidgets, which is not installed: "
+        "pip install 'flytune_nb[notebook]'"), p.stderr
+
+
+def test_flytune_demo_with_half_the_notebook_extra_runs_the_plain_sweep(installed, tmp_path):
+    # papermill and ipykernel are there, the widgets the notebook's cells import are not: the notebook would fail
+    # in its third cell, as a papermill traceback
+    p = _run(_without_widgets(installed, tmp_path), "-m", "flytune_nb", "demo", "--quiet")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "ipywidgets not installed" in p.stdout and "flytune_nb[notebook]" in p.stdout
