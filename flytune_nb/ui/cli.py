@@ -62,7 +62,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from flytune_nb import __version__
+
     p = _Parser(prog="flytune", description="Tune GPU kernels; export configs; check regressions.")
+    p.add_argument("--version", action="version", version=f"flytune_nb {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     k = sub.add_parser("kernels", help="list kernels: name, axes, dtypes, space size")
     k.add_argument("--path", action="append", default=[], help=PATH_HELP)

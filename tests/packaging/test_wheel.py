@@ -141,3 +141,10 @@ def test_flytune_demo_with_half_the_notebook_extra_runs_the_plain_sweep(installe
     p = _run(_without_widgets(installed, tmp_path), "-m", "flytune_nb", "demo", "--quiet")
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stdout[-2000:] + p.stderr[-2000:]
     assert "ipywidgets not installed" in p.stdout and "flytune_nb[notebook]" in p.stdout
+
+
+def test_flytune_version_is_the_wheels(installed):
+    # the version a bug report quotes: the package's __version__, which must be the one pip installed
+    p = _run(installed, "-m", "flytune_nb", "--version")
+    meta = _run(installed, "-c", "import importlib.metadata as m; print(m.version('flytune_nb'))").stdout.strip()
+    assert p.returncode == 0 and p.stdout.strip() == f"flytune_nb {meta}", p.stdout + p.stderr
