@@ -750,24 +750,30 @@ def test_named_reference_configs_show_in_heuristic_vs_best_and_the_explorer(dev)
     assert list(mark.y) == [pytest.approx(3.0)]
 
 
+def _stopped_sweep(tmp_path, grid: str, stop_at_m: int):
+    """A store of an rmsnorm fp32 sweep stopped at its first trial of batch size ``stop_at_m``."""
+    from flytune_nb.engine.store import Store
+
+    sweep = None
+
+    def stop(event):
+        if isinstance(event, TrialDone) and event.trial.shape["M"] == stop_at_m:
+            sweep.stop()
+
+    db = tmp_path / "cut.db"
+    sweep = Sweep("rmsnorm", grid, ["fp32"], db=db, isolate=False, baselines=(), listeners=[stop])
+    sweep.run()
+    return Store(db)
+
+
 def test_the_export_panel_shows_the_shapes_a_stopped_sweep_leaves_out(tmp_path):
     """A button's callback has no cell output for a warning to reach: the preview and the write both say, in the
     panel, that the shape the sweep was stopped in is left out, and the file holds only the finished shapes."""
     import json
 
-    from flytune_nb.engine.store import Store
     from flytune_nb.ui.notebook.views import ExportPanel
 
-    sweep = None
-
-    def stop_in_m16(event):
-        if isinstance(event, TrialDone) and event.trial.shape["M"] == 16:
-            sweep.stop()
-
-    db = tmp_path / "cut.db"
-    sweep = Sweep("rmsnorm", "M=1,16 N=256", ["fp32"], db=db, isolate=False, baselines=(), listeners=[stop_in_m16])
-    sweep.run()
-    store = Store(db)
+    store = _stopped_sweep(tmp_path, "M=1,16 N=256", stop_at_m=16)
     panel = ExportPanel(lambda: store, out_dir=str(tmp_path / "ex"), kernel_getter=lambda: "rmsnorm")
     [(path, text, old)] = panel.refresh()
     said = html.unescape(panel.html.value)
@@ -782,19 +788,9 @@ def test_the_export_panel_shows_the_shapes_a_stopped_sweep_leaves_out(tmp_path):
 def test_the_export_panel_says_when_write_had_nothing_to_write(tmp_path):
     """Write with no finished shape (a sweep stopped in its only shape) says nothing was written, as the preview
     does, instead of an empty 'wrote:' list."""
-    from flytune_nb.engine.store import Store
     from flytune_nb.ui.notebook.views import ExportPanel
 
-    sweep = None
-
-    def stop(event):
-        if isinstance(event, TrialDone):
-            sweep.stop()
-
-    db = tmp_path / "cut.db"
-    sweep = Sweep("rmsnorm", "M=16 N=256", ["fp32"], db=db, isolate=False, baselines=(), listeners=[stop])
-    sweep.run()
-    store = Store(db)
+    store = _stopped_sweep(tmp_path, "M=16 N=256", stop_at_m=16)
     panel = ExportPanel(lambda: store, out_dir=str(tmp_path / "ex"), kernel_getter=lambda: "rmsnorm")
     assert panel.refresh() == [] and "nothing to export" in panel.html.value
     panel.write()
