@@ -15,6 +15,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from flytune_nb.core.paths import file_in_the_way
 from flytune_nb.core.resources import EXPORTS
 from flytune_nb.errors import UsageError
 
@@ -110,10 +111,11 @@ def atomic_write_all(files: list[tuple[Path, str]]) -> None:
 def check_writable(folder: Path) -> None:
     """ArtifactError unless files can be created in ``folder`` (where it does not exist yet: in the nearest folder
     above it that does, where it would be made). Export checks every folder before it writes any file."""
+    blocking = file_in_the_way(folder)
+    if blocking is not None:
+        raise ArtifactError(f"cannot write to {folder}: {blocking} exists and is not a folder")
     here = Path(folder)
     while not os.path.isdir(here) and here != here.parent:
-        if os.path.lexists(here):  # mkdir would fail on it with only "Not a directory"
-            raise ArtifactError(f"cannot write to {folder}: {here} exists and is not a folder")
         here = here.parent
     if not os.access(here, os.W_OK | os.X_OK):
         where = "it" if here == Path(folder) else f"{here}, where it would be made,"

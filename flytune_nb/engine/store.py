@@ -20,6 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
+from flytune_nb.core.paths import file_in_the_way
 from flytune_nb.errors import RunError, UsageError
 from flytune_nb.core.config import Config
 from flytune_nb.measure.trial import Trial
@@ -163,7 +164,7 @@ class Store:
                 raise StoreError(f"cannot start a results store at {self.path}: the disk is full") from None
             if isinstance(e, sqlite3.DatabaseError):
                 raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
-            blocking = next((p for p in reversed(self.path.parents) if p.exists() and not p.is_dir()), None)
+            blocking = file_in_the_way(self.path.parent)
             if blocking is not None:  # mkdir's own word for it is "File exists" or "Not a directory"
                 raise StoreError(f"cannot make a results store at {self.path}: {blocking} exists and is not a "
                                  f"folder") from None

@@ -830,7 +830,9 @@ def cmd_workbench(args) -> int:
         if copied:
             shutil.copyfile(NOTEBOOKS / "workbench.ipynb", target)
     except OSError as e:  # a folder the user named that cannot be made or written: bad input, nothing started
-        blocking = next((p for p in reversed(folder.parents) if p.exists() and not p.is_dir()), None)
+        from flytune_nb.core.paths import file_in_the_way
+
+        blocking = file_in_the_way(folder)
         why = f"{blocking} exists and is not a folder" if blocking is not None else (e.strerror or str(e))
         raise UsageError(f"cannot put the workbench in {folder}: {why}") from None
     print(f"flytune: copied the workbench notebook to {target}" if copied else
