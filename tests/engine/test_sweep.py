@@ -459,8 +459,8 @@ def test_an_unknown_baseline_is_refused_before_anything_is_measured(tmp_path):
     with pytest.raises(UsageError, match="unknown baseline 'torch_jit'"):
         Sweep("rmsnorm", "M=1 N=256", ["fp32"], db=db, isolate=False, baselines=["torch_eager", "torch_jit"])
     assert not db.exists()
-    assert Sweep("rmsnorm", "M=1 N=256", ["fp32"], isolate=False, baselines="torch_eager,torch_compile").baseline_names \
-        == ("torch_eager", "torch_compile")
+    named = Sweep("rmsnorm", "M=1 N=256", ["fp32"], isolate=False, baselines="torch_eager,torch_compile")
+    assert named.baseline_names == ("torch_eager", "torch_compile")
     assert Sweep("rmsnorm", "M=1 N=256", ["fp32"], isolate=False, baselines=" None ").baseline_names == ()
     with pytest.raises(UsageError, match="unknown table 'trails'"):
         Store(tmp_path / "s.db").frame(table="trails")

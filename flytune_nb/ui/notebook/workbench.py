@@ -87,7 +87,8 @@ class Workbench(W.VBox):
         self.accept_button.on_click(lambda _: self.accept_choices())
         self.grid.on_change = self._sync_accept  # every preview: hidden once the user's edits answer the problems
         self.settings.budget.observe(lambda c: self.grid.update_preview(budget=c["new"] or 0), "value")
-        for knob in (self.settings.strategy, self.settings.budget, self.settings.timeout):  # after SweepSettings.answered, its own observer
+        # after SweepSettings.answered, each knob's own observer
+        for knob in (self.settings.strategy, self.settings.budget, self.settings.timeout):
             knob.observe(lambda _: self._sync_accept(), "value")
         self._sync_accept()
         self.control.run_button.on_click(lambda _: self.run())
