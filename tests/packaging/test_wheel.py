@@ -59,6 +59,16 @@ def test_the_wheel_imports_its_own_copy_with_its_data(installed):
     assert data == "True True"
 
 
+def test_the_wheel_carries_the_license_its_metadata_names(installed):
+    p = _run(installed, "-c", "from importlib import metadata as m; d = m.distribution('flytune_nb'); "
+                              "print(d.metadata['License']); "
+                              "print(''.join(f.read_text() for f in d.files if f.name == 'LICENSE'))")
+    assert p.returncode == 0, p.stderr
+    license_name, text = p.stdout.split("\n", 1)
+    assert license_name == "Apache-2.0"
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+
+
 def test_flytune_kernels_lists_the_packaged_kernels(installed):
     p = _run(installed, "-m", "flytune_nb", "kernels")
     assert p.returncode == 0, p.stderr
