@@ -69,16 +69,38 @@ def _references(paths) -> list[str]:
 
 
 def search_path(paths: Iterable[str | os.PathLike] | None = None) -> list[Path]:
-    dirs = [Path(p) for p in kernel_paths(paths) if not is_reference(p)]
-    env = os.environ.get("FLYTUNE_KERNEL_PATH", "")
-    dirs += [Path(p) for p in env.split(os.pathsep) if p.strip()]
+    dirs = [Path(p) for p in kernel_paths(paths) if not is_reference(p)] + _env_dirs()
     for d in dirs:
-        if not d.is_dir():
-            raise RegistryError(f"kernel path {d} is not a folder (from --path / paths= or FLYTUNE_KERNEL_PATH)")
-        if all((d / part).exists() for part in PARTS):  # it would list nothing: its subfolders are searched
-            raise RegistryError(f"kernel path {d} is a kernel folder itself; give the folder that holds kernel "
-                                f"folders: {d.resolve().parent}")
+        problem = _folder_problem(d)
+        if problem:
+            raise RegistryError(problem)
     return dirs + [BUILTIN_DIR]
+
+
+def _env_dirs() -> list[Path]:
+    return [Path(p) for p in os.environ.get("FLYTUNE_KERNEL_PATH", "").split(os.pathsep) if p.strip()]
+
+
+def _folder_problem(d: Path) -> str:
+    if not d.is_dir():
+        return f"kernel path {d} is not a folder (from --path / paths= or FLYTUNE_KERNEL_PATH)"
+    if all((d / part).exists() for part in PARTS):  # it would list nothing: its subfolders are searched
+        return (f"kernel path {d} is a kernel folder itself; give the folder that holds kernel folders: "
+                f"{d.resolve().parent}")
+    return ""
+
+
+def drop_unusable_env_paths() -> list[str]:
+    """Leave ``FLYTUNE_KERNEL_PATH``'s unusable folders out of this process's environment (and so of the workers it
+    starts); returns what was wrong with them. For a notebook, whose variable comes from the shell that started
+    Jupyter: the user sees why, and the built-in kernels stay usable until the variable is fixed."""
+    problems, kept = [], []
+    for d in _env_dirs():
+        problem = _folder_problem(d)
+        (problems.append(problem) if problem else kept.append(str(d)))
+    if problems:
+        os.environ["FLYTUNE_KERNEL_PATH"] = os.pathsep.join(kept)
+    return problems
 
 
 def discover(paths: Iterable[str | os.PathLike] | None = None) -> dict[str, Path]:

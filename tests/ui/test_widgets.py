@@ -3,6 +3,7 @@
 Each test says which behaviour of the workbench it pins and why a user would be misled without it."""
 import html
 import math
+import os
 import threading
 import time
 
@@ -852,3 +853,34 @@ def test_a_script_that_ends_right_after_a_kernel_switch_exits_cleanly(tmp_path):
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", ""), "PYTHONPATH": REPO}
     p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "terminate called" not in p.stderr, p.stderr[-2000:]
+
+
+def _earlier_views_built():
+    """Earlier tests' workbenches build their views in threads that read FLYTUNE_KERNEL_PATH: before it is set."""
+    for th in threading.enumerate():
+        if th.name == "flytune-views":
+            th.join(120)
+
+
+def test_an_unusable_flytune_kernel_path_is_shown_and_left_out_not_raised(tmp_path, monkeypatch):
+    """FLYTUNE_KERNEL_PATH comes from the shell that started Jupyter: a folder of it that is not there is named in red,
+    left out of this process's variable (workers inherit it), and the built-in kernels still run; its usable folders
+    stay."""
+    missing = str(tmp_path / "gone")
+    _earlier_views_built()
+    monkeypatch.setenv("FLYTUNE_KERNEL_PATH", os.pathsep.join([missing, PLUGINS]))
+    wb = Workbench("rmsnorm", "M=1 N=256", ["fp32"], db=str(tmp_path / "e.db"), isolate=False)
+    said = html.unescape(wb.picker.warning.value)
+    assert f"kernel path {missing} is not a folder" in said and "Left out of FLYTUNE_KERNEL_PATH" in said
+    assert os.environ["FLYTUNE_KERNEL_PATH"] == PLUGINS
+    assert "toy" in wb.picker.dropdown.options and not wb.picker.problem
+    assert wb.wait_ready()  # the views build in a thread that reads the variable: before the test restores it
+
+
+def test_a_kernel_of_an_unusable_flytune_kernel_path_refuses_to_run(tmp_path, monkeypatch):
+    _earlier_views_built()
+    monkeypatch.setenv("FLYTUNE_KERNEL_PATH", str(tmp_path / "gone"))
+    wb = Workbench("toy", "N=64", ["fp32"], db=str(tmp_path / "t.db"), isolate=False)
+    assert "Left out of FLYTUNE_KERNEL_PATH" in html.unescape(wb.picker.warning.value)
+    assert wb.run() is None and "not run:" in wb.message.value and not (tmp_path / "t.db").exists()
+    assert wb.wait_ready()

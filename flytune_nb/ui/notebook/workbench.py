@@ -18,7 +18,7 @@ from IPython.display import display
 from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
-from flytune_nb.core.registry import kernel_paths, search_path
+from flytune_nb.core.registry import drop_unusable_env_paths, kernel_paths, search_path
 from flytune_nb.engine.events import TrialStarted
 from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
@@ -40,11 +40,15 @@ class Workbench(W.VBox):
         _close_previous()
         self.db_path, self.isolate, self.paths = db, isolate, kernel_paths(paths)
         paths_problem = ""
+        env_problems = drop_unusable_env_paths()
+        if env_problems:  # set in the shell that started Jupyter: a parameters cell cannot fix it
+            paths_problem = (f"{'; '.join(env_problems)}. Left out of FLYTUNE_KERNEL_PATH in this notebook; fix the "
+                             f"variable where Jupyter was started and restart it")
         try:
             search_path(self.paths)
         except UsageError as e:  # a parameters-cell mistake like a kernel typo: shown above the widgets, not raised
-            paths_problem = (f"{e}. Fix paths in the parameters cell; until then only the built-in kernels are "
-                             f"listed")
+            paths_problem = "; ".join(filter(None, [paths_problem, (
+                f"{e}. Fix paths in the parameters cell; until then only the built-in kernels are listed")]))
             self.paths = []
         if isolate:
             from flytune_nb.engine.processes import prestart
@@ -59,7 +63,8 @@ class Workbench(W.VBox):
         self.live = LiveResults()
         self.picker = KernelPicker(kernel, self.paths)
         if paths_problem:  # it comes first: a kernel of those folders reads as unknown because of it
-            self.picker.problem = paths_problem
+            if self.picker.problem or self.paths != kernel_paths(paths):  # else a built-in kernel runs as asked
+                self.picker.problem = paths_problem
             self.picker.warning.value = error_html(paths_problem)
         self.settings = SweepSettings(strategy, budget, timeout, (timer or {}).get("rep_ms"), gpus, retry_failed)
         self._timer_extra = {k: v for k, v in (timer or {}).items() if k != "rep_ms"}
