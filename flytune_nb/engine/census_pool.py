@@ -195,9 +195,11 @@ class CensusPool:
         for c in configs:
             todo.put(c)
         errors: list = []
+        halted = threading.Event()  # the caller was interrupted: nothing more starts, and a process ended by the
+        # caller's exit is no config's crash
 
         def drain(i: int) -> None:
-            while not errors and not (stop is not None and stop.is_set()):
+            while not errors and not halted.is_set() and not (stop is not None and stop.is_set()):
                 try:
                     config = todo.get_nowait()
                 except queue.Empty:
@@ -209,6 +211,8 @@ class CensusPool:
                 except TimeoutError:
                     rec = {"status": "timeout", "error": f"no result after {self.timeout:g} s"}
                 except ChildProcessError as e:
+                    if halted.is_set():
+                        return
                     rec = {"status": "crashed", "error": f"the compiler's process died ({e})"}
                 except RunError as e:
                     errors.append(e)
@@ -227,9 +231,13 @@ class CensusPool:
                    for i in range(min(self.jobs, max(1, len(configs))))]
         for t in threads:
             t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)  # interruptible (Ctrl-C)
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)  # interruptible (Ctrl-C)
+        except BaseException:
+            halted.set()
+            raise
         if errors:
             raise errors[0]
 

@@ -1,6 +1,11 @@
 """The census processes: resumable runs into the store, a config that hangs or kills its compiler is its own row,
 and a sweep's census-driven pruning on the CPU path (compiled for a named GPU)."""
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 
 import pytest
 
@@ -79,6 +84,55 @@ def test_a_config_that_kills_or_hangs_its_compiler_is_its_own_row(flaky_plugin):
     assert status[1].status == "crashed" and "exit 3" in status[1].error
     assert status[2].status == "timeout" and "10 s" in status[2].error
     assert s.configs == 3 and s.compiled == 1
+
+
+def test_ctrl_c_stops_a_census_without_marking_the_config_in_flight_as_crashed(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: the census process compiling a config must not die of it
+    (its config would be stored as crashing the compiler). MODE=1 stands for a long compile: it says it started, then
+    takes 3 s; the interrupt lands inside it."""
+    folder = tmp_path / "plugins" / "slow"
+    folder.mkdir(parents=True)
+    started = tmp_path / "compiling"
+    (folder / "__init__.py").write_text(textwrap.dedent(f'''
+        import pathlib, time
+        import torch
+        from flytune_nb.core.config import Config
+        from flytune_nb.core.spec import KernelSpec
+
+        def run(inputs, config):
+            if config["MODE"] == 1:
+                pathlib.Path({str(started)!r}).touch()
+                time.sleep(3)
+            return inputs["x"]
+
+        SPEC = KernelSpec(
+            name="slow", axes=("N",), batch_axis="N", dtypes=("fp32",),
+            make_inputs=lambda s, d, dev: {{"x": torch.empty(s["N"], device=dev.torch_device)}},
+            run=run, reference=lambda i: i["x"],
+            configs=lambda s, d, dev: [Config({{"MODE": m}}) for m in (0, 1, 2)],
+            default=lambda s, d, dev: Config({{"MODE": 0}}), shape_of=lambda i: {{"N": i["x"].shape[0]}})
+    '''))
+    for part in ("kernel.py", "configs.py", "heuristic.py", "reference.py"):
+        (folder / part).write_text("")
+    db = tmp_path / "c.db"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # a process of its own group with SIGINT at its default, as a shell's foreground job has it
+    p = subprocess.Popen([sys.executable, "-m", "flytune_nb", "census", "slow", "--target", "mi300x", "--grid", "N=8",
+                          "--dtype", "fp32", "--path", str(folder.parent), "--db", str(db), "-j", "1", "--quiet"],
+                         env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not started.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), p.communicate()[0]
+    os.killpg(p.pid, signal.SIGINT)
+    out = p.communicate(timeout=60)[0]
+    assert p.returncode == 130 and "interrupted" in out, out
+    store = Store(db, readonly=True)
+    rows = store.frame(table="census")
+    store.close()
+    assert "crashed" not in set(rows["status"]), rows[["config", "status", "error"]]
+    assert len(rows) <= 2  # MODE=0 and perhaps MODE=1, finished: MODE=2 never started
 
 
 def test_a_bad_target_or_kernel_is_one_line_before_anything_starts(tmp_path):
