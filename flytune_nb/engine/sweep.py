@@ -26,16 +26,12 @@ from flytune_nb.engine.store import Store
 from flytune_nb.strategies import SEEDED, get_strategy
 from flytune_nb.engine.tasks import BASELINES, trial_from_dict
 from flytune_nb.strategies.loop import SearchResult, explore, planned
-from flytune_nb.strategies.selection import Rule, select, shortlist
+from flytune_nb.strategies.selection import Rule, as_rule, for_device, select, shortlist
 from flytune_nb.measure.trial import Trial
 from flytune_nb.errors import first_line
 from flytune_nb.engine.lanes import (WorkerCrashed, WorkerError, WorkerStartError, WorkerStopped, WorkerTimeout,
                                     local_lanes)
 
-
-# Interpreter timings only exercise the machinery, and an interpreted trial costs ~0.1-1 s: the stage re-times the
-# best candidate against the default over 3 rounds there (6 trials a shape at most, not the GPU's 20-40).
-INTERPRETER_RULE = Rule(top=1, rounds=3)
 
 
 class SweepError(RunError):
@@ -169,11 +165,7 @@ class Sweep:
             raise UsageError(f"timing={mode!r} contradicts timer={{'graph': {self.timer['graph']}}}")
         self.timing = mode
         self.timer["graph"] = mode == "graph"
-        if isinstance(selection, dict):
-            selection = Rule(**selection)
-        if isinstance(selection, str) and selection != "auto":
-            raise UsageError(f"selection must be a Rule, a dict of its fields, 'auto' or None; got {selection!r}")
-        self.rule = selection if selection is not None else Rule(top=0)  # "auto" is resolved on the device
+        self.rule = as_rule(selection)  # "auto" is resolved on the device
         self.twins = bool(twins)
         self.warm_start = bool(warm_start)
         self._winners: list = []  # (dtype, shape, winning config) of the shapes done in this run: warm starts
@@ -232,8 +224,7 @@ class Sweep:
                 self.prune.prefetch(self.spec.name, [(p["shape"], p["dtype"], self._space_of(p)) for p in plans],
                                     plans[0]["device"], self.store)
             device = plans[0]["device"]
-            if self.rule == "auto":
-                self.rule = Rule() if DeviceInfo(**device).is_gpu else INTERPRETER_RULE
+            self.rule = for_device(self.rule, DeviceInfo(**device).is_gpu)
             self.run_id = self.store.start_run(self.spec.name, [dict(s) for s in self.shapes], self.dtypes,
                                                self.strategy_name, self.budget, device["name"], device_info=device,
                                                selection=self.rule.to_dict())

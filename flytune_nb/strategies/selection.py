@@ -77,6 +77,36 @@ class Rule:
         return asdict(self)
 
 
+# Interpreter timings only exercise the machinery, and an interpreted trial costs ~0.1-1 s: the stage re-times the
+# best candidate against the default over 3 rounds there (6 trials a shape at most, not the GPU's 20-40).
+INTERPRETER_RULE = Rule(top=1, rounds=3)
+
+
+def as_rule(selection) -> Rule | str:
+    """What callers pass as ``selection``: a Rule, a dict of its fields, None (the stage off: the search's fastest
+    median wins) or "auto" (returned as is: ``for_device`` resolves it once the device is known)."""
+    from flytune_nb.errors import UsageError
+
+    if selection is None:
+        return Rule(top=0)
+    if isinstance(selection, dict):
+        unknown = set(selection) - set(Rule.__dataclass_fields__)
+        if unknown:
+            raise UsageError(f"selection: no field {', '.join(sorted(unknown))} (its fields: "
+                             f"{', '.join(Rule.__dataclass_fields__)})")
+        return Rule(**selection)
+    if isinstance(selection, Rule) or selection == "auto":
+        return selection
+    raise UsageError(f"selection must be a Rule, a dict of its fields, 'auto' or None; got {selection!r}")
+
+
+def for_device(rule: Rule | str, is_gpu: bool) -> Rule:
+    """"auto" is ``Rule()`` on a GPU and ``INTERPRETER_RULE`` on the interpreter; a Rule is itself."""
+    if rule == "auto":
+        return Rule() if is_gpu else INTERPRETER_RULE
+    return rule
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One candidate against the default over the rounds both were timed in."""

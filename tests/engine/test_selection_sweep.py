@@ -13,9 +13,9 @@ from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.engine.events import ShapeSelected, TrialStarted
 from flytune_nb.engine.store import Store
-from flytune_nb.engine.sweep import INTERPRETER_RULE, Sweep
+from flytune_nb.engine.sweep import Sweep
 from flytune_nb.errors import UsageError
-from flytune_nb.strategies.selection import Rule
+from flytune_nb.strategies.selection import INTERPRETER_RULE, Rule
 from tests.conftest import PLUGINS
 
 
