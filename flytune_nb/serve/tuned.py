@@ -1,12 +1,16 @@
 """The run path: in-memory cache -> disk cache -> offline artifact -> heuristic default -> search.
 
 Normal calls never search. Search runs only when asked: ``FLYTUNE_AUTOTUNE=1``, ``tuned(k, autotune=True)`` or an
-explicit ``.tune(...)``. After a search on the caller's own tensors, every in-place input is restored, and ``zeroes``
-are reset before every real call too (Triton's autotuner applies reset_to_zero only while it benchmarks, so an
-accumulating output keeps a stale value on its real launch after tuning).
+explicit ``.tune(...)``. Its winner is chosen as a sweep's is (strategies/selection.py): the search's fastest few and
+the heuristic default re-timed in interleaved rounds, the default kept unless beaten beyond the tie band; the fastest
+of one noisy pass, which ``triton.autotune`` keeps, is often only the luckiest timing. After a search on the caller's
+own tensors, every in-place input is restored, and ``zeroes`` are reset before every real call too (Triton's autotuner
+applies reset_to_zero only while it benchmarks, so an accumulating output keeps a stale value on its real launch after
+tuning).
 """
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from typing import Any, Callable
@@ -20,7 +24,9 @@ from flytune_nb.serve.disk_cache import DiskCache
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import DeviceInfo, current_device, interpreter_unusable
 from flytune_nb.core.key import CODEGEN_ENV, make_key
+from flytune_nb.measure.trial import evaluate
 from flytune_nb.strategies.loop import SearchResult, search
+from flytune_nb.strategies.selection import as_rule, for_device, select, shortlist
 
 def autotune_requested() -> bool:
     return os.environ.get("FLYTUNE_AUTOTUNE", "0") not in ("", "0")
@@ -34,8 +40,9 @@ class TunedKernel:
 
     def __init__(self, spec, *, device: DeviceInfo | None = None, cache_dir=None, autotune: bool | None = None,
                  restore: bool = True, timer=None, listener: Callable | None = None,
-                 artifact_lookup: Callable | None = None) -> None:
+                 artifact_lookup: Callable | None = None, selection="auto") -> None:
         self.spec = spec
+        self.rule = as_rule(selection)  # as Sweep's: "auto" is Rule() on a GPU, a short stage on the interpreter
         self.device = device or current_device()
         self.disk = DiskCache(cache_dir)
         self.autotune = autotune
@@ -106,7 +113,7 @@ class TunedKernel:
             return cached, "disk"
         if self._want_search():
             result = self._search(shape, dtype, inputs, key)
-            return result.require_best().config, "search"
+            return result.pick.config, "search"
         lookup = self.artifact_lookup  # step 3, the offline artifact: None means the exported files
         if lookup is None:
             from flytune_nb.serve.lookup import artifact_hook as lookup
@@ -126,7 +133,7 @@ class TunedKernel:
         dtype = spec.check_dtype(spec.dtype_of(inputs))
         key = make_key(spec, shape, dtype, inputs, self.device)
         result = self._search(shape, dtype, inputs, key)
-        self._memory[_fast_key(inputs)] = (result.require_best().config, "search")
+        self._memory[_fast_key(inputs)] = (result.pick.config, "search")
         return result
 
     def _search(self, shape: dict, dtype: str, inputs: dict, key) -> SearchResult:
@@ -136,11 +143,25 @@ class TunedKernel:
         result = search(self.spec, shape, dtype, self.device, timer, inputs=inputs, restore=self.restore,
                         listener=self.listener)
         self.last_result = result
-        best = result.require_best()
+        result.require_best()  # every config failed: one message naming why, before any re-timing
+        rule = for_device(self.rule, self.device.is_gpu)
+        if rule.on:
+            def retime(config: Config, _round: int):
+                return evaluate(self.spec, shape, dtype, config, self.device, timer, inputs=inputs,
+                                restore=self.restore)
+
+            result.selection = select(result.default, shortlist(result.trials, result.default, rule), retime, rule)
+        best = result.pick
+        meta = {"key": key.to_dict(), "p50_ms": best.p50, "default": result.default.to_dict(),
+                "default_p50_ms": getattr(result.default_trial, "p50", None)}
+        if result.selection is not None:
+            meta["selection"] = result.selection.summary()
+            for name, config in (("p50_ms", best.config), ("default_p50_ms", result.default)):
+                retimed = result.selection.p50(config)  # unbiased, where re-timed: the search's minimum is not
+                if math.isfinite(retimed):
+                    meta[name] = retimed
         try:
-            self.disk.put(self.spec.name, key.digest, best.config,
-                          {"key": key.to_dict(), "p50_ms": best.p50, "default": result.default.to_dict(),
-                           "default_p50_ms": getattr(result.default_trial, "p50", None)})
+            self.disk.put(self.spec.name, key.digest, best.config, meta)
         except OSError as e:
             # The search is done and its winner is served from memory: a cache folder this user cannot write (a
             # service account whose home does not exist, a read-only home) must not throw the search away

@@ -60,7 +60,7 @@ def test_every_command_and_block_of_the_guide_runs(tmp_path, monkeypatch, capsys
     assert "zero search" in serve and "'artifact'" in serve
     assert (tmp_path / "runs" / "batch_exports").is_dir() and (tmp_path / "runs" / "check.md").exists()
     printed = capsys.readouterr().out
-    assert "search best" in printed and "residual updated once" in printed and "artifact" in printed
+    assert "search serving" in printed and "residual updated once" in printed and "artifact" in printed
 
 
 def _static_fragments(call: ast.Call) -> str:

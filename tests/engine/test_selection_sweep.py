@@ -146,3 +146,17 @@ def test_the_timing_mode_is_part_of_the_key_the_store_and_the_provenance(tmp_pat
         Sweep("rmsnorm", "M=2 N=64", ["fp32"], timer={"graph": True}, timing="events")
     with pytest.raises(UsageError, match="unknown timing mode"):
         Sweep("rmsnorm", "M=2 N=64", ["fp32"], timing="cuda-graph")
+
+
+def test_a_selection_that_is_not_a_rule_is_one_message_for_sweep_and_tuned():
+    from flytune_nb.serve.tuned import tuned
+
+    for make in (lambda s: Sweep("rmsnorm", "M=2 N=64", ["fp32"], selection=s),
+                 lambda s: tuned("rmsnorm", selection=s)):
+        with pytest.raises(UsageError, match="no field round"):
+            make({"round": 3})
+        with pytest.raises(UsageError, match="selection must be a Rule"):
+            make("fastest")
+        with pytest.raises(UsageError, match="rounds and top are at most"):
+            make({"rounds": 10**6})
+    assert tuned("rmsnorm", selection=None).rule == Rule(top=0)
