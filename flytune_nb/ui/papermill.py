@@ -1,9 +1,14 @@
 """Runs a notebook headless (papermill): what `make demo` and batch jobs use."""
 from __future__ import annotations
 
+import ast
+import difflib
 from pathlib import Path
 
 from flytune_nb.core.resources import NOTEBOOKS
+from flytune_nb.errors import UsageError
+
+INJECTED = "# Parameters"  # how papermill's Python translator opens the cell it adds after the parameters cell
 
 
 def run_notebook(name: str, out: str | Path, parameters: dict, cwd: str | Path | None = None) -> Path:
@@ -25,3 +30,34 @@ def printed_output(path: str | Path) -> str:
     nb = nbformat.read(str(path), as_version=4)
     return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                    if o.get("output_type") == "stream" and o.get("name") == "stdout")
+
+
+def refuse_unknown_parameters(history) -> None:
+    """A ``-p`` name the parameters cell does not define stops the run with one line. papermill only logs "Passed
+    unknown parameter" and runs on, so ``-p kernal matmul`` would sweep the default kernel and export it.
+    ``history``: the notebook kernel's ``In`` (the cells run so far, in order); papermill runs its injected cell right
+    after the parameters cell. Outside papermill there is no injected cell and nothing to check."""
+    cells = [c for c in history if isinstance(c, str)]
+    at = next((i for i in range(len(cells) - 1, 0, -1) if cells[i].lstrip().startswith(INJECTED)), None)
+    if at is None:
+        return
+    known, given = _assigned(cells[at - 1]), _assigned(cells[at])
+    unknown = sorted(given - known)
+    if unknown:
+        hints = [f"{u!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(u, known, n=1))
+                 else repr(u) for u in unknown]
+        raise UsageError(f"unknown parameter {', '.join(hints)}; this notebook's parameters: "
+                         f"{', '.join(sorted(known))}")
+
+
+def _assigned(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names

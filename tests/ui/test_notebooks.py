@@ -71,3 +71,27 @@ def test_workbench_notebook_executes_headless(tmp_path):
     assert not [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for c in nb["cells"]
                for o in c.get("outputs", []))
+
+
+def test_refuse_unknown_parameters_names_the_typo_and_the_parameters():
+    from flytune_nb.errors import UsageError
+    from flytune_nb.ui.papermill import refuse_unknown_parameters
+
+    params = 'kernel = "rmsnorm"\ngrid = {"M": "1"}  # M=1\nbudget: int | None = None\n'
+    refuse_unknown_parameters(["", params, "x = 1"])  # run in JupyterLab: no injected cell, nothing to check
+    refuse_unknown_parameters(["", params, '# Parameters\nkernel = "matmul"\nbudget = 4\n'])
+    with pytest.raises(UsageError) as e:
+        refuse_unknown_parameters(["", params, '# Parameters\nkernal = "matmul"\nxyz = 1\n', "import os"])
+    assert str(e.value) == ("unknown parameter 'kernal' (did you mean 'kernel'?), 'xyz'; this notebook's "
+                            "parameters: budget, grid, kernel")
+
+
+@pytest.mark.parametrize("name", ["batch_sweep.ipynb", "workbench.ipynb"])
+def test_a_mistyped_parameter_stops_the_notebook_before_anything_runs(tmp_path, name):
+    """papermill itself only warns "Passed unknown parameter" and runs the notebook's defaults."""
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError) as e:
+        run_notebook(name, tmp_path / "out.ipynb", {"kernal": "matmul", "db": str(tmp_path / "nb.db")})
+    assert "unknown parameter 'kernal' (did you mean 'kernel'?)" in str(e.value)
+    assert not (tmp_path / "nb.db").exists()
