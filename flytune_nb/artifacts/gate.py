@@ -113,7 +113,7 @@ def _kernel_of(entries: dict, fallback: str) -> str:
     return next((p["kernel"] for p in entries.values() if isinstance(p, dict) and p.get("kernel")), fallback)
 
 
-def _full_shape(spec, name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[dict, str]:
+def file_shape(spec, name: str, rest: dict, dtype: str | None, prov: dict) -> tuple[dict, str]:
     """The non-batch shape and dtype a file was tuned for: its provenance says it in full (a name may show only some
     axes, and the kernel's own tag of the dtype: SGLang's ``fp8_w8a8`` for fp8); older sidecars without it fall back
     to the name."""
@@ -205,7 +205,7 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
                 raise
             rest, _, dtype = parse_name(path.name)
             f.prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
-            f.rest, f.dtype = _full_shape(f.spec, path.name, rest, dtype, f.prov)
+            f.rest, f.dtype = file_shape(f.spec, path.name, rest, dtype, f.prov)
         except (LookupError, ValueError) as e:  # unknown kernel, bad name, malformed sidecar
             f.error = str(e)[:200]
         out.append(f)

@@ -192,7 +192,7 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
 def _exported(spec, root: Path, device, report: PrimeReport) -> list:
     """(shape, dtype, config, weight) for every entry of the kernel's files for ``device``."""
     from flytune_nb.artifacts.files import PROVENANCE, ArtifactError, read_provenance
-    from flytune_nb.artifacts.gate import parse_name
+    from flytune_nb.artifacts.gate import file_shape, parse_name
     from flytune_nb.serve.lookup import triton_dir, validated_table
 
     tdir, _ = triton_dir(root / spec.name)
@@ -204,14 +204,13 @@ def _exported(spec, root: Path, device, report: PrimeReport) -> list:
     for path in sorted(names):
         rest, _, dtype = parse_name(path.name)
         prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
-        meta = next((p for p in prov.values() if isinstance(p, dict) and "shape" in p), None)
-        if meta:  # the name may show only some axes; the provenance holds the full shape
-            rest, dtype = {k: int(v) for k, v in meta["shape"].items()}, meta.get("dtype") or dtype
-        if dtype is None:
-            raise UsageError(f"{path.name}: no dtype in the name and no provenance to say which; re-export it")
         try:
+            # the name may show only some axes (the provenance holds the full shape); where the two disagree, the
+            # name is what lookup serves the file for, and priming it for the provenance's shape would serve a
+            # config to a key no engine looks it up for
+            rest, dtype = file_shape(spec, path.name, rest, dtype, prov)
             table = validated_table(spec, path, rest, dtype, device)
-        except ArtifactError as e:  # a knob renamed since the export: start up, serving the rest
+        except (ArtifactError, UsageError) as e:  # a knob renamed since the export: start up, serving the rest
             report.skipped.append((path, str(e).removeprefix(f"{path.name}: ")))
             continue
         report.files.append(path)

@@ -121,6 +121,22 @@ def test_a_stale_or_unservable_file_is_reported_and_start_up_goes_on(tmp_path, d
     assert report.keys == [] and report.skipped and "NOT primed: " + name.name in report.summary()
 
 
+def test_a_file_whose_provenance_contradicts_its_name_is_left_out_not_primed_for_the_provenance(tmp_path, dev):
+    """The name is what lookup serves a file for (fp32 here); a sidecar saying bf16 (copied from another folder)
+    would prime bf16 keys no engine asks this file about: the file is named, left out, and start-up goes on."""
+    spec = load("AXPY")
+    cfg = spec.configs({"N": 64}, "fp32", dev)[-1]
+    write_export(tmp_path, spec, {}, "fp32", dev, {64: cfg})
+    folder = next(tmp_path.rglob(PROVENANCE)).parent
+    prov = json.loads((folder / PROVENANCE).read_text())
+    for entry in next(iter(prov.values())).values():
+        entry["dtype"] = "bf16"
+    (folder / PROVENANCE).write_text(json.dumps(prov))
+    with pytest.warns(ArtifactWarning, match="says it was tuned for dtype bf16, which its name does not say"):
+        report = flytune_nb.prime(spec, tmp_path)
+    assert report.keys == [] and [p.name for p, _ in report.skipped] == [next(folder.glob("*device_name=*")).name]
+
+
 def test_a_coarse_key_serves_the_winner_of_the_largest_share_of_time(tmp_path, dev):
     spec = load("SCALE")  # keyed on NB = cdiv(M*N, 1024): M=1, 2, 4 at N=64 share one key
     space = spec.configs({"M": 1, "N": 64}, "fp32", dev)
