@@ -100,15 +100,22 @@ def test_prime_takes_the_spec_its_reference_or_its_name(tmp_path, dev):
         flytune_nb.prime(spec, tmp_path / "axpy_acc")
 
 
-def test_a_stale_or_unservable_file_is_reported_and_start_up_goes_on(tmp_path, dev):
+def axpy_export_with_provenance(root, dev, **fields):
+    """One fp32 AXPY file for N=64, every provenance entry of it given ``fields``: (spec, config, folder)."""
     spec = load("AXPY")
     cfg = spec.configs({"N": 64}, "fp32", dev)[-1]
-    write_export(tmp_path, spec, {}, "fp32", dev, {64: cfg})
-    folder = next(tmp_path.rglob(PROVENANCE)).parent
+    write_export(root, spec, {}, "fp32", dev, {64: cfg})
+    folder = next(root.rglob(PROVENANCE)).parent
     prov = json.loads((folder / PROVENANCE).read_text())
     for entry in next(iter(prov.values())).values():
-        entry["source"] = "0123456789abcdef"  # tuned for an older source of the kernel
+        entry.update(fields)
     (folder / PROVENANCE).write_text(json.dumps(prov))
+    return spec, cfg, folder
+
+
+def test_a_stale_or_unservable_file_is_reported_and_start_up_goes_on(tmp_path, dev):
+    # tuned for an older source of the kernel
+    spec, cfg, folder = axpy_export_with_provenance(tmp_path, dev, source="0123456789abcdef")
     with pytest.warns(ArtifactWarning, match="1 file.s. tuned for another source of the kernel, primed"):
         report = flytune_nb.prime(spec, tmp_path)
     assert [k.config for k in report.keys] == [cfg] and len(report.stale) == 1 and "stale:" in report.summary()
@@ -124,14 +131,7 @@ def test_a_stale_or_unservable_file_is_reported_and_start_up_goes_on(tmp_path, d
 def test_a_file_whose_provenance_contradicts_its_name_is_left_out_not_primed_for_the_provenance(tmp_path, dev):
     """The name is what lookup serves a file for (fp32 here); a sidecar saying bf16 (copied from another folder)
     would prime bf16 keys no engine asks this file about: the file is named, left out, and start-up goes on."""
-    spec = load("AXPY")
-    cfg = spec.configs({"N": 64}, "fp32", dev)[-1]
-    write_export(tmp_path, spec, {}, "fp32", dev, {64: cfg})
-    folder = next(tmp_path.rglob(PROVENANCE)).parent
-    prov = json.loads((folder / PROVENANCE).read_text())
-    for entry in next(iter(prov.values())).values():
-        entry["dtype"] = "bf16"
-    (folder / PROVENANCE).write_text(json.dumps(prov))
+    spec, _, folder = axpy_export_with_provenance(tmp_path, dev, dtype="bf16")
     with pytest.warns(ArtifactWarning, match="says it was tuned for dtype bf16, which its name does not say"):
         report = flytune_nb.prime(spec, tmp_path)
     assert report.keys == [] and [p.name for p, _ in report.skipped] == [next(folder.glob("*device_name=*")).name]
