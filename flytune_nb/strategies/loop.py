@@ -47,11 +47,21 @@ class SearchResult:
     @property
     def pick(self) -> Trial | None:
         """The trial of the config this shape's winner is: the selection's when the stage ran (the default unless
-        a candidate beat it beyond the tie band), else the fastest (``best``)."""
+        a candidate beat it beyond the tie band), else the fastest (``best``).
+
+        A winner whose search trial failed but which passed every selection round (a default that failed once in the
+        search) is still the winner: the rounds vouch for it, as an export takes it, and the search's fastest is the
+        candidate the selection turned down. Only a winner that failed its rounds too falls back to ``best``."""
         if self.selection is None:
             return self.best
         w = self.selection.winner
-        return next((t for t in self.trials if t.config == w and t.ok and t.fidelity == "full"), self.best)
+        full = [t for t in self.trials if t.config == w and t.fidelity == "full"]
+        ok = next((t for t in full if t.ok), None)
+        if ok is not None:
+            return ok
+        if full and w not in self.selection.failed:
+            return full[0]
+        return self.best
 
     @property
     def default_trial(self) -> Trial | None:

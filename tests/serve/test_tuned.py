@@ -265,3 +265,40 @@ def test_a_tuned_search_keeps_the_default_over_a_lucky_timing_unless_the_stage_i
     assert op.config_for(spec.make_inputs(SHAPE, "fp32", dev)) == result.default and op.last_source == "memory"
     assert cached["config"] == result.default.to_dict()
     assert cached["selection"]["winner"] == "default" and cached["p50_ms"] == cached["default_p50_ms"] == 1.0
+
+
+class _EvenTimer:
+    """Every config takes 1 ms: no candidate beats the default beyond the tie band."""
+
+    def measure(self, fn, setup=None):
+        from flytune_nb.measure.timer import summarise
+
+        if setup:
+            setup()
+        fn()
+        return summarise([1.0] * 3, "wall")
+
+
+def test_a_default_that_failed_once_in_the_search_and_won_the_rounds_is_what_is_served(spec, dev, tmp_path):
+    """The default's first launch fails (a flaky failure), every re-timed round of it passes, and no candidate beats
+    it: the selection keeps the default, so the default is served and cached, as an export of the same decision
+    writes it; serving the search's fastest instead would contradict the cached record of the decision."""
+    default = spec.default(SHAPE, "fp32", dev)
+    failed_once = []
+
+    def run(inputs, config):
+        if config == default and not failed_once:
+            failed_once.append(True)
+            raise RuntimeError("flaky launch")
+        return spec.run(inputs, config)
+
+    flaky = dataclasses.replace(spec, run=run)
+    op = TunedKernel(flaky, device=dev, cache_dir=tmp_path, timer=_EvenTimer(), selection={"top": 1, "rounds": 3})
+    inputs = flaky.make_inputs(SHAPE, "fp32", dev)
+    result = op.tune(**inputs)
+    assert not result.default_trial.ok and result.selection.chose_default and not result.selection.failed
+    assert result.pick.config == default
+    assert op.config_for(inputs) == default
+    cached = json.loads(next(tmp_path.rglob("*.json")).read_text())
+    assert cached["config"] == default.to_dict() and cached["selection"]["winner"] == "default"
+    assert cached["p50_ms"] == cached["default_p50_ms"] == 1.0
