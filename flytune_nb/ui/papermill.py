@@ -36,12 +36,18 @@ def refuse_unknown_parameters(history) -> None:
     """A ``-p`` name the parameters cell does not define stops the run with one line. papermill only logs "Passed
     unknown parameter" and runs on, so ``-p kernal matmul`` would sweep the default kernel and export it.
     ``history``: the notebook kernel's ``In`` (the cells run so far, in order); papermill runs its injected cell right
-    after the parameters cell. Outside papermill there is no injected cell and nothing to check."""
+    after the parameters cell. Outside papermill there is no injected cell and nothing to check.
+
+    The first injected cell is the one checked: an executed notebook opened in JupyterLab keeps papermill's cell, and
+    a user who edits a value there and runs it again has run some other cell right before it. A cell before it that
+    assigns nothing (a kernel restarted and run from the injected cell down) is no parameters cell: nothing to check."""
     cells = [c for c in history if isinstance(c, str)]
-    at = next((i for i in range(len(cells) - 1, 0, -1) if cells[i].lstrip().startswith(INJECTED)), None)
+    at = next((i for i in range(1, len(cells)) if cells[i].lstrip().startswith(INJECTED)), None)
     if at is None:
         return
     known, given = _assigned(cells[at - 1]), _assigned(cells[at])
+    if not known:
+        return
     unknown = sorted(given - known)
     if unknown:
         hints = [f"{u!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(u, known, n=1))

@@ -86,6 +86,20 @@ def test_refuse_unknown_parameters_names_the_typo_and_the_parameters():
                             "parameters: budget, grid, kernel")
 
 
+def test_an_executed_notebook_rerun_in_jupyterlab_is_not_refused():
+    """An executed notebook keeps papermill's injected cell: a user who edits a value there and runs it again, or
+    restarts the kernel and runs from it down, has run no parameters cell right before it; that is no mistyped -p
+    name. (ipykernel's In holds each cell as run, '' first.)"""
+    from flytune_nb.ui.papermill import refuse_unknown_parameters
+
+    params, injected = 'kernel = "rmsnorm"\ngrid = {"M": "1"}', '# Parameters\nkernel = "matmul"'
+    main, report = "wb = Workbench(kernel, grid)", "static_report(results)"
+    # Run All, then the injected cell edited and run again, then the main cell
+    refuse_unknown_parameters(["", params, injected, main, report, '# Parameters\nkernel = "softmax"', main])
+    # a restarted kernel run from the injected cell down
+    refuse_unknown_parameters(["", injected, main])
+
+
 @pytest.mark.parametrize("name", ["batch_sweep.ipynb", "workbench.ipynb"])
 def test_a_mistyped_parameter_stops_the_notebook_before_anything_runs(tmp_path, name):
     """papermill itself only warns "Passed unknown parameter" and runs the notebook's defaults."""
