@@ -82,11 +82,15 @@ def _env_dirs() -> list[Path]:
 
 
 def _folder_problem(d: Path) -> str:
-    if not d.is_dir():
-        return f"kernel path {d} is not a folder (from --path / paths= or FLYTUNE_KERNEL_PATH)"
-    if all((d / part).exists() for part in PARTS):  # it would list nothing: its subfolders are searched
-        return (f"kernel path {d} is a kernel folder itself; give the folder that holds kernel folders: "
-                f"{d.resolve().parent}")
+    try:
+        if not d.is_dir():
+            return f"kernel path {d} is not a folder (from --path / paths= or FLYTUNE_KERNEL_PATH)"
+        if all((d / part).exists() for part in PARTS):  # it would list nothing: its subfolders are searched
+            return (f"kernel path {d} is a kernel folder itself; give the folder that holds kernel folders: "
+                    f"{d.resolve().parent}")
+        os.scandir(d).close()  # discover lists it
+    except OSError as e:  # EACCES: another user's folder, as a shared shell profile may name
+        return f"kernel path {d} cannot be read ({e.strerror or e}) (from --path / paths= or FLYTUNE_KERNEL_PATH)"
     return ""
 
 

@@ -92,3 +92,27 @@ def test_a_kernel_missing_an_optional_dependency_is_listed_as_unavailable_not_br
     assert main(["kernels", "--path", str(tmp_path)]) == 0  # unavailable is not broken
     out = capsys.readouterr().out
     assert "needs_lib" in out and "unavailable: needs somelib: pip install 'flytune_nb[somelib]'" in out
+
+
+def test_a_kernel_path_this_user_cannot_read_is_a_problem_named_not_an_oserror(tmp_path, monkeypatch):
+    """A FLYTUNE_KERNEL_PATH from a shared shell profile may name another user's folder: stat answers EACCES there.
+    (Raised by a patched stat: these tests may run as root, which reads every folder.)"""
+    import os
+    import pathlib
+
+    from flytune_nb.core.registry import drop_unusable_env_paths, search_path
+
+    locked = tmp_path / "alice" / "kernels"
+    real_stat = pathlib.Path.stat
+
+    def stat(self, *a, **k):
+        if str(self).startswith(str(locked)):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *a, **k)
+
+    monkeypatch.setattr(pathlib.Path, "stat", stat)
+    monkeypatch.setenv("FLYTUNE_KERNEL_PATH", os.pathsep.join([str(locked), PLUGINS]))
+    with pytest.raises(RegistryError, match=f"kernel path {locked} cannot be read .Permission denied."):
+        search_path()
+    problems = drop_unusable_env_paths()
+    assert len(problems) == 1 and "cannot be read" in problems[0] and os.environ["FLYTUNE_KERNEL_PATH"] == PLUGINS
