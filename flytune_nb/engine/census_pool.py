@@ -35,6 +35,7 @@ from flytune_nb.errors import RunError, UsageError
 from flytune_nb.measure.census import CensusRow, CensusSummary, prune, summarise
 
 CACHE_ENV = "FLYTUNE_CENSUS_CACHE"
+CLOSE_S = 10.0  # how long the compiles in flight may take to finish once the pool closes, before they are killed
 STARTUP_S = 300.0  # a fresh process imports torch and Triton: 3-5 s here, much longer on a loaded machine
 COPRIME = 2 * 3 * 5 * 7  # knob periods of the spaces' product orders (2 waves_per_eu, 2 nonkdim, 3-5 warps ...)
 
@@ -132,12 +133,19 @@ class _Process:
             self.proc.kill()
             self.proc.wait()
 
-    def close(self) -> None:
+    def end_input(self) -> None:
+        """Its stdin's end: the process exits once its compile in flight is done."""
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
+            except OSError:
+                self.kill()
+
+    def wait_or_kill(self, grace: float) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
                 self.kill()
 
 
@@ -242,9 +250,14 @@ class CensusPool:
             raise errors[0]
 
     def close(self) -> None:
-        for p in self._procs:
-            if p is not None:
-                p.close()
+        # one grace period for all: the processes ignore Ctrl-C and compile at once; waiting for each in turn would
+        # make an interrupt wait the grace period once per process stuck in a long compile
+        procs = [p for p in self._procs if p is not None]
+        for p in procs:
+            p.end_input()
+        deadline = time.monotonic() + CLOSE_S
+        for p in procs:
+            p.wait_or_kill(max(0.0, deadline - time.monotonic()))
         self._procs = [None] * self.jobs
 
 

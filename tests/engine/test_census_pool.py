@@ -135,6 +135,53 @@ def test_ctrl_c_stops_a_census_without_marking_the_config_in_flight_as_crashed(t
     assert len(rows) <= 2  # MODE=0 and perhaps MODE=1, finished: MODE=2 never started
 
 
+def test_ctrl_c_during_long_compiles_waits_one_grace_period_not_one_per_process(tmp_path):
+    """The census processes ignore Ctrl-C and get a grace period to finish their compile before they are killed: two
+    processes stuck in 60 s compiles are given it together (about 10 s), not one after the other (20 s, and 160 s for
+    the 16 processes a census starts by default)."""
+    folder = tmp_path / "plugins" / "stuck"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(textwrap.dedent(f'''
+        import pathlib, time
+        import torch
+        from flytune_nb.core.config import Config
+        from flytune_nb.core.spec import KernelSpec
+
+        def run(inputs, config):
+            if config["MODE"]:
+                pathlib.Path({str(tmp_path)!r}, f"compiling{{config['MODE']}}").touch()
+                time.sleep(60)
+            return inputs["x"]
+
+        SPEC = KernelSpec(
+            name="stuck", axes=("N",), batch_axis="N", dtypes=("fp32",),
+            make_inputs=lambda s, d, dev: {{"x": torch.empty(s["N"], device=dev.torch_device)}},
+            run=run, reference=lambda i: i["x"],
+            configs=lambda s, d, dev: [Config({{"MODE": m}}) for m in (0, 1, 2)],
+            default=lambda s, d, dev: Config({{"MODE": 0}}), shape_of=lambda i: {{"N": i["x"].shape[0]}})
+    '''))
+    for part in ("kernel.py", "configs.py", "heuristic.py", "reference.py"):
+        (folder / part).write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.Popen([sys.executable, "-m", "flytune_nb", "census", "stuck", "--target", "mi300x", "--grid",
+                          "N=8", "--dtype", "fp32", "--path", str(folder.parent), "--db", str(tmp_path / "c.db"),
+                          "-j", "2", "--quiet"],
+                         env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    compiling = [tmp_path / "compiling1", tmp_path / "compiling2"]
+    deadline = time.monotonic() + 120
+    while not all(f.exists() for f in compiling) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not all(f.exists() for f in compiling):
+        p.kill()
+        pytest.fail(p.communicate()[0])
+    t0 = time.monotonic()
+    os.killpg(p.pid, signal.SIGINT)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 130 and "interrupted" in out, out
+    assert time.monotonic() - t0 < 16
+
+
 def test_a_bad_target_or_kernel_is_one_line_before_anything_starts(tmp_path):
     with pytest.raises(UsageError, match="unknown target"):
         Census("rmsnorm", "M=4 N=256", target="mi301x")
