@@ -171,6 +171,7 @@ class CensusPool:
         self._env = env
         self._procs: list[_Process | None] = [None] * self.jobs
         self._lock = threading.Lock()
+        self._halted = threading.Event()  # see halt
 
     def _proc(self, i: int) -> _Process:
         with self._lock:
@@ -203,7 +204,7 @@ class CensusPool:
         for c in configs:
             todo.put(c)
         errors: list = []
-        halted = threading.Event()  # the caller was interrupted: nothing more starts, and a process ended by the
+        halted = self._halted  # the caller was interrupted: nothing more starts, and a process ended by the
         # caller's exit is no config's crash
 
         def drain(i: int) -> None:
@@ -249,16 +250,24 @@ class CensusPool:
         if errors:
             raise errors[0]
 
-    def close(self) -> None:
+    def halt(self) -> None:
+        """From another thread than the one in ``compile`` (a sweep's interrupt, while its census thread compiles):
+        nothing more starts and the compiles in flight are killed now, none of them stored as a crash. The processes
+        ignore Ctrl-C, so without this a hung compile would hold the interrupt for its whole timeout."""
+        self._halted.set()
+        self.close(grace=0.0)
+
+    def close(self, grace: float = CLOSE_S) -> None:
         # one grace period for all: the processes ignore Ctrl-C and compile at once; waiting for each in turn would
         # make an interrupt wait the grace period once per process stuck in a long compile
-        procs = [p for p in self._procs if p is not None]
+        with self._lock:
+            procs = [p for p in self._procs if p is not None]
+            self._procs = [None] * self.jobs
         for p in procs:
             p.end_input()
-        deadline = time.monotonic() + CLOSE_S
+        deadline = time.monotonic() + grace
         for p in procs:
             p.wait_or_kill(max(0.0, deadline - time.monotonic()))
-        self._procs = [None] * self.jobs
 
 
 def sibling_groups(configs: list, schedule_knobs: Iterable[str], first=None) -> dict:
@@ -570,9 +579,17 @@ class CensusPruner:
                                stop=stop or self._stop, siblings=self.target is not None)
 
     def stop(self) -> None:
-        """From any thread (the sweep's Stop, an interrupt): no further compile starts, and a shape waiting for its
-        census is timed unpruned at once."""
+        """From any thread (the sweep's Stop): no further compile starts, and a shape waiting for its census is timed
+        unpruned at once; the compiles in flight finish and are stored."""
         self._stop.set()
+
+    def halt(self) -> None:
+        """An interrupt: as ``stop``, and the compiles in flight are killed rather than waited for (none is stored
+        as a crash)."""
+        self._stop.set()
+        pool = self._pool
+        if pool is not None:
+            pool.halt()
 
     def prefetch(self, kernel: str, shapes: list, device: dict, store=None) -> None:
         """``shapes``: [(shape, dtype, space)] in the order the sweep times them. Their censuses are taken one after

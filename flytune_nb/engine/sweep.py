@@ -256,7 +256,7 @@ class Sweep:
             except BaseException:  # Ctrl-C / a notebook interrupt: end the trial in flight now, then unwind
                 self._stop.set()
                 if self.prune is not None:
-                    self.prune.stop()
+                    self.prune.halt()
                 self._cancel_lanes()  # a hang would otherwise hold the interrupt for the rest of its timeout
                 _wait_all(finished)  # the lanes are closed below only once no thread uses them
                 raise

@@ -182,6 +182,54 @@ def test_ctrl_c_during_long_compiles_waits_one_grace_period_not_one_per_process(
     assert time.monotonic() - t0 < 16
 
 
+def test_ctrl_c_of_a_census_pruned_sweep_is_not_held_by_a_hung_census_compile(tmp_path):
+    """The census processes ignore Ctrl-C; a sweep interrupted while its census thread waits on a hung compile must
+    end that compile, not wait out its thread (60 s) and the pool's grace period, and store no crash for it."""
+    folder = tmp_path / "plugins" / "stuck"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(textwrap.dedent(f'''
+        import pathlib, time
+        import torch
+        from flytune_nb.core.config import Config
+        from flytune_nb.core.spec import KernelSpec
+
+        def run(inputs, config):
+            if inputs["x"].is_meta and config["MODE"] == 1:  # the census compiles on meta tensors
+                pathlib.Path({str(tmp_path)!r}, "compiling").touch()
+                time.sleep(600)
+            return inputs["x"].clone()
+
+        SPEC = KernelSpec(
+            name="stuck", axes=("N",), batch_axis="N", dtypes=("fp32",),
+            make_inputs=lambda s, d, dev: {{"x": torch.ones(s["N"], device=dev.torch_device)}},
+            run=run, reference=lambda i: i["x"].clone(),
+            configs=lambda s, d, dev: [Config({{"MODE": m}}) for m in (0, 1, 2)],
+            default=lambda s, d, dev: Config({{"MODE": 0}}), shape_of=lambda i: {{"N": i["x"].shape[0]}})
+    '''))
+    for part in ("kernel.py", "configs.py", "heuristic.py", "reference.py"):
+        (folder / part).write_text("")
+    db = tmp_path / "s.db"
+    p = subprocess.Popen([sys.executable, "-m", "flytune_nb", "sweep", "stuck", "--grid", "N=8", "--dtype", "fp32",
+                          "--prune-census", "mi300x", "--path", str(folder.parent), "--db", str(db), "--no-isolate"],
+                         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "compiling").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not (tmp_path / "compiling").exists():
+        p.kill()
+        pytest.fail(p.communicate()[0])
+    t0 = time.monotonic()
+    os.killpg(p.pid, signal.SIGINT)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 130 and "interrupted" in out, out
+    assert time.monotonic() - t0 < 15
+    store = Store(db, readonly=True)
+    rows = store.frame(table="census")
+    store.close()
+    assert rows.empty or "crashed" not in set(rows["status"]), rows[["config", "status", "error"]]
+
+
 def test_a_bad_target_or_kernel_is_one_line_before_anything_starts(tmp_path):
     with pytest.raises(UsageError, match="unknown target"):
         Census("rmsnorm", "M=4 N=256", target="mi301x")
