@@ -86,13 +86,11 @@ def test_a_config_that_kills_or_hangs_its_compiler_is_its_own_row(flaky_plugin):
     assert s.configs == 3 and s.compiled == 1
 
 
-def test_ctrl_c_stops_a_census_without_marking_the_config_in_flight_as_crashed(tmp_path):
-    """A terminal's Ctrl-C reaches the whole process group: the census process compiling a config must not die of it
-    (its config would be stored as crashing the compiler). MODE=1 stands for a long compile: it says it started, then
-    takes 3 s; the interrupt lands inside it."""
-    folder = tmp_path / "plugins" / "slow"
+def _mode_kernel(root, name: str, compile_: str):
+    """A kernel folder ``name`` under ``root/plugins`` of configs MODE = 0 (the default), 1, 2, whose ``run`` first runs
+    the statement ``compile_`` (``config``, ``inputs``, ``pathlib``, ``time`` in scope): a long compile to interrupt."""
+    folder = root / "plugins" / name
     folder.mkdir(parents=True)
-    started = tmp_path / "compiling"
     (folder / "__init__.py").write_text(textwrap.dedent(f'''
         import pathlib, time
         import torch
@@ -100,37 +98,60 @@ def test_ctrl_c_stops_a_census_without_marking_the_config_in_flight_as_crashed(t
         from flytune_nb.core.spec import KernelSpec
 
         def run(inputs, config):
-            if config["MODE"] == 1:
-                pathlib.Path({str(started)!r}).touch()
-                time.sleep(3)
-            return inputs["x"]
+            {compile_}
+            return inputs["x"].clone()
 
         SPEC = KernelSpec(
-            name="slow", axes=("N",), batch_axis="N", dtypes=("fp32",),
-            make_inputs=lambda s, d, dev: {{"x": torch.empty(s["N"], device=dev.torch_device)}},
-            run=run, reference=lambda i: i["x"],
+            name={name!r}, axes=("N",), batch_axis="N", dtypes=("fp32",),
+            make_inputs=lambda s, d, dev: {{"x": torch.ones(s["N"], device=dev.torch_device)}},
+            run=run, reference=lambda i: i["x"].clone(),
             configs=lambda s, d, dev: [Config({{"MODE": m}}) for m in (0, 1, 2)],
             default=lambda s, d, dev: Config({{"MODE": 0}}), shape_of=lambda i: {{"N": i["x"].shape[0]}})
     '''))
     for part in ("kernel.py", "configs.py", "heuristic.py", "reference.py"):
         (folder / part).write_text("")
-    db = tmp_path / "c.db"
+    return folder.parent
+
+
+def _ctrl_c(args: list, markers: list) -> tuple[str, float]:
+    """``flytune ARGS`` in a process group of its own with SIGINT at its default, as a shell's foreground job has it;
+    once every marker file exists, Ctrl-C to the whole group as a terminal sends it. (output, seconds from the
+    interrupt to the exit), the exit asserted to be the interrupt's."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    # a process of its own group with SIGINT at its default, as a shell's foreground job has it
-    p = subprocess.Popen([sys.executable, "-m", "flytune_nb", "census", "slow", "--target", "mi300x", "--grid", "N=8",
-                          "--dtype", "fp32", "--path", str(folder.parent), "--db", str(db), "-j", "1", "--quiet"],
-                         env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    p = subprocess.Popen([sys.executable, "-m", "flytune_nb", *args], env=env, start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
-    while not started.exists() and p.poll() is None and time.monotonic() < deadline:
+    while not all(m.exists() for m in markers) and p.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert started.exists(), p.communicate()[0]
+    if not all(m.exists() for m in markers):
+        p.kill()
+        pytest.fail(p.communicate()[0])
+    t0 = time.monotonic()
     os.killpg(p.pid, signal.SIGINT)
-    out = p.communicate(timeout=60)[0]
+    out = p.communicate(timeout=120)[0]
     assert p.returncode == 130 and "interrupted" in out, out
+    return out, time.monotonic() - t0
+
+
+def _census_rows(db):
     store = Store(db, readonly=True)
     rows = store.frame(table="census")
     store.close()
+    return rows
+
+
+def test_ctrl_c_stops_a_census_without_marking_the_config_in_flight_as_crashed(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: the census process compiling a config must not die of it
+    (its config would be stored as crashing the compiler). MODE=1 stands for a long compile: it says it started, then
+    takes 3 s; the interrupt lands inside it."""
+    started = tmp_path / "compiling"
+    plugins = _mode_kernel(tmp_path, "slow", f'if config["MODE"] == 1: pathlib.Path({str(started)!r}).touch(); '
+                                             f'time.sleep(3)')
+    db = tmp_path / "c.db"
+    _ctrl_c(["census", "slow", "--target", "mi300x", "--grid", "N=8", "--dtype", "fp32", "--path", str(plugins),
+             "--db", str(db), "-j", "1", "--quiet"], [started])
+    rows = _census_rows(db)
     assert "crashed" not in set(rows["status"]), rows[["config", "status", "error"]]
     assert len(rows) <= 2  # MODE=0 and perhaps MODE=1, finished: MODE=2 never started
 
@@ -139,94 +160,25 @@ def test_ctrl_c_during_long_compiles_waits_one_grace_period_not_one_per_process(
     """The census processes ignore Ctrl-C and get a grace period to finish their compile before they are killed: two
     processes stuck in 60 s compiles are given it together (about 10 s), not one after the other (20 s, and 160 s for
     the 16 processes a census starts by default)."""
-    folder = tmp_path / "plugins" / "stuck"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(textwrap.dedent(f'''
-        import pathlib, time
-        import torch
-        from flytune_nb.core.config import Config
-        from flytune_nb.core.spec import KernelSpec
-
-        def run(inputs, config):
-            if config["MODE"]:
-                pathlib.Path({str(tmp_path)!r}, f"compiling{{config['MODE']}}").touch()
-                time.sleep(60)
-            return inputs["x"]
-
-        SPEC = KernelSpec(
-            name="stuck", axes=("N",), batch_axis="N", dtypes=("fp32",),
-            make_inputs=lambda s, d, dev: {{"x": torch.empty(s["N"], device=dev.torch_device)}},
-            run=run, reference=lambda i: i["x"],
-            configs=lambda s, d, dev: [Config({{"MODE": m}}) for m in (0, 1, 2)],
-            default=lambda s, d, dev: Config({{"MODE": 0}}), shape_of=lambda i: {{"N": i["x"].shape[0]}})
-    '''))
-    for part in ("kernel.py", "configs.py", "heuristic.py", "reference.py"):
-        (folder / part).write_text("")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    p = subprocess.Popen([sys.executable, "-m", "flytune_nb", "census", "stuck", "--target", "mi300x", "--grid",
-                          "N=8", "--dtype", "fp32", "--path", str(folder.parent), "--db", str(tmp_path / "c.db"),
-                          "-j", "2", "--quiet"],
-                         env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    compiling = [tmp_path / "compiling1", tmp_path / "compiling2"]
-    deadline = time.monotonic() + 120
-    while not all(f.exists() for f in compiling) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not all(f.exists() for f in compiling):
-        p.kill()
-        pytest.fail(p.communicate()[0])
-    t0 = time.monotonic()
-    os.killpg(p.pid, signal.SIGINT)
-    out = p.communicate(timeout=120)[0]
-    assert p.returncode == 130 and "interrupted" in out, out
-    assert time.monotonic() - t0 < 16
+    plugins = _mode_kernel(tmp_path, "stuck", f'if config["MODE"]: pathlib.Path({str(tmp_path)!r}, '
+                                              f'f"compiling{{config[\'MODE\']}}").touch(); time.sleep(60)')
+    _, seconds = _ctrl_c(["census", "stuck", "--target", "mi300x", "--grid", "N=8", "--dtype", "fp32", "--path",
+                          str(plugins), "--db", str(tmp_path / "c.db"), "-j", "2", "--quiet"],
+                         [tmp_path / "compiling1", tmp_path / "compiling2"])
+    assert seconds < 16
 
 
 def test_ctrl_c_of_a_census_pruned_sweep_is_not_held_by_a_hung_census_compile(tmp_path):
     """The census processes ignore Ctrl-C; a sweep interrupted while its census thread waits on a hung compile must
     end that compile, not wait out its thread (60 s) and the pool's grace period, and store no crash for it."""
-    folder = tmp_path / "plugins" / "stuck"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(textwrap.dedent(f'''
-        import pathlib, time
-        import torch
-        from flytune_nb.core.config import Config
-        from flytune_nb.core.spec import KernelSpec
-
-        def run(inputs, config):
-            if inputs["x"].is_meta and config["MODE"] == 1:  # the census compiles on meta tensors
-                pathlib.Path({str(tmp_path)!r}, "compiling").touch()
-                time.sleep(600)
-            return inputs["x"].clone()
-
-        SPEC = KernelSpec(
-            name="stuck", axes=("N",), batch_axis="N", dtypes=("fp32",),
-            make_inputs=lambda s, d, dev: {{"x": torch.ones(s["N"], device=dev.torch_device)}},
-            run=run, reference=lambda i: i["x"].clone(),
-            configs=lambda s, d, dev: [Config({{"MODE": m}}) for m in (0, 1, 2)],
-            default=lambda s, d, dev: Config({{"MODE": 0}}), shape_of=lambda i: {{"N": i["x"].shape[0]}})
-    '''))
-    for part in ("kernel.py", "configs.py", "heuristic.py", "reference.py"):
-        (folder / part).write_text("")
+    # the census compiles on meta tensors: only its compile of MODE=1 hangs
+    plugins = _mode_kernel(tmp_path, "stuck", f'if inputs["x"].is_meta and config["MODE"] == 1: '
+                                              f'pathlib.Path({str(tmp_path)!r}, "compiling").touch(); time.sleep(600)')
     db = tmp_path / "s.db"
-    p = subprocess.Popen([sys.executable, "-m", "flytune_nb", "sweep", "stuck", "--grid", "N=8", "--dtype", "fp32",
-                          "--prune-census", "mi300x", "--path", str(folder.parent), "--db", str(db), "--no-isolate"],
-                         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "compiling").exists() and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not (tmp_path / "compiling").exists():
-        p.kill()
-        pytest.fail(p.communicate()[0])
-    t0 = time.monotonic()
-    os.killpg(p.pid, signal.SIGINT)
-    out = p.communicate(timeout=120)[0]
-    assert p.returncode == 130 and "interrupted" in out, out
-    assert time.monotonic() - t0 < 15
-    store = Store(db, readonly=True)
-    rows = store.frame(table="census")
-    store.close()
+    _, seconds = _ctrl_c(["sweep", "stuck", "--grid", "N=8", "--dtype", "fp32", "--prune-census", "mi300x", "--path",
+                          str(plugins), "--db", str(db), "--no-isolate"], [tmp_path / "compiling"])
+    assert seconds < 15
+    rows = _census_rows(db)
     assert rows.empty or "crashed" not in set(rows["status"]), rows[["config", "status", "error"]]
 
 
