@@ -26,8 +26,8 @@ DEVICE_ENV = "FLYTUNE_CENSUS_DEVICE"
 
 
 def main() -> int:
-    # Ctrl-C is the parent's (a terminal sends it to the whole process group): dying of it mid-compile made the config
-    # in flight read as crashing the compiler. The parent stops handing out configs; stdin's end ends this process.
+    # Ctrl-C is the parent's (a terminal sends it to the whole process group): a process dying of it mid-compile would
+    # read as its config crashing the compiler. The parent stops handing out configs; stdin's end ends this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray output (C or Python) must not corrupt the replies

@@ -33,7 +33,6 @@ from flytune_nb.engine.lanes import (WorkerCrashed, WorkerError, WorkerStartErro
                                     local_lanes)
 
 
-
 class SweepError(RunError):
     """A failure that is not one config's: the kernel's make_inputs/reference raised, a worker cannot start, ..."""
 
