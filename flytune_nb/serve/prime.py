@@ -202,9 +202,9 @@ def _exported(spec, root: Path, device, report: PrimeReport) -> list:
     out = []
     names = set(tdir.glob(f"*device_name={device.name},*.json")) | set(tdir.glob(f"*device_name={device.name}.json"))
     for path in sorted(names):
-        rest, _, dtype = parse_name(path.name)
-        prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
-        try:
+        try:  # a stray file the glob matched, a hand-broken sidecar: named and left out, start-up goes on
+            prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
+            rest, _, dtype = parse_name(path.name)
             # the name may show only some axes (the provenance holds the full shape); where the two disagree, the
             # name is what lookup serves the file for, and priming it for the provenance's shape would serve a
             # config to a key no engine looks it up for

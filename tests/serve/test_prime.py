@@ -137,6 +137,21 @@ def test_a_file_whose_provenance_contradicts_its_name_is_left_out_not_primed_for
     assert report.keys == [] and [p.name for p, _ in report.skipped] == [next(folder.glob("*device_name=*")).name]
 
 
+def test_a_stray_file_or_a_broken_shape_in_provenance_is_left_out_and_the_rest_primed(tmp_path, dev):
+    spec, cfg, folder = axpy_export_with_provenance(tmp_path, dev)
+    good = next(folder.glob("*device_name=*.json"))
+    stray = folder / f"copy of,{good.name}"  # matched by the device's glob, not an artifact name
+    stray.write_text(good.read_text())
+    with pytest.warns(ArtifactWarning, match="not an artifact name"):
+        report = flytune_nb.prime(spec, tmp_path)
+    assert [k.config for k in report.keys] == [cfg] and [p.name for p, _ in report.skipped] == [stray.name]
+    stray.unlink()
+    spec, _, folder = axpy_export_with_provenance(tmp_path / "b", dev, shape={"N": "sixty-four"})
+    with pytest.warns(ArtifactWarning, match="holds a value that is not a whole number"):
+        report = flytune_nb.prime(spec, tmp_path / "b")
+    assert report.keys == [] and len(report.skipped) == 1
+
+
 def test_a_coarse_key_serves_the_winner_of_the_largest_share_of_time(tmp_path, dev):
     spec = load("SCALE")  # keyed on NB = cdiv(M*N, 1024): M=1, 2, 4 at N=64 share one key
     space = spec.configs({"M": 1, "N": 64}, "fp32", dev)
