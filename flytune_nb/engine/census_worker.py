@@ -29,6 +29,10 @@ def main() -> int:
     # Ctrl-C is the parent's (a terminal sends it to the whole process group): a process dying of it mid-compile would
     # read as its config crashing the compiler. The parent stops handing out configs; stdin's end ends this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from flytune_nb.engine.processes import watch_parent
+
+    # stdin's end only reaches a process between compiles: one in a hung compile would outlive a killed parent
+    watch_parent(os.getppid())
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray output (C or Python) must not corrupt the replies
     sys.stdout = sys.stderr

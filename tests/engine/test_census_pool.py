@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -180,6 +181,42 @@ def test_ctrl_c_of_a_census_pruned_sweep_is_not_held_by_a_hung_census_compile(tm
     assert seconds < 15
     rows = _census_rows(db)
     assert rows.empty or "crashed" not in set(rows["status"]), rows[["config", "status", "error"]]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from Linux's /proc")
+def test_a_census_process_in_a_hung_compile_ends_when_its_parent_is_killed(tmp_path):
+    """kill -9 of the census (or a second Ctrl-C while it waits for its processes) must not leave a compiler process
+    behind: one stuck in a compile never reads its stdin's end."""
+    started = tmp_path / "compiling"
+    plugins = _mode_kernel(tmp_path, "stuck", f'if config["MODE"] == 1: pathlib.Path({str(started)!r}).touch(); '
+                                              f'time.sleep(600)')
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.Popen([sys.executable, "-m", "flytune_nb", "census", "stuck", "--target", "mi300x", "--grid", "N=8",
+                          "--dtype", "fp32", "--path", str(plugins), "--db", str(tmp_path / "c.db"), "-j", "1",
+                          "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not started.exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists()
+    children = [int(c) for t in Path(f"/proc/{p.pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    assert children
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 10
+    while any(map(_running, children)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [c for c in children if _running(c)]
+    for c in left:
+        os.kill(c, signal.SIGKILL)
+    assert not left
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is no zombie (an orphan's zombie waits for init to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_bad_target_or_kernel_is_one_line_before_anything_starts(tmp_path):
