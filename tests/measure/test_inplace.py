@@ -20,7 +20,7 @@ def _tune_then_call(restore: bool, dev, tmp_path):
     op = TunedKernel(spec, device=dev, cache_dir=tmp_path, autotune=True, restore=restore, timer=CpuTimer(reps=2))
     y, residual = op(**inputs)
     assert op.last_source == "search"
-    chosen = op.last_result.best.config
+    chosen = op.last_result.pick.config  # what it served: the selection stage's winner
     y_clean, r_clean = spec.run(clean, chosen)  # one clean run of the same config
     return y, residual, y_clean, r_clean, op
 

@@ -57,7 +57,7 @@ def test_autotune_env_searches_once_then_memory_then_disk(spec, dev, tmp_path, c
     inputs = spec.make_inputs(SHAPE, "fp32", dev)
     _check_output(spec, inputs, op(**inputs))
     assert op.last_source == "search" and len(counting) == 1
-    best = op.last_result.best.config
+    best = op.last_result.pick.config  # the selection stage's winner, not always the fastest timing
     op(**spec.make_inputs(SHAPE, "fp32", dev))
     assert op.last_source == "memory" and len(counting) == 1
     # A new process (new TunedKernel) finds the winner on disk, still with no search.
