@@ -82,11 +82,15 @@ def test_without_the_guard_the_interpreter_mixes_the_threads_programs():
 
 if __name__ == "__main__":  # the unguarded race, in its own process
     import json
+    import sys
 
     from triton.runtime.interpreter import InterpretedFunction
 
     ensure_backend()
     InterpretedFunction.run = InterpretedFunction.run.__wrapped__
+    # the GIL handed over every microsecond, not every 5 ms: on a loaded 2-core machine the threads otherwise ran
+    # their launches one after the other often enough to hide the race ten times in a row
+    sys.setswitchinterval(1e-6)
     found = []
     # a race: on the first try alone (~2 s) on an idle machine, yet a full `make test` on 2 cores once missed it three
     # times running; it stops at the first interference, so more tries cost only where the timing hides it
