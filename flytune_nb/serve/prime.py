@@ -210,7 +210,7 @@ def _exported(spec, root: Path, device, report: PrimeReport) -> list:
             # config to a key no engine looks it up for
             rest, dtype = file_shape(spec, path.name, rest, dtype, prov)
             table = validated_table(spec, path, rest, dtype, device)
-        except (ArtifactError, UsageError) as e:  # a knob renamed since the export: start up, serving the rest
+        except (ArtifactError, UsageError) as e:  # also a knob renamed since the export
             report.skipped.append((path, str(e).removeprefix(f"{path.name}: ")))
             continue
         report.files.append(path)

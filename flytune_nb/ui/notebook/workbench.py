@@ -39,7 +39,7 @@ class Workbench(W.VBox):
                  heuristic_time_limit: float | None = None) -> None:
         _close_previous()
         self.db_path, self.isolate, self.paths = db, isolate, kernel_paths(paths)
-        paths_problem = ""
+        paths_problem, cell_paths_bad = "", False
         env_problems = drop_unusable_env_paths()
         if env_problems:  # set in the shell that started Jupyter: a parameters cell cannot fix it
             paths_problem = (f"{'; '.join(env_problems)}. Left out of FLYTUNE_KERNEL_PATH in this notebook; fix the "
@@ -49,7 +49,7 @@ class Workbench(W.VBox):
         except UsageError as e:  # a parameters-cell mistake like a kernel typo: shown above the widgets, not raised
             paths_problem = "; ".join(filter(None, [paths_problem, (
                 f"{e}. Fix paths in the parameters cell; until then only the built-in kernels are listed")]))
-            self.paths = []
+            self.paths, cell_paths_bad = [], True
         if isolate:
             from flytune_nb.engine.processes import prestart
 
@@ -63,7 +63,7 @@ class Workbench(W.VBox):
         self.live = LiveResults()
         self.picker = KernelPicker(kernel, self.paths)
         if paths_problem:  # it comes first: a kernel of those folders reads as unknown because of it
-            if self.picker.problem or self.paths != kernel_paths(paths):  # else a built-in kernel runs as asked
+            if self.picker.problem or cell_paths_bad:  # else a built-in kernel runs as asked
                 self.picker.problem = paths_problem
             self.picker.warning.value = error_html(paths_problem)
         self.settings = SweepSettings(strategy, budget, timeout, (timer or {}).get("rep_ms"), gpus, retry_failed)
