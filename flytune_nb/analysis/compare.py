@@ -24,26 +24,45 @@ def _with_side(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def best_per_shape(frame: pd.DataFrame, side: str | None = None) -> pd.DataFrame:
-    """From ``Store.frame()``: per (kernel, shape, dtype) the fastest passing full-fidelity trial (of one ``side``
-    when given), with the heuristic default's p50 beside it."""
+def best_per_shape(frame: pd.DataFrame, side: str | None = None,
+                   selections: pd.DataFrame | None = None) -> pd.DataFrame:
+    """From ``Store.frame()``: per (kernel, shape, dtype) the winner (of one ``side`` when given), with the
+    heuristic default's time beside it. Where ``selections`` (``Store.frame(table="selections")``) holds the
+    selection stage's decision for the shape's key, the winner is its pick and both times are its re-timed medians
+    (what an export ships: a search's fastest whose lead the re-timing undid is not the winner); elsewhere the
+    fastest passing full-fidelity trial and the default's search p50."""
     if frame.empty:
         return pd.DataFrame(columns=["kernel", "shape", "dtype", "best_ms", "config", "default_ms", "default"])
     df = _with_side(frame)
     if side is not None:
         df = df[df["side"] == side]
     df = df[df["fidelity"] == "full"]
+    decided = {}
+    if selections is not None and not selections.empty:
+        for _, row in selections.sort_values("id").iterrows():  # the latest decision of a key wins
+            decided[row["key"]] = row
     rows = []
     for (kernel, shape, dtype), part in df.groupby(["kernel", "shape", "dtype"], sort=False):
         ok = part[part["status"] == "ok"]
         dflt = part[part["is_default"] == 1]
         best = ok.loc[ok["p50"].idxmin()] if len(ok) else None
-        rows.append({"kernel": kernel, "shape": shape, "dtype": dtype,
-                     "best_ms": float(best["p50"]) if best is not None else math.nan,
-                     "config": best["config"] if best is not None else "",
-                     "default_ms": (float(dflt["p50"].iloc[0]) if dflt["status"].iloc[0] == "ok" else math.inf)
-                     if len(dflt) else math.nan,
-                     "default": dflt["config"].iloc[0] if len(dflt) else ""})
+        row = {"kernel": kernel, "shape": shape, "dtype": dtype,
+               "best_ms": float(best["p50"]) if best is not None else math.nan,
+               "config": best["config"] if best is not None else "",
+               "default_ms": (float(dflt["p50"].iloc[0]) if dflt["status"].iloc[0] == "ok" else math.inf)
+               if len(dflt) else math.nan,
+               "default": dflt["config"].iloc[0] if len(dflt) else ""}
+        # the key measured last in this group (a kernel edited between runs gives one key per source version)
+        sel = decided.get(part.loc[part["id"].idxmax(), "key"]) if decided else None
+        if sel is not None:
+            summary = json.loads(sel["summary"] or "{}")
+            won = summary.get("winner_p50_ms")
+            if won is not None and math.isfinite(won):
+                row.update(config=sel["winner"], best_ms=float(won))
+                d = summary.get("default_p50_ms")
+                if d is not None and math.isfinite(d):
+                    row["default_ms"] = float(d)
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

@@ -23,13 +23,14 @@ def shape_label(shape: dict, dtype: str) -> str:
 def trials_frame(results) -> pd.DataFrame:
     """One row per trial of ``results`` (SearchResults): the shape's axes, ``dtype``, ``shape_label``, ``config``
     (text), one column per knob, ``status``, ``ok``, ``p20``/``p50``/``p80`` (ms; NaN unless ok), ``rel_error``,
-    ``reason``, ``fidelity``, ``is_default``, ``is_best``, ``partial`` (its shape was stopped), ``order`` (position
-    measured), ``named`` (the label of a reference config the spec names, e.g. "SGLang shipped", else "") and ``rank``
-    (1 = fastest passing config of its shape; NaN for a failure). ``frame.attrs["knobs"]``
+    ``reason``, ``fidelity``, ``is_default``, ``is_best`` (the shape's pick: the selection stage's winner, which
+    need not be its fastest search timing), ``partial`` (its shape was stopped), ``order`` (position measured),
+    ``named`` (the label of a reference config the spec names, e.g. "SGLang shipped", else "") and ``rank``
+    (1 = fastest passing config of its shape by its search timing; NaN for a failure). ``frame.attrs["knobs"]``
     lists the knob columns in first-seen order."""
     rows, knobs = [], {}
     for r in results:
-        best = r.best
+        best = r.pick  # the shape's winner as an export ships it, not a search lead the re-timing undid
         label = shape_label(r.shape, r.dtype)
         named = {c: name for name, c in (getattr(r, "named", None) or {}).items()}  # e.g. "SGLang shipped"
         for i, t in enumerate(r.trials):

@@ -107,11 +107,9 @@ class Rescore:
 
 
 def measured_ms(result, config: Config) -> float:
-    """p50 of ``config`` in this result: inf if it failed, nan if it was never measured at full fidelity."""
-    for t in result.trials:
-        if t.config == config and t.fidelity == "full":
-            return t.p50 if t.ok else math.inf
-    return math.nan
+    """``config``'s time in this result (``SearchResult.time_of``: re-timed where the selection stage re-timed it,
+    else its search p50): inf if it failed, nan if it was never measured at full fidelity."""
+    return result.time_of(config)
 
 
 def load_heuristic(source: str, name: str = "default", package: str | None = None):
@@ -150,7 +148,9 @@ def rescore(fn, results, device, canonical, spec=None) -> Rescore:
     edit that writes an optional knob at its default (``TMA=0``) finds the timings of the config stored without it."""
     out = Rescore()
     for r in results:
-        best = r.best
+        # against the shape's pick (the selection's winner, what an export ships), not the search's fastest,
+        # whose lead the re-timing may have undone
+        best = r.pick
         if best is None:
             continue
         try:
@@ -164,7 +164,7 @@ def rescore(fn, results, device, canonical, spec=None) -> Rescore:
             if wrong:
                 raise HeuristicError(f"returned {new} for {r.shape} {r.dtype}: {wrong}")
         new = canonical(new)
-        out.rows.append(ShapeScore(dict(r.shape), r.dtype, best.p50, r.default, measured_ms(r, r.default), new,
+        out.rows.append(ShapeScore(dict(r.shape), r.dtype, r.pick_ms, r.default, measured_ms(r, r.default), new,
                                    measured_ms(r, new)))
     return out
 

@@ -20,24 +20,29 @@ def overview_frame(results, batch_axis: str) -> pd.DataFrame:
     series along the batch axis), ``batch`` (the batch-axis value), ``best_ms``, ``default_ms`` (inf: the default
     fails; NaN: not measured), ``speedup`` (default / best), ``named:<label>_ms`` per reference config the spec names
     (SGLang's shipped entry, ...), ``best`` and ``default`` configs, ``changed`` (the best
-    is not the default), ``trials``, ``failed``, ``partial``, the torch baselines' p50 (ms), ``label``."""
+    is not the default), ``trials``, ``failed``, ``partial``, the torch baselines' p50 (ms), ``label``.
+    "Best" is the shape's pick (``SearchResult.pick``: the selection stage's winner, what an export ships), its time
+    and the default's re-timed where the stage re-timed them; ``fastest`` is the search's fastest config when it is
+    another (a lead the re-timing did not confirm), else ""."""
     rows = []
     for r in results:
-        b, d = r.best, r.default_trial
-        default_ms = (d.p50 if d.ok else math.inf) if d is not None else math.nan
-        best_ms = b.p50 if b is not None else math.nan
+        b, fastest = r.pick, r.best
+        default_ms = r.default_ms
+        best_ms = r.pick_ms
         series = shape_text({k: v for k, v in r.shape.items() if k != batch_axis}) or "all"
         row = {**r.shape, "dtype": r.dtype, "series": series, "batch": r.shape.get(batch_axis),
                "label": shape_label(r.shape, r.dtype), "best_ms": best_ms, "default_ms": default_ms,
-               "speedup": default_ms / best_ms if b is not None and math.isfinite(default_ms) else
+               "speedup": r.speedup if b is not None and math.isfinite(default_ms) else
                (math.inf if b is not None and math.isinf(default_ms) else math.nan),
                "best": str(b.config) if b is not None else "", "default": str(r.default),
+               "fastest": str(fastest.config) if fastest is not None and b is not None
+               and fastest.config != b.config else "",
                "changed": b is not None and b.config != r.default, "trials": len(r.trials),
                "failed": sum(not t.ok for t in r.trials), "partial": bool(getattr(r, "stopped", False))}
         for name, base in (r.baselines or {}).items():
             row[f"{name}_ms"] = base.get("p50", math.nan) if base.get("status") == "ok" else math.nan
         for name, t in (getattr(r, "named_trials", None) or {}).items():  # reference configs the spec names
-            row[f"named:{name}_ms"] = math.nan if t is None else (t.p50 if t.ok else math.inf)
+            row[f"named:{name}_ms"] = math.nan if t is None else (r.time_of(t.config) if t.ok else math.inf)
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty:
@@ -52,6 +57,6 @@ def regret_by_dtype(frame: pd.DataFrame) -> dict:
     for dtype, part in frame.groupby("dtype", sort=False):
         whole = part[~part["partial"] & part["best_ms"].notna() & part["default_ms"].notna()]
         worst = whole.loc[whole["speedup"].idxmax(), "label"] if len(whole) and whole["speedup"].notna().any() else ""
-        out[dtype] = {"regret": regret(whole["default_ms"] / whole["best_ms"]) if len(whole) else math.nan,
+        out[dtype] = {"regret": regret(whole["speedup"]) if len(whole) else math.nan,
                       "shapes": len(whole), "partial": int(part["partial"].sum()), "worst": worst}
     return out

@@ -19,15 +19,18 @@ def regret(ratios) -> float:
 
 
 def speedup_rows(results) -> list[dict]:
-    """One row per (shape, dtype): default vs best, baselines, speed-up — the heuristic-vs-best table."""
+    """One row per (shape, dtype): default vs best, baselines, speed-up — the heuristic-vs-best table. The best is
+    the shape's pick (the selection stage's winner where it ran) and both times are re-timed where it re-timed them
+    (``SearchResult.time_of``); ``search_best`` is the search's fastest, whose lead the re-timing may not have
+    confirmed."""
     rows = []
     for r in results:
-        b, d = r.best, r.default_trial
+        b, fastest = r.pick, r.best
         eager = (r.baselines.get("torch_eager") or {}).get("p50", math.nan)
         comp = (r.baselines.get("torch_compile") or {}).get("p50", math.nan)
         rows.append({**r.shape, "dtype": r.dtype, "default": str(r.default),
                      # inf: the heuristic's config fails (a loss that regret must show); nan: never measured
-                     "default_ms": (d.p50 if d.ok else math.inf) if d else math.nan, "best": str(b.config) if b else "",
-                     "best_ms": b.p50 if b else math.nan, "speedup": r.speedup, "torch_eager_ms": eager,
-                     "torch_compile_ms": comp})
+                     "default_ms": r.default_ms, "best": str(b.config) if b else "",
+                     "best_ms": r.pick_ms, "speedup": r.speedup, "search_best": str(fastest.config) if fastest else "",
+                     "search_speedup": r.search_speedup, "torch_eager_ms": eager, "torch_compile_ms": comp})
     return rows

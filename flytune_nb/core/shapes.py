@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import json
 import re
 from collections.abc import Mapping
 
@@ -64,6 +65,15 @@ def split_known(grid: str | dict, axes: tuple[str, ...], *, noun: str = "grid") 
     lookup's one shape)."""
     per_axis: dict[str, str] = {}
     problems: list[str] = []
+    if isinstance(grid, str) and grid.lstrip().startswith("{"):
+        # a dict written as JSON text (papermill's -p passes it as text; -y would pass a dict): read as the dict
+        try:
+            grid = json.loads(grid)
+        except ValueError as e:
+            return {}, [f"{noun} {grid!r} starts like a JSON object but is not one ({e}); write "
+                        f"\"M=1,64 N=4096\" or a valid {{\"M\": \"1,64\", \"N\": \"4096\"}}"]
+        if not isinstance(grid, dict):
+            return {}, [f"{noun} must be text like \"M=1,64 N=4096\" or an object of axes"]
     if isinstance(grid, dict):
         terms = [(str(a), ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v), None)
                  for a, v in grid.items()]

@@ -6,12 +6,38 @@ import json
 import math
 from pathlib import Path
 
-from flytune_nb.errors import UsageError
+from flytune_nb.errors import RunError, UsageError
 from flytune_nb.analysis.scores import speedup_rows
 from flytune_nb.artifacts.export import export, refuse_interpreter_timings
-from flytune_nb.ui.progress import TqdmListener
+from flytune_nb.artifacts.files import ArtifactError, check_writable
+from flytune_nb.ui.progress import LineListener, TqdmListener
 from flytune_nb.ui.report import failure_line, measured_line, summary_table, trials_table
 from flytune_nb.engine.sweep import Sweep
+
+
+# The embedded default job (`make demo`, `flytune demo`, the batch notebook run without a grid): a small rmsnorm
+# sweep. On a GPU, decode (M=1) to prefill (M=4096) batch sizes at N=4096: 47 configs x 3 shapes, about a minute on
+# the H200, most of it compiling (one N, so each config compiles once). On the interpreter, tiny shapes that finish
+# in ~10 s on 2 cores (M=4096 alone would take most of an hour there: 5.6 s a call).
+DEMO_GPU = ("rmsnorm", "M=1,64,4096 N=4096", "bf16")
+DEMO_CPU = ("rmsnorm", "M=4,16 N=1024", "bf16")
+
+
+def demo_job(is_gpu: bool) -> tuple[str, str, str]:
+    """(kernel, grid, dtype) of the embedded default on this kind of machine."""
+    return DEMO_GPU if is_gpu else DEMO_CPU
+
+
+def _default_grid(kernel: str) -> str:
+    """The grid of a batch given none: the demo's, sized for this machine, when the kernel is the demo's."""
+    from flytune_nb.core.device import current_device
+
+    demo_kernel, grid, _ = demo_job(current_device().is_gpu)
+    if kernel != demo_kernel:
+        raise UsageError(f"grid: name the shapes to sweep for {kernel}, e.g. \"M=1,64 N=4096\" (flytune kernels "
+                         f"lists its axes); only the demo kernel, {demo_kernel}, has a default grid")
+    print(f"grid: {grid} (the default on this machine)")
+    return grid
 
 
 def _check_outputs(db, export_dir, **files) -> None:
@@ -34,6 +60,10 @@ def _check_outputs(db, export_dir, **files) -> None:
     if export_dir:
         from flytune_nb.core.device import current_device
 
+        try:  # a folder the export could not write would otherwise be found after the whole sweep
+            check_writable(Path(export_dir))
+        except ArtifactError as e:
+            raise UsageError(f"export_dir: {e}") from None
         refuse_interpreter_timings(export_dir, {current_device().name})
 
 
@@ -42,6 +72,21 @@ def _beside(db, suffix: str) -> str:
     landing in whatever folder papermill was started from."""
     db = Path(db)
     return str(db.with_name(db.stem + suffix))
+
+
+class Interrupted(RunError):
+    """The batch was interrupted (Ctrl-C, a kernel interrupt): what was measured is in the store."""
+
+
+def _progress(value):
+    """``progress``: True (tqdm bars), False (nothing) or "lines" (a line per finished shape and a status line
+    every half minute: what a log shows, ``papermill --log-output``)."""
+    if isinstance(value, str) and value.strip().lower() == "lines":
+        return "lines"
+    try:
+        return _flag("progress", value)
+    except UsageError:
+        raise UsageError(f'progress must be True, False or "lines", got {value!r}') from None
 
 
 def _flag(name: str, value) -> bool:
@@ -66,9 +111,12 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
     """Run the sweep (resuming from ``db``), write results and exports; returns the list of SearchResults.
     ``results_csv`` / ``results_json``: "" (default) writes them beside ``db`` (``batch.results.csv``), None skips.
     ``timeout``: seconds per trial before its worker is killed (recorded as timeout); ``paths``: folders that hold
-    kernel folders (a plugin of yours). ``dtypes`` None: the kernel's own (KernelSpec.default_dtype)."""
+    kernel folders (a plugin of yours). ``dtypes`` None: the kernel's own (KernelSpec.default_dtype). ``grid`` None:
+    the demo's grid for this machine (the demo kernel only). ``progress``: see ``_progress``."""
     if not isinstance(kernel, str) or not kernel.strip():
         raise UsageError(f"kernel must be a kernel's name (flytune kernels lists them), got {kernel!r}")
+    if grid is None:
+        grid = _default_grid(kernel.strip())
     if not isinstance(db, (str, Path)) or not str(db).strip():
         raise UsageError(f"db must be the path of a results store, got {db!r}")
     if isinstance(budget, str):  # papermill -r passes text
@@ -82,16 +130,23 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
         timeout = float(timeout)
     except (TypeError, ValueError):
         raise UsageError(f"timeout must be a number of seconds, got {timeout!r}") from None
-    isolate, retry_failed, progress = (_flag("isolate", isolate), _flag("retry_failed", retry_failed),
-                                       _flag("progress", progress))
+    isolate, retry_failed, progress = _flag("isolate", isolate), _flag("retry_failed", retry_failed), _progress(progress)
     if isinstance(paths, str):  # papermill -p paths ./my_kernels
         paths = [p for p in paths.split(",") if p.strip()]
     results_csv = _beside(db, ".results.csv") if results_csv == "" else results_csv
     results_json = _beside(db, ".results.json") if results_json == "" else results_json
     _check_outputs(db, export_dir, results_csv=results_csv, results_json=results_json)  # before the sweep, not after
+    # the tqdm listener also tracks the trials in flight, for the message after an interrupt, when it shows nothing
+    tracker = TqdmListener(disable=progress is not True)
+    listeners = [tracker] + ([LineListener()] if progress == "lines" else [])
     sweep = Sweep(kernel, grid, dtypes, db=db, strategy=strategy, budget=budget, isolate=isolate, paths=paths,
-                  timeout=timeout, retry_failed=retry_failed, listeners=[TqdmListener(disable=not progress)])
-    results = sweep.run()
+                  timeout=timeout, retry_failed=retry_failed, listeners=listeners)
+    try:
+        results = sweep.run()
+    except KeyboardInterrupt:
+        cut = "".join(f"; not recorded, in flight: {t}" for t in tracker.interrupted())
+        raise Interrupted(f"interrupted: every trial measured so far is in {db}; run the same batch again to "
+                          f"resume{cut}") from None
     rows = speedup_rows(results)
     if results_csv:
         import pandas as pd

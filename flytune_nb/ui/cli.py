@@ -14,11 +14,6 @@ EXIT_USAGE = 2
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader closed the pipe
 DEFAULT_DB = "flytune_results.db"
 
-# The embedded default for `make demo` / `flytune demo`: a small rmsnorm sweep. On a GPU, decode (M=1) to prefill
-# (M=4096) batch sizes at N=4096: 47 configs x 3 shapes, about a minute on the H200, most of it compiling (one
-# N, so each config compiles once). On the interpreter, tiny shapes that finish in ~10 s on 2 cores.
-DEMO_GPU = ("rmsnorm", "M=1,64,4096 N=4096", "bf16")
-DEMO_CPU = ("rmsnorm", "M=4,16 N=1024", "bf16")
 DEMO_DB = "flytune_demo.db"
 
 
@@ -769,8 +764,9 @@ def cmd_demo(quiet: bool = False) -> int:
 
     from flytune_nb.core.device import current_device
     from flytune_nb.ui import NOTEBOOK_NEEDS
+    from flytune_nb.ui.batch import demo_job
 
-    kernel, grid, dtype = DEMO_GPU if current_device().is_gpu else DEMO_CPU
+    kernel, grid, dtype = demo_job(current_device().is_gpu)
     # flytune_nb.ui.papermill imports papermill only when it runs a notebook, so importing it proves nothing: ask for
     # the notebook extra's modules the run needs (papermill, nbformat, ipykernel for the notebook's kernel, and what
     # the notebook's own cells import), or a half-installed extra fails inside the notebook as a papermill traceback

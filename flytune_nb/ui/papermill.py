@@ -32,6 +32,15 @@ def printed_output(path: str | Path) -> str:
                    if o.get("output_type") == "stream" and o.get("name") == "stdout")
 
 
+class UnknownParameter(UsageError):
+    """A ``-p`` name the notebook does not have. Shown as its one line: IPython renders an exception through its
+    ``_render_traceback_`` when it has one, so the workbench notebook keeps full tracebacks for the user's own
+    cells while this one reads like the batch notebook's."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
 def refuse_unknown_parameters(history) -> None:
     """A ``-p`` name the parameters cell does not define stops the run with one line. papermill only logs "Passed
     unknown parameter" and runs on, so ``-p kernal matmul`` would sweep the default kernel and export it.
@@ -52,7 +61,7 @@ def refuse_unknown_parameters(history) -> None:
     if unknown:
         hints = [f"{u!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(u, known, n=1))
                  else repr(u) for u in unknown]
-        raise UsageError(f"unknown parameter {', '.join(hints)}; this notebook's parameters: "
+        raise UnknownParameter(f"unknown parameter {', '.join(hints)}; this notebook's parameters: "
                          f"{', '.join(sorted(known))}")
 
 

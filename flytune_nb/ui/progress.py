@@ -9,6 +9,8 @@ from flytune_nb.analysis.units import fmt_time
 from flytune_nb.core.shapes import shape_text
 from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
 
+STATUS_EVERY_S = 30.0  # a log line per trial would be thousands for a GEMM space; one per half minute says it lives
+
 
 def _key(shape: dict, dtype: str) -> tuple:
     return tuple(shape.items()), dtype
@@ -52,3 +54,48 @@ class TqdmListener:
             bar = self.bars.pop(_key(event.result.shape, event.result.dtype), None)
             if bar is not None:
                 bar.close()
+
+
+class LineListener:
+    """Progress as whole lines for a log (``papermill --log-output``, a batch job's output), where a bar's carriage
+    returns are noise: one line per finished shape (its trials, failures and pick), and at most every
+    ``every_s`` seconds a line with the trials measured since the last one and each running shape's count."""
+
+    def __init__(self, file=None, every_s: float = STATUS_EVERY_S, clock=time.monotonic) -> None:
+        self.file = file or sys.stdout
+        self.every_s = every_s
+        self.clock = clock
+        self.last = clock()
+        self.measured = 0
+        self.counts: dict[tuple, list] = {}  # (shape, dtype) -> [done, total, best p50]
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.file, flush=True)
+
+    def __call__(self, event) -> None:
+        if isinstance(event, TrialStarted):
+            self.counts.setdefault(_key(event.shape, event.dtype), [0, event.total, None])
+        elif isinstance(event, (TrialDone, TrialFailed)):
+            t = event.trial
+            c = self.counts.get(_key(t.shape, t.dtype))
+            if c is None:  # replayed from the store: nothing measured
+                return
+            c[0] += 1
+            c[2] = event.best.p50 if event.best is not None else c[2]
+            self.measured += 1
+            now = self.clock()
+            if now - self.last >= self.every_s:
+                running = "; ".join(f"{shape_text(dict(k[0]))} {k[1]} {d}/{n}"
+                                    + (f" best {fmt_time(b)}" if b is not None else "")
+                                    for k, (d, n, b) in self.counts.items())
+                self._say(f"{self.measured} trials measured so far; running: {running}")
+                self.last = now
+        elif isinstance(event, ShapeDone):
+            r = event.result
+            self.counts.pop(_key(r.shape, r.dtype), None)
+            failed = sum(not t.ok for t in r.trials)
+            pick = r.pick
+            why = f" ({r.selection.line()})" if r.selection is not None else ""
+            self._say(f"{r.kernel} {shape_text(r.shape)} {r.dtype}: {len(r.trials)} trials, {failed} failed; "
+                      + (f"pick {pick.config} {fmt_time(r.pick_ms)}{why}" if pick is not None else "none passed")
+                      + (" (stopped: partial)" if r.stopped else ""))

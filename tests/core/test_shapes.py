@@ -60,3 +60,15 @@ def test_grid_shapes_takes_text_a_dict_or_shape_dicts_and_refuses_anything_else(
     for bad, got in ((5, "got int 5"), (["M=1", "N=8"], "got list"), (None, "got NoneType")):
         with pytest.raises(GridError, match="grid must be text like 'M=1,64 N=4096'.*" + got):
             grid_shapes(bad, axes)
+
+
+def test_a_grid_written_as_json_text_reads_as_its_dict():
+    """papermill's -p passes a dict typed as JSON as text: it is the dict, and a broken one says so."""
+    from flytune_nb.core.shapes import GridError, parse_grid
+
+    assert parse_grid('{"M": "1,2", "N": 256}', ("M", "N")) == [{"M": 1, "N": 256}, {"M": 2, "N": 256}]
+    assert parse_grid(' {"N": [8, 16], "M": [4]}', ("M", "N")) == [{"M": 4, "N": 8}, {"M": 4, "N": 16}]
+    with pytest.raises(GridError, match="starts like a JSON object but is not one"):
+        parse_grid('{"M": 1, "N": 256', ("M", "N"))
+    with pytest.raises(GridError, match="unknown \\['K'\\]"):
+        parse_grid('{"M": 1, "K": 256}', ("M", "N"))

@@ -13,7 +13,11 @@ def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
              (dict(grid=5), "grid must be text like 'M=1,64 N=4096'.*got int 5"),
              (dict(grid=["M=1", "N=256"]), "grid must be .* a list of shape dicts; got list"),
              (dict(isolate="maybe"), "isolate must be True or False, got 'maybe'"),
-             (dict(progress=2), "progress must be True or False, got 2"),
+             (dict(progress=2), 'progress must be True, False or "lines", got 2'),
+             # an export folder that cannot be written is refused before the sweep, not after it
+             (dict(export_dir=str(db.parent / "file" / "exp")),
+              "export_dir: cannot write to .*exp: .*file exists and is not a folder"),
+             (dict(grid=None, kernel="softmax"), "grid: name the shapes to sweep for softmax"),
              (dict(budget=2.5), "budget must be a whole number of configs, got 2.5"),
              (dict(budget=True), "budget must be a whole number of configs, got True"),
              # an output named as the store would overwrite every stored trial
@@ -27,8 +31,8 @@ def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
     (db.parent / "file").write_text("x")
     for kw, message in cases:
         with pytest.raises(ValueError, match=message):
-            run_batch("rmsnorm", **{"grid": "M=1 N=256", "dtypes": "fp32", "isolate": False, "progress": False,
-                                    **kw}, db=str(db))
+            run_batch(**{"kernel": "rmsnorm", "grid": "M=1 N=256", "dtypes": "fp32", "isolate": False,
+                         "progress": False, **kw}, db=str(db))
     assert not db.exists()  # nothing was swept or written
     for kw, message in [(dict(kernel=5), "kernel must be a kernel's name"), (dict(db=""), "db must be the path")]:
         with pytest.raises(ValueError, match=message):
@@ -66,3 +70,56 @@ def test_batch_flags_take_papermill_and_shell_spellings():
 
     assert [_flag("isolate", v) for v in (True, "true", "Yes", "on", 1, "1")] == [True] * 6
     assert [_flag("isolate", v) for v in (False, "false", "No", "off", 0, "0")] == [False] * 6
+
+
+def test_batch_refuses_an_export_folder_it_cannot_write_before_sweeping(tmp_path, monkeypatch):
+    import os
+
+    from flytune_nb.artifacts import files
+    from flytune_nb.ui.batch import run_batch
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    # root writes anywhere os.access is asked about: stand in for a folder this user may not write
+    monkeypatch.setattr(files.os, "access", lambda p, mode: False if os.fspath(p) == str(locked) else real(p, mode))
+    db = tmp_path / "b.db"
+    with pytest.raises(ValueError, match="export_dir: cannot write to .*locked.* is not writable for this user"):
+        run_batch("rmsnorm", "M=1 N=256", "fp32", db=str(db), export_dir=str(locked / "exp"), isolate=False,
+                  progress=False)
+    assert not db.exists()
+
+
+def test_batch_without_a_grid_sweeps_the_demo_grid_of_this_machine(tmp_path, capsys):
+    from flytune_nb.core.device import current_device
+    from flytune_nb.ui.batch import demo_job, run_batch
+
+    kernel, grid, _ = demo_job(current_device().is_gpu)
+    results = run_batch(kernel, None, "fp32", db=str(tmp_path / "d.db"), budget=1, export_dir=None, isolate=False,
+                        progress="lines")
+    from flytune_nb import get_kernel
+    from flytune_nb.core.shapes import grid_shapes
+
+    spec = get_kernel(kernel)
+    want = grid_shapes(grid, spec.axes, spec.batch_axis)
+    assert len(want) > 1 and sorted(tuple(sorted(r.shape.items())) for r in results) == sorted(
+        tuple(sorted(s.items())) for s in want)
+    out = capsys.readouterr().out
+    assert f"grid: {grid} (the default on this machine)" in out
+    # progress as lines: one per finished shape, with its pick
+    assert sum(line.startswith(f"{kernel} ") and "; pick " in line for line in out.splitlines()) == len(results)
+
+
+def test_an_interrupted_batch_says_what_was_kept_and_how_to_resume(tmp_path, monkeypatch):
+    from flytune_nb.engine.sweep import Sweep
+    from flytune_nb.errors import RunError
+    from flytune_nb.ui.batch import run_batch
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Sweep, "run", interrupted)
+    db = tmp_path / "i.db"
+    with pytest.raises(RunError, match=f"interrupted: every trial measured so far is in {db}; run the same batch "
+                                       f"again to resume"):
+        run_batch("rmsnorm", "M=1 N=256", "fp32", db=str(db), export_dir=None, isolate=False, progress=False)

@@ -108,4 +108,6 @@ def test_a_mistyped_parameter_stops_the_notebook_before_anything_runs(tmp_path, 
     with pytest.raises(papermill.PapermillExecutionError) as e:
         run_notebook(name, tmp_path / "out.ipynb", {"kernal": "matmul", "db": str(tmp_path / "nb.db")})
     assert "unknown parameter 'kernal' (did you mean 'kernel'?)" in str(e.value)
+    # one line in the notebook too, not a traceback through flytune_nb's frames
+    assert len(e.value.traceback) == 1 and e.value.traceback[0].startswith("UnknownParameter: unknown parameter")
     assert not (tmp_path / "nb.db").exists()

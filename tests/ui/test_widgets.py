@@ -461,9 +461,14 @@ def test_compare_two_stores_and_two_toolchains_in_one(tmp_path):
             t["triton"] = "9.9.0"
             c.execute("UPDATE trials SET toolchain=?, p50=? WHERE id=?",
                       (json.dumps(t), None if p50 is None else p50 / 2, rid))
-        (loser,) = c.execute("SELECT config FROM trials WHERE shape='{\"N\":64}' AND status='ok' ORDER BY p50 DESC "
-                             "LIMIT 1").fetchone()
+        # a config other than A's winner (its selection's pick: on the interpreter often the default, and that
+        # may well be the slowest in the search)
+        (won,) = c.execute("SELECT winner FROM selections WHERE shape='{\"N\":64}'").fetchone()
+        (loser,) = c.execute("SELECT config FROM trials WHERE shape='{\"N\":64}' AND status='ok' AND config != ? "
+                             "ORDER BY p50 DESC LIMIT 1", (won,)).fetchone()
         c.execute("UPDATE trials SET p50=0.000001 WHERE shape='{\"N\":64}' AND config=?", (loser,))
+        # B's winners are its search's fastest, as in a store swept without the selection stage
+        c.execute("DELETE FROM selections")
     wb = _wb(tmp_path, {"N": "64"}, name="a.db")
     wb._store()
     wb.runs.db_b.value = str(b)
@@ -471,6 +476,11 @@ def test_compare_two_stores_and_two_toolchains_in_one(tmp_path):
     assert len(wb.runs.side_a.options) == 1 and "triton 9.9.0" in wb.runs.side_b.value
     df = wb.runs.compare()
     assert list(df["N"]) == [64, 96] and df["speedup"].iloc[1] == pytest.approx(2.0) and df["speedup"].iloc[0] > 2
+    # A's winners are its selection stage's picks, not its search's fastest
+    with sqlite3.connect(a) as c:
+        picks = dict(c.execute("SELECT shape, winner FROM selections").fetchall())
+    assert len(picks) == 2
+    assert [json.loads(x) for x in df["a_config"]] == [json.loads(picks['{"N":64}']), json.loads(picks['{"N":96}'])]
     assert list(df["changed"]) == [True, False]
     assert "winning config changed on <b>1</b>" in wb.runs.summary.value
     assert {t.name for t in wb.runs.slot.figure.data} == {"same winning config", "winner changed"}
@@ -514,10 +524,10 @@ def test_compare_reads_the_stores_the_boxes_name_at_compare_time(tmp_path):
 
 def test_measure_missing_times_picks_beside_fresh_default_and_best_and_plots_them(tmp_path):
     """Configs measured for the editor reach the plot, and are judged beside fresh timings of the default and the
-    best, not against timings minutes old."""
+    shape's pick (the winner an export ships), not against timings minutes old."""
     wb = _wb(tmp_path, {"N": "64"}, name="m.db")
     wb.run().join(60)
-    best = wb.live.finished_results()[0].best.config
+    best = wb.live.finished_results()[0].pick.config
     code = ("from flytune_nb.core.config import Config\n"
             "def default(shape, dtype, device):\n    return Config({'BLOCK': 64, 'MODE': %d}, num_warps=%d)\n")
     wb.editor.code.value = code % (1, 1)  # a pick that gives wrong results
@@ -884,3 +894,29 @@ def test_a_kernel_of_an_unusable_flytune_kernel_path_refuses_to_run(tmp_path, mo
     assert "Left out of FLYTUNE_KERNEL_PATH" in html.unescape(wb.picker.warning.value)
     assert wb.run() is None and "not run:" in wb.message.value and not (tmp_path / "t.db").exists()
     assert wb.wait_ready()
+
+
+def test_a_workbench_whose_start_failed_is_collected_without_a_second_error(tmp_path, monkeypatch):
+    """A Workbench whose __init__ raised (its worker server could not start) says that one error; the widget's
+    __del__, calling close on the half-made object, adds nothing."""
+    import gc
+    import sys
+
+    from flytune_nb.engine import processes
+
+    def fail():
+        raise RuntimeError("no worker server")
+
+    monkeypatch.setattr(processes, "prestart", fail)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    def start():
+        try:
+            Workbench("rmsnorm", "M=1 N=256", ["fp32"], db=str(tmp_path / "x.db"), isolate=True)
+        except RuntimeError as e:
+            return str(e)
+
+    assert start() == "no worker server"
+    gc.collect()
+    assert [str(u.exc_value) for u in unraisable] == []

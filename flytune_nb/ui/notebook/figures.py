@@ -234,7 +234,7 @@ def overview_figure(frame, batch_axis: str, height: int = 620) -> go.Figure:
     unit, per = unit_for(list(frame["best_ms"]) + list(frame["default_ms"])) if len(frame) else ("µs", 1e-3)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.62, 0.38],
                         subplot_titles=(f"best and heuristic default p50 against {batch_axis}",
-                                        "speed-up of the searched best over the default"))
+                                        "speed-up of the pick over the default"))
     groups = list(frame.groupby(["dtype", "series"], sort=False)) if len(frame) else []
     for i, ((dtype, series), part) in enumerate(groups):
         colour = PALETTE[i % len(PALETTE)]
@@ -308,7 +308,7 @@ def speedup_heatmap(results) -> go.Figure | None:
                                colorscale="Viridis", colorbar_title="default / best", hoverongaps=False))
     fig.update_xaxes(type="category")
     fig.update_yaxes(type="category")
-    fig.update_layout(title=dict(text="speed-up of the searched best over the heuristic default", x=0.01))
+    fig.update_layout(title=dict(text="speed-up of the pick (the selection's winner) over the heuristic default", x=0.01))
     return _template(fig, min(800, 150 + 34 * len(rows)))
 
 

@@ -22,6 +22,13 @@ from flytune_nb.ui.notebook.styles import SCROLL, table_css
 TABLE_CSS = table_css("flytune-table", "white-space:normal;word-break:break-word;max-width:520px;")
 
 
+def _unconfirmed(row) -> str:
+    """Under a shape's winning config: the search's fastest, where re-timing did not confirm its lead."""
+    fastest = row.get("fastest") or ""
+    return (f"<br><small>the search's fastest, <code>{html.escape(fastest)}</code>, lost its lead when re-timed"
+            f"</small>" if fastest else "")
+
+
 class OverviewView(W.VBox):
     """All shapes: best and default p50 against the batch axis per dtype (log axes), speed-up against it, regret per
     dtype over the complete shapes, and the winning config per shape. Clicking a shape calls ``on_open(label)``."""
@@ -55,7 +62,7 @@ class OverviewView(W.VBox):
         rows = "".join(
             f"<tr{' class=failed' if not r['best'] else ''}><td>{html.escape(r['label'])}"
             f"{' <i>(partial)</i>' if r['partial'] else ''}</td><td><code>{html.escape(r['best'] or 'none passed')}"
-            f"</code></td><td>{fmt_time(r['best_ms'])}</td><td><code>{html.escape(r['default'])}</code></td>"
+            f"</code>{_unconfirmed(r)}</td><td>{fmt_time(r['best_ms'])}</td><td><code>{html.escape(r['default'])}</code></td>"
             f"<td>{fmt_time(r['default_ms']) if math.isfinite(r['default_ms']) else 'fails'}</td>"
             f"<td>{r['speedup']:.2f}x</td><td>{r['failed']} / {r['trials']}</td></tr>" for _, r in df.iterrows())
         self.table.value = (TABLE_CSS + f"<div style='{SCROLL}'><table class='flytune-table'><tr><th>shape</th>"
@@ -366,7 +373,9 @@ class CompareView(W.VBox):
         df = overview_frame(results, next(iter(results[0].shape)))
         whole = df[~df["partial"] & df["best_ms"].notna() & df["default_ms"].notna()]
         failing = int(whole["default_ms"].map(math.isinf).sum())
-        reg = regret(whole["default_ms"] / whole["best_ms"]) if len(whole) else math.nan
+        reg = regret(whole["speedup"]) if len(whole) else math.nan
+        # a search's fastest that re-timing did not confirm is not the best: the shape's pick is (what exports ship)
+        unconfirmed = int((df["fastest"] != "").sum()) if "fastest" in df else 0
         worst = whole.loc[whole["speedup"].idxmax()] if len(whole) and whole["speedup"].notna().any() else None
         partial = int(df["partial"].sum())
         self.summary.value = (f"<b>heuristic regret</b> (geomean default / best over {len(whole)} shapes): "
@@ -374,7 +383,9 @@ class CompareView(W.VBox):
                                  else f"<b>{reg:.3f}x</b>" if reg == reg else "-")
                               + (f"; worst at {html.escape(worst['label'])}: {worst['speedup']:.2f}x"
                                  if worst is not None and math.isfinite(worst["speedup"]) else "")
-                              + (f"; {partial} partial shape(s) left out" if partial else ""))
+                              + (f"; {partial} partial shape(s) left out" if partial else "")
+                              + (f"; on {unconfirmed} shape(s) the search's fastest lost its lead when re-timed "
+                                 f"and the pick is another config" if unconfirmed else ""))
         base_cols = [c for c in df.columns if c.endswith("_ms") and c.startswith("torch")]
         named_cols = [c for c in df.columns if c.startswith("named:")]  # SGLang's shipped entry, ...
         head = (["shape", "default", "default p50"] + [f"{c[6:-3]} p50" for c in named_cols]
@@ -424,16 +435,17 @@ class RunsView(W.VBox):
         self.compare_button.on_click(lambda _: self.compare())
 
     def _frame(self, path: str):
+        """(trials, selections) of the kernel in the store ``path`` names (empty: this workbench's)."""
         from flytune_nb.engine.store import Store
 
         if not path.strip():
             store = self.store_getter()
             if store is None:
                 raise UsageError("sweep first, or name a store")
-            return store.frame(self.kernel_getter())
+            return store.frame(self.kernel_getter()), store.frame(self.kernel_getter(), table="selections")
         store = Store(path.strip(), readonly=True)
         try:
-            return store.frame(self.kernel_getter())
+            return store.frame(self.kernel_getter()), store.frame(self.kernel_getter(), table="selections")
         finally:
             store.close()
 
@@ -448,7 +460,7 @@ class RunsView(W.VBox):
             self.summary.value, self.table.value = error_html(str(e)), ""
             return False
         chosen = (self.side_a.value, self.side_b.value)
-        a, b = sides(self._frames["a"]), sides(self._frames["b"])
+        a, b = sides(self._frames["a"][0]), sides(self._frames["b"][0])
         self.side_a.options, self.side_b.options = a, b
         if keep_sides and chosen[0] in a and chosen[1] in b:
             self.side_a.value, self.side_b.value = chosen
@@ -471,8 +483,9 @@ class RunsView(W.VBox):
         if self.side_a.value is None or self.side_b.value is None:
             self.table.value = ""
             return None
-        df = compare(best_per_shape(self._frames["a"], self.side_a.value),
-                     best_per_shape(self._frames["b"], self.side_b.value))
+        (trials_a, picks_a), (trials_b, picks_b) = self._frames["a"], self._frames["b"]
+        df = compare(best_per_shape(trials_a, self.side_a.value, selections=picks_a),
+                     best_per_shape(trials_b, self.side_b.value, selections=picks_b))
         if df.empty:
             self.summary.value = "<i>no shape measured on both sides</i>"
             self.table.value = ""

@@ -402,7 +402,7 @@ class Workbench(W.VBox):
             out = []
             for (shape, dtype), configs in jobs.items():
                 r = current.get(shape_label(dict(shape), dtype))
-                fresh = [r.default, r.best.config] if r is not None and r.best is not None else []
+                fresh = [r.default, r.pick.config] if r is not None and r.pick is not None else []
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
                            isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
                            remeasure=fresh, listeners=[self.live])
@@ -422,6 +422,10 @@ class Workbench(W.VBox):
 
     def close(self) -> None:
         """Stop a running sweep and close every widget of this workbench (the front-end frees their models)."""
+        if "views_ready" not in self.__dict__:
+            # __init__ stopped before its views existed (a worker server that could not start): the widget's
+            # __del__ still calls close, which must then say nothing beside the error that stopped __init__
+            return super().close()
         if self.running and self.sweep is not None:
             self.sweep.stop()
         if self.views_ready.is_set():
