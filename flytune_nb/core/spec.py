@@ -80,6 +80,11 @@ class KernelSpec:
     # The DSL the kernel is written in (flytune_nb.backends: "triton" or "flydsl"): the toolchain part of its tuning
     # key, the devices it launches on, the version folder of its exported files.
     backend: str = "triton"
+    # The names a call may pass, for a run that reads its inputs out of sight (fn(**inputs), a library's launcher
+    # handed the whole dict): tuned() refuses any other name, so that a misspelled optional input (epsilon= for eps)
+    # is one message, not a silent default. Empty: read from the code of run, reference, shape_of, baseline and
+    # make_inputs (flytune_nb.core.input_names), which needs nothing declared where they read inputs by literal name.
+    input_names: tuple[str, ...] = ()
 
     def canonical(self, config):
         """``config`` without the optional knobs that are at their default (``TMA=0`` -> no TMA), the name the
@@ -121,6 +126,12 @@ class KernelSpec:
                for p in parts):
             raise SpecError(f"{self.name}: artifact_path must be a relative folder of letters, digits, '_', '-', '.' "
                             f"joined by '/', got {self.artifact_path!r}")
+        if self.input_names:
+            undeclared = [n for n in (*self.outputs, *self.mutates, *self.zeroes, self.dtype_from)
+                          if n and n not in self.input_names]
+            if undeclared:
+                raise SpecError(f"{self.name}: {sorted(set(undeclared))} missing from input_names "
+                                f"{self.input_names}; a call may pass them")
         overlap = set(self.outputs) & set(self.mutates)
         if overlap:
             raise SpecError(f"{self.name}: {sorted(overlap)} cannot be both a pure output and mutated in place")
@@ -256,7 +267,7 @@ class KernelSpec:
         return lambda: self.reset(inputs, snapshot)
 
 
-_NAME_TUPLES = ("axes", "outputs", "mutates", "zeroes", "artifact_axes", "schedule_knobs")
+_NAME_TUPLES = ("axes", "outputs", "mutates", "zeroes", "artifact_axes", "schedule_knobs", "input_names")
 _FUNCTIONS = ("make_inputs", "run", "reference", "configs", "default", "shape_of")
 _OPTIONAL_FUNCTIONS = ("bytes", "flops", "tolerance", "baseline", "named_configs", "artifact_dtype", "artifact_render")
 _MAPPINGS = ("example_shape", "optional_knobs", "extra")

@@ -45,6 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 from flytune_nb._compat import triton as tc
 from flytune_nb.core.config import HIP_OPTIONS, Config, ConfigError
 from flytune_nb.core.device import DeviceInfo, ensure_backend, interpreting
+from flytune_nb.core.input_names import read as read_input_names
 from flytune_nb.core.key import code_tokens
 from flytune_nb.core.spec import KernelSpec
 from flytune_nb.errors import KernelUnavailable, UsageError, first_line
@@ -390,7 +391,12 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
         raise AdoptError(f"{where}: give the shape axes, e.g. axes=('M', 'N')")
     example = {a: int(v) for a, v in (example_shape or {}).items()}
     probe_shape = {a: example.get(a, 4096) for a in axes}
-    layout, coarse = _check(adopted, probe_shape, tuple(dtypes)[0])
+    layout, coarse, made = _check(adopted, probe_shape, tuple(dtypes)[0])
+    # The spec's run hands the inputs to ``launch`` out of sight of tuned()'s reading of the input names, so they are
+    # read here from the user's functions and declared; none where those read inputs out of sight too (a launch
+    # passing **inputs): then tuned() refuses no name.
+    names = read_input_names([(launch, 1), (reference, 0)] + [(f, 0) for f in (shape_of, baseline) if f is not None],
+                             [make_inputs], axes=axes, also=(*made, dtype_from))
 
     @lru_cache(maxsize=512)
     def space(shape_items: tuple, dtype: str, device: DeviceInfo) -> tuple:
@@ -435,7 +441,7 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
         fingerprint=adopted.fingerprint([make_inputs, launch, reference, shape_of,
                                          default if callable(default) else None]),
         description=description or "; ".join(notes) + ".", artifact_axes=tuple(artifact_axes),
-        example_shape=example,
+        example_shape=example, input_names=() if names.unknowable else tuple(sorted(names.known)),
         extra={"adopted": adopted, "module": getattr(make_inputs, "__module__", None), "coarse_axes": coarse},
     )
     registry.remember(spec)
@@ -451,9 +457,10 @@ def _inputs_for_planning(make_inputs, shape: dict, dtype: str, device: DeviceInf
         return make_inputs(shape, dtype, device)
 
 
-def _check(adopted: AdoptedKernel, shape: dict, dtype: str) -> tuple[Layout, tuple]:
+def _check(adopted: AdoptedKernel, shape: dict, dtype: str) -> tuple[Layout, tuple, tuple]:
     """The adoption checks on one shape (see the module doc): on the meta device, else on the CPU (nothing is
-    launched either way). Also which axes the autotuner's key ignores there (each axis doubled in turn)."""
+    launched either way). Also which axes the autotuner's key ignores there (each axis doubled in turn), and the
+    names of the inputs make_inputs made."""
     errors = []
     for where in ("meta", "cpu"):
         device = _probe_device(where)
@@ -469,7 +476,8 @@ def _check(adopted: AdoptedKernel, shape: dict, dtype: str) -> tuple[Layout, tup
                 errors.append(str(e))  # an op with no meta kernel: try real tensors
                 continue
             raise
-        return layout, _coarse_axes(adopted, shape, dtype, device, adopted.key(inputs)) if where == "meta" else ()
+        coarse = _coarse_axes(adopted, shape, dtype, device, adopted.key(inputs)) if where == "meta" else ()
+        return layout, coarse, tuple(inputs)
     raise AdoptError(f"{adopted.where}: cannot check the adoption on shape {shape} {dtype}: {errors[-1]}")
 
 

@@ -23,6 +23,7 @@ from flytune_nb.measure.timer import make_timer
 from flytune_nb.serve.disk_cache import DiskCache
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import DeviceInfo, current_device, interpreter_unusable
+from flytune_nb.core.input_names import check_call
 from flytune_nb.core.key import CODEGEN_ENV, make_key
 from flytune_nb.measure.trial import evaluate
 from flytune_nb.strategies.loop import SearchResult, search
@@ -96,6 +97,9 @@ class TunedKernel:
         unusable = interpreter_unusable()
         if unusable:  # the launch would fail inside Triton with a message that does not say why
             raise UsageError(f"{spec.name}: {unusable}")
+        # Once per memory key (the input names are in it), before anything launches: fused_add_rmsnorm's residual is
+        # written in place, so a refusal after the launch would leave the caller's tensors changed for the retry.
+        check_names(spec, inputs)
         shape = _shape_of(spec, inputs)
         dtype = spec.check_dtype(spec.dtype_of(inputs))
         _check_outputs(spec, inputs)  # once per memory key: the outputs' shapes are in it
@@ -129,6 +133,7 @@ class TunedKernel:
     def tune(self, **inputs: Any) -> SearchResult:
         """Search now on these inputs (restored afterwards), store the winner in memory and on disk."""
         spec = self.spec
+        check_names(spec, inputs)
         shape = _shape_of(spec, inputs)
         dtype = spec.check_dtype(spec.dtype_of(inputs))
         key = make_key(spec, shape, dtype, inputs, self.device)
@@ -180,13 +185,16 @@ def _fast_key(inputs: dict) -> tuple:
     tensor (finer than the tuning key, so a miss only costs one slow resolution that stores under this key too) and
     the codegen variables we list. Triton's own cache-invalidating-env query costs 4 us and is left to the slow path
     (TuningKey); computing the full key here measured 17 us per call on our CPU. Scalar inputs are in too: a
-    plugin's shape_of may read one (e.g. a top-k passed as an int)."""
+    plugin's shape_of may read one (e.g. a top-k passed as an int). Any other input is in by its name alone: the
+    names decide whether check_names refuses a call, which a hit under another call's key would skip."""
     parts = []  # a loop, not a generator: 0.8 us against 1.3 us for three tensors on our CPU
     for k, v in inputs.items():
         if type(v) is _Tensor or isinstance(v, _Tensor):  # the first test is the cheap one; Parameters pass the second
             parts.append((k, v.dtype, v.shape, v.stride()))
         elif isinstance(v, (int, float)):
             parts.append((k, v))
+        else:  # None, a string: its name alone
+            parts.append(k)
     return tuple(parts), _env_signature()
 
 
@@ -203,6 +211,13 @@ def _env_signature() -> tuple:
     if data is not None:
         return tuple(map(data.get, _ENV_KEYS))  # map: 0.3 us against 0.5 for a generator over 11 keys
     return tuple(os.environ.get(k) for k in CODEGEN_ENV + ("FLYTUNE_AUTOTUNE",))
+
+
+def check_names(spec, inputs: dict) -> None:
+    """Every input the call names is one the kernel reads: a misspelled optional input (``epsilon=`` for ``eps``,
+    ``output=`` for ``out``) would otherwise be ignored, the kernel running with its default or writing a new tensor
+    while the caller's buffer stays unwritten. How the names are known: flytune_nb.core.input_names."""
+    check_call(spec, inputs)
 
 
 def _check_outputs(spec, inputs: dict) -> None:

@@ -302,3 +302,107 @@ def test_a_default_that_failed_once_in_the_search_and_won_the_rounds_is_what_is_
     cached = json.loads(next(tmp_path.rglob("*.json")).read_text())
     assert cached["config"] == default.to_dict() and cached["selection"]["winner"] == "default"
     assert cached["p50_ms"] == cached["default_p50_ms"] == 1.0
+
+
+# -- the names of a call's inputs -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm"])
+@pytest.mark.parametrize("typo,meant", [("epsilon", "eps"), ("output", "out")])
+def test_a_misspelled_optional_input_is_refused_before_anything_is_written(kernel, typo, meant, dev, tmp_path):
+    """epsilon= for eps ran the default eps, output= for out wrote a new tensor and left the caller's buffer unwritten:
+    silent wrong results. Refused before the launch, naming the input meant: fused_add_rmsnorm's residual, written
+    in place by a launch, is as it was, so the corrected retry adds x to it once."""
+    from flytune_nb.errors import UsageError
+
+    spec = get_kernel(kernel)
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    buf = inputs.pop("out").fill_(7.0)
+    before = {k: v.clone() for k, v in inputs.items()}
+    for call in (lambda extra: op(**inputs, **extra), lambda extra: op.config_for({**inputs, **extra})):
+        with pytest.raises(UsageError, match=rf"^{kernel}: no input named '{typo}' \(did you mean '{meant}'\?\); "
+                                             rf"it reads: eps, out, (residual, )?weight, x$"):
+            call({typo: 1e-2 if typo == "epsilon" else buf})
+        assert all(torch.equal(inputs[k], before[k]) for k in inputs) and (buf == 7.0).all()
+    assert op._memory == {}  # nothing remembered: the same call is checked again
+
+
+@pytest.mark.parametrize("kernel", ["rmsnorm", "fused_add_rmsnorm"])
+def test_a_call_with_every_optional_input_uses_them(kernel, dev, tmp_path):
+    """eps and out, spelled right: the result is the reference's at that eps (0.5 moves every output by ~20% from the
+    default's), written into the caller's out."""
+    spec = get_kernel(kernel)
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    inputs = {**spec.make_inputs(SHAPE, "fp32", dev), "eps": 0.5}
+    expected = spec.reference(inputs)  # from the inputs before the launch (the residual too)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = op(**inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    assert got[0].data_ptr() == inputs["out"].data_ptr()
+    for g, e in zip(got, expected):
+        assert compare(g, e, spec.tol("fp32")).ok
+
+
+def test_a_memory_hit_does_not_check_the_names_again(spec, dev, tmp_path, monkeypatch):
+    from flytune_nb.errors import UsageError
+
+    checked = []
+    real = tuner_mod.check_names
+    monkeypatch.setattr(tuner_mod, "check_names", lambda s, inputs: (checked.append(sorted(inputs)), real(s, inputs)))
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    op(**inputs)
+    op(**inputs)
+    assert op.last_source == "memory" and checked == [["out", "weight", "x"]]
+    # other names are another memory key, whatever their value (None is no tensor and no number): checked
+    with pytest.raises(UsageError, match="no input named 'outptu' \\(did you mean 'out'\\?\\)"):
+        op(**inputs, outptu=None)
+    assert len(checked) == 2
+
+
+def test_tune_refuses_a_misspelled_input_before_searching(spec, dev, tmp_path, counting):
+    from flytune_nb.errors import UsageError
+
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    with pytest.raises(UsageError, match="no input named 'epsilon' \\(did you mean 'eps'\\?\\)"):
+        op.tune(**spec.make_inputs(SHAPE, "fp32", dev), epsilon=1e-5)
+    assert counting == [] and list(tmp_path.rglob("*.json")) == []
+
+
+def _scale(x, out=None, factor=2.0):
+    return torch.mul(x, factor, out=out)
+
+
+def _generic_spec(**changes):
+    """A kernel whose run passes its inputs on whole (``_scale(**inputs)``), its reference reading x by name."""
+    from flytune_nb.core.spec import KernelSpec
+
+    fields = dict(name="generic_scale", axes=("N",), batch_axis="N", dtypes=("fp32",),
+                  make_inputs=lambda s, d, v: {"x": torch.randn(s["N"])},
+                  run=lambda inputs, config: _scale(**inputs),
+                  reference=lambda inputs: inputs["x"].double() * 2.0,
+                  configs=lambda s, d, v: [Config({"B": 1})], default=lambda s, d, v: Config({"B": 1}),
+                  shape_of=lambda inputs: {"N": inputs["x"].numel()}, outputs=("out",))
+    fields.update(changes)
+    return KernelSpec(**fields)
+
+
+def test_a_kernel_that_passes_its_inputs_on_whole_is_not_refused(dev, tmp_path):
+    """Its run may read any name (here factor, which no literal names, while x is): nothing can be said about the
+    names, so none is refused."""
+    op = TunedKernel(_generic_spec(), device=dev, cache_dir=tmp_path)
+    x = torch.randn(8)
+    assert torch.equal(op(x=x, factor=3.0), x * 3.0)
+
+
+def test_declared_input_names_are_what_a_call_may_pass(dev, tmp_path):
+    from flytune_nb.core.spec import SpecError
+    from flytune_nb.errors import UsageError
+
+    op = TunedKernel(_generic_spec(input_names=("x", "out", "factor")), device=dev, cache_dir=tmp_path)
+    x = torch.randn(8)
+    assert torch.equal(op(x=x, factor=3.0), x * 3.0)
+    with pytest.raises(UsageError, match=r"no input named 'factr' \(did you mean 'factor'\?\); it reads: factor, out, "
+                                         r"x$"):
+        op(x=x, factr=3.0)
+    with pytest.raises(SpecError, match=r"\['out'\] missing from input_names"):
+        _generic_spec(input_names=("x", "factor"))
