@@ -215,16 +215,20 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
     out, cut_off = [], unfinished_keys(store, kernel)  # read once for both plans
     for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off):
         path = entry["path"]
-        out.append((path, entry["text"], path.read_text() if path.exists() else ""))
+        try:  # export refuses to merge into a sidecar it cannot read (flydsl.check_sidecars)
+            flydsl.read_sidecar(path.parent / flydsl.PROVENANCE)
+            text = entry["text"]
+        except ArtifactError as e:
+            text = f"(not written: {e})\n"
+        out.append((path, text, path.read_text() if path.exists() else ""))
     for entry in _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off)):
         path = entry["path"]
         old = path.read_text() if path.exists() else ""
         try:
+            # a malformed file or provenance.json beside it (even where the file is new) is what export refuses on:
+            # previewed as that refusal, never as a merge into nothing that would drop what is there
             table = read_table(path) if old else {}
             prov = _old_provenance(path)
-        except ArtifactError:
-            table, prov = {}, {}
-        try:
             merged = _merge(entry, table, prov, replace_stale)[0]
             text = render_for(entry["spec"], merged)
             _warn_far(entry["spec"], path.name, merged)
@@ -273,9 +277,11 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
     for entry in plan:
         path = entry["path"]
         merged = entry["by_m"]
+        old = _old_provenance(path)  # a malformed sidecar is refused here, also beside a file not written yet
         if path.exists():
-            merged = _merge(entry, read_table(path), _old_provenance(path), replace_stale)[0]
+            merged = _merge(entry, read_table(path), old, replace_stale)[0]
         _warn_far(entry["spec"], path.name, merged)
+    flydsl.check_sidecars(fly)
     for folder in sorted({e["path"].parent for e in plan + fly}):
         check_writable(folder)
     written = []
@@ -307,8 +313,11 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
 
 
 def _old_provenance(path: Path) -> dict:
-    """The provenance of the file at ``path`` as its sidecar records it; nothing for a file that is not there."""
-    return read_provenance(path.parent / PROVENANCE).get(path.name, {}) if path.exists() else {}
+    """The provenance of the file at ``path`` as its sidecar records it; nothing for a file that is not there. The
+    sidecar is read either way: one it cannot read is ArtifactError even for a new file, since export rewrites the
+    sidecar whole, and would otherwise drop the records of every other file beside it."""
+    prov = read_provenance(path.parent / PROVENANCE)
+    return prov.get(path.name, {}) if path.exists() else {}
 
 
 def _warn_far(spec, name: str, table: dict) -> None:

@@ -22,11 +22,26 @@ from flytune_nb.errors import UsageError
 SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
 BUILTIN_DIR = EXPORTS  # the committed configs, shipped as package data
 PROVENANCE = "provenance.json"
+# What to do about a sidecar that cannot be read as a whole. A merge conflict is the likely cause (the file is committed
+# and every export rewrites it), and it still holds every other file's records: moved aside, not deleted, so nothing
+# in it is lost while the files beside it are exported again.
+RESTORE_PROVENANCE = ("restore it from version control (or finish the merge that left it so), or, where no good "
+                      "copy exists, move it aside and export the files beside it again from the stores that measured "
+                      "them")
 LOCK = ".flytune-export.lock"
 
 
 class ArtifactError(UsageError):
     pass
+
+
+class ProvenanceError(ArtifactError):
+    """A provenance.json that cannot be used as a whole: ``path``, what is wrong (``problem``) and what to do
+    (``remedy``), apart so that `flytune check` can report the files beside it in a row and say what to do once."""
+
+    def __init__(self, path, problem: str, remedy: str):
+        super().__init__(f"{path}: {problem}; {remedy}")
+        self.path, self.problem, self.remedy = Path(path), problem, remedy
 
 
 def refuse_installed_copy(folder: str | Path) -> None:
@@ -164,22 +179,23 @@ def read_table(path: Path) -> dict[int, dict]:
 
 
 def read_provenance(path: Path) -> dict:
-    """The sidecar as {file name: {M: record}}; {} when absent; ArtifactError (naming the file) when malformed."""
+    """The sidecar as {file name: {M: record}}; {} when absent; ArtifactError (naming the file and what to do) when
+    malformed."""
     if not Path(path).exists():
         return {}
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
-        raise ArtifactError(f"{path}: not readable JSON ({e})") from None
+        raise ProvenanceError(path, f"not readable JSON ({e})", RESTORE_PROVENANCE) from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ArtifactError(f"{path}: expected {{file name: {{batch size: record}}}}")
+        raise ProvenanceError(path, "expected {file name: {batch size: record}}", RESTORE_PROVENANCE)
     for name, records in data.items():
         for m, record in records.items():
             why = _bad_record(m, record)
             if why:
-                raise ArtifactError(f"{path}: {name}, batch size {m!r}: {why}; restore {PROVENANCE} from version "
-                                    f"control, or delete that record (the next export of that batch size writes "
-                                    f"it afresh)")
+                raise ProvenanceError(path, f"{name}, batch size {m!r}: {why}",
+                                      f"restore {PROVENANCE} from version control, or delete that record (the next "
+                                      f"export of that batch size writes it afresh)")
     return data
 
 

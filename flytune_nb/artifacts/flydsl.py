@@ -266,6 +266,29 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=(), cut_off: set[st
     return out
 
 
+def read_sidecar(prov_path: Path) -> dict:
+    """The provenance.json beside FlyDSL configs as {file name: record}; {} when absent; ProvenanceError when it
+    cannot be read (it is rewritten whole: the other files' records would be lost)."""
+    from flytune_nb.artifacts.files import RESTORE_PROVENANCE, ProvenanceError
+
+    if not prov_path.exists():
+        return {}
+    try:
+        prov = json.loads(prov_path.read_text())
+    except (OSError, ValueError) as e:
+        raise ProvenanceError(prov_path, f"not readable JSON ({e})", RESTORE_PROVENANCE) from None
+    if not isinstance(prov, dict):
+        raise ProvenanceError(prov_path, "expected {file name: record}", RESTORE_PROVENANCE)
+    return prov
+
+
+def check_sidecars(entries: list[dict]) -> None:
+    """ProvenanceError for the first unreadable sidecar planned entries would merge into: export asks before it
+    writes any file, so that a refusal here leaves no other file of the export written."""
+    for root in sorted({e["path"].parent for e in entries}):
+        read_sidecar(root / PROVENANCE)
+
+
 def write_planned(entries: list[dict]) -> list[Path]:
     """Write planned files (each replaces the file of its identity) and merge their provenance beside them."""
     from flytune_nb.artifacts.files import export_lock
@@ -279,14 +302,7 @@ def write_planned(entries: list[dict]) -> list[Path]:
             raise ArtifactError(f"cannot create {root}: {e.strerror or e}") from None
         with export_lock(root):
             prov_path = root / PROVENANCE
-            prov = {}
-            if prov_path.exists():
-                try:
-                    prov = json.loads(prov_path.read_text())
-                except ValueError as e:
-                    raise ArtifactError(f"{prov_path}: not readable JSON ({e})") from None
-                if not isinstance(prov, dict):
-                    raise ArtifactError(f"{prov_path}: expected {{file name: record}}")
+            prov = read_sidecar(prov_path)
             for e in mine:
                 prov[e["path"].name] = e["prov"]
             # the configs and their sidecar are renamed into place only once all of them are written in full

@@ -37,7 +37,7 @@ import fnmatch
 import time
 
 from flytune_nb.errors import KernelUnavailable, UsageError
-from flytune_nb.artifacts.files import PROVENANCE, atomic_write, read_provenance
+from flytune_nb.artifacts.files import PROVENANCE, ProvenanceError, atomic_write, read_provenance
 from flytune_nb.serve.lookup import validated_table
 from flytune_nb.strategies.selection import FLOOR as SELECTION_FLOOR  # a row inside it needs no confirming
 
@@ -62,7 +62,8 @@ class CheckRow:
     drift: float = 1.0  # the file's median default now / default then, at least 1 (see the module doc)
     # what the verdict is about: "exported" (slower than at export), "default" (slower than the heuristic),
     # "correctness", "drift" (the device drifted, not the config), "file" (unreadable), "budget" (not timed),
-    # "unavailable" (its kernel cannot load here, e.g. sglang is not installed: not timed, and a FAIL), ""
+    # "unavailable" (its kernel cannot load here, e.g. sglang is not installed: not timed, and a FAIL),
+    # "provenance" (the provenance.json beside it is unusable: not timed, and a FAIL), ""
     kind: str = ""
     stale: bool = False  # tuned for another source of the kernel than its current one
     path: str = ""  # the artifact's path
@@ -100,7 +101,13 @@ def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
         # either with a kernel's lower-case name suffix ("…_down.json").
         mine = re.compile(rf"device_name={re.escape(device_name)}(,|(_[a-z]+)?\.json$)")
         names = {f for f in tdir.glob("*.json") if mine.search(f.name)}
-        prov = read_provenance(tdir / PROVENANCE)
+        try:
+            prov = read_provenance(tdir / PROVENANCE)
+        except ProvenanceError:
+            # That folder's problem, not the whole check's: its files are still listed, and gather() makes each a
+            # FAIL naming the sidecar, beside every other folder's rows. Only the files it alone names (deleted
+            # ones) and which kernel wrote each (the folder's name stands in) are unknown until it is restored.
+            prov = {}
         # a file the sidecar lists but the folder lacks (deleted by hand, lost in a merge): an engine would serve its
         # defaults there, so it is checked, and fails, rather than leaving "nothing to check" to pass a CI gate
         names |= {tdir / n for n in prov if n.endswith(".json") and mine.search(n) and not (tdir / n).exists()}
@@ -155,6 +162,7 @@ class ArtifactFile:
     table: dict | None = None
     error: str = ""
     unavailable: bool = False  # the error is the kernel's: it cannot load here (a missing optional dependency)
+    sidecar: ProvenanceError | None = None  # the error is the provenance.json's beside it: unusable as a whole
 
     @property
     def sources(self) -> set:
@@ -198,15 +206,28 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
             out.append(f)
             continue
         try:
+            # The sidecar first: without it the file's kernel (several may share a folder), full shape, dtype and
+            # exported latencies are unknown, so an error found later would be about a guess, not about the file.
+            f.prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
+        except ProvenanceError as e:
+            f.sidecar = e
+            f.error = f"not checked: the {PROVENANCE} beside it is unusable: {e.problem}"[:200]
+            try:  # the row shows the shape the file's name says, so that the folder's rows are told apart
+                f.rest, _, dtype = parse_name(path.name)
+                f.dtype = dtype or ""
+            except UsageError:
+                pass
+            out.append(f)
+            continue
+        try:
             try:
                 f.spec = get_kernel(kernel, kernel_paths(paths))
             except KernelUnavailable:
                 f.unavailable = True
                 raise
             rest, _, dtype = parse_name(path.name)
-            f.prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
             f.rest, f.dtype = file_shape(f.spec, path.name, rest, dtype, f.prov)
-        except (LookupError, ValueError) as e:  # unknown kernel, bad name, malformed sidecar
+        except (LookupError, ValueError) as e:  # unknown kernel, bad name, a sidecar that contradicts the name
             f.error = str(e)[:200]
         out.append(f)
     return out
@@ -285,8 +306,8 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
         base = dict(kernel=f.kernel, file=f.path.name, dtype=f.dtype, config="", now_ms=math.inf, then_ms=None,
                     default_ms=None, vs_then=None, vs_default=None, path=str(f.path))
         if f.error:
-            done(CheckRow(**{**base, "shape": {}, "status": "FAIL", "reason": f.error,
-                             "kind": "unavailable" if f.unavailable else "file"}))
+            kind = "provenance" if f.sidecar else "unavailable" if f.unavailable else "file"
+            done(CheckRow(**{**base, "shape": f.rest or {}, "status": "FAIL", "reason": f.error, "kind": kind}))
             continue
         spec, stale, timing = f.spec, f.stale, f.timing
         meas = measure_for(timing)
@@ -416,7 +437,7 @@ def row_cells(r: CheckRow) -> list[str]:
 def severity(r: CheckRow) -> float:
     """How bad a row is, for ordering: a correctness or file failure first, then the larger of its slowdown beyond
     the drift and against the heuristic default."""
-    if r.kind in ("correctness", "file", "unavailable"):
+    if r.kind in ("correctness", "file", "unavailable", "provenance"):
         return math.inf
     ratios = [x for x in ((r.vs_then / r.drift) if r.vs_then else None, r.vs_default) if x is not None]
     return max(ratios, default=0.0)
@@ -431,11 +452,16 @@ def worst(rows: list[CheckRow], n: int = 5) -> list[CheckRow]:
 def summary_lines(rows: list[CheckRow], device_name: str) -> list[str]:
     n = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
     unavailable = sum(r.kind == "unavailable" for r in rows)
-    checked = len(rows) - n["SKIP"] - unavailable
+    unusable = sum(r.kind == "provenance" for r in rows)
+    checked = len(rows) - n["SKIP"] - unavailable - unusable
     line = f"{checked} config{'' if checked == 1 else 's'} checked on {device_name}: {n['FAIL']} FAIL, {n['WARN']} WARN"
-    if unavailable:  # a gate that cannot time a file does not pass it: each counts as a FAIL above
+    # a gate that cannot time a file does not pass it: each counts as a FAIL above
+    if unavailable:
         line += (f"; {unavailable} file{'s' if unavailable != 1 else ''} not checked, each a FAIL: "
                  f"{'its' if unavailable == 1 else 'their'} kernel cannot load here")
+    if unusable:
+        line += (f"; {unusable} file{'s' if unusable != 1 else ''} not checked, each a FAIL: the {PROVENANCE} "
+                 f"beside {'it' if unusable == 1 else 'them'} is unusable")
     if n["SKIP"]:
         line += f"; {n['SKIP']} not checked (time budget)"
     stale = sum(r.stale for r in rows)
@@ -456,12 +482,15 @@ def advice(rows: list[CheckRow], directory, paths=(), device=None) -> list[str]:
     files = {str(f.path): f for f in gather(directory, device_name, files=[Path(p).name for p in by_file],
                                              paths=paths)}
     out = []
+    sidecars: dict[Path, tuple] = {}  # an unusable provenance.json: (its error, the files beside it) for one line
     for path, rs in by_file.items():
         bad = [r for r in rs if r.status == "FAIL"]
         stale = any(r.stale for r in rs)
         f = files.get(path)
         if not (bad or stale) or f is None or f.error:
-            if bad and f is not None and f.unavailable:  # the file may be fine: this machine cannot time it
+            if bad and f is not None and f.sidecar is not None:
+                sidecars.setdefault(f.sidecar.path, (f.sidecar, []))[1].append(Path(path).name)
+            elif bad and f is not None and f.unavailable:  # the file may be fine: this machine cannot time it
                 out.append(f"{Path(path).name} was not timed ({f.error}): install what it needs here and check "
                            f"again; until then the file fails the check")
             elif bad and f is not None and f.error:
@@ -485,6 +514,11 @@ def advice(rows: list[CheckRow], directory, paths=(), device=None) -> list[str]:
         else:
             out.append(f"stale {f.kernel} {name}: tuned for kernel source {', '.join(sorted(f.sources))}, "
                        f"the kernel is now {f.current_source}; sweep it again:\n    {cmd}")
+    for sidecar, (e, names) in sidecars.items():
+        # a new sweep would not help (export refuses to merge into that folder until the sidecar reads again)
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        out.append(f"{sidecar}: {e.problem}: {len(names)} file{'s' if len(names) != 1 else ''} beside it "
+                   f"{'was' if len(names) == 1 else 'were'} not checked ({shown}); {e.remedy}, then check again")
     return out
 
 

@@ -584,6 +584,31 @@ def test_bad_export_targets_and_sidecars_are_one_clear_error(swept, tmp_path, ca
     assert path.read_text() == before  # nothing written when the sidecar is bad
 
 
+def test_an_export_beside_an_unreadable_provenance_json_writes_nothing_and_says_how_to_restore_it(tmp_path, capsys):
+    """export rewrites a folder's provenance.json whole, so one it cannot read (a merge conflict left in it) is
+    refused rather than rewritten, which would drop every other file's records. The refusal comes before any file
+    of the export is written — also where the file itself is new to that folder, and another folder is written
+    first — and says what to do. The workbench's preview shows that refusal, not a new file."""
+    db = tmp_path / "two.db"
+    for kernel in ("rmsnorm", "softmax"):  # two folders: rmsnorm/ is written before softmax/
+        Sweep(kernel, "M=1 N=256", ["fp32"], db=db, isolate=False, baselines=(), selection=None).run()
+    out = tmp_path / "ex"
+    folder = out / "softmax" / TDIR
+    folder.mkdir(parents=True)
+    sidecar = folder / "provenance.json"
+    sidecar.write_text('<<<<<<< HEAD\n{"N=512,device_name=NVIDIA_H200,dtype=bf16.json": {}}\n')
+    assert main(["export", "--db", str(db), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"flytune: error: {sidecar}: not readable JSON (") and "\n" not in err, err
+    assert "restore it from version control (or finish the merge that left it so)" in err
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "softmax", f"softmax/{TDIR}", f"softmax/{TDIR}/provenance.json"]  # nothing written, rmsnorm/ included
+    assert sidecar.read_text().startswith("<<<<<<< HEAD")
+    shown = {path.parent.parent.name: text for path, text, _ in preview(Store(db), out)}
+    assert shown["softmax"].startswith(f"(not written: {sidecar}: not readable JSON")
+    assert shown["rmsnorm"].startswith("{")
+
+
 def test_a_file_whose_entries_start_far_above_small_batch_sizes_says_which_sizes_its_nearest_entry_would_serve(
         tmp_path):
     """An engine's lookup serves the nearest batch size's entry, however far: a file of M=64 alone would serve M=1

@@ -548,9 +548,9 @@ BAD_RECORDS = {
 @pytest.mark.parametrize("case", sorted(BAD_RECORDS))
 def test_a_provenance_record_of_the_wrong_type_is_one_line_for_check_and_export(case, swept, tmp_path, capsys):
     """provenance.json is committed and edited by hand: a record whose field has another JSON type than export
-    writes (a latency typed in as text, a null record) stops `flytune check` and `flytune export` with one line
-    naming the file, the batch size and the field — not a TypeError from the middle of the check, and not a gate
-    that passes on it — and export writes nothing."""
+    writes (a latency typed in as text, a null record) is never a TypeError from the middle of the check, nor a gate
+    that passes on it. `flytune check` FAILs the files beside that sidecar (exit 1) and says once which file, batch
+    size and field, and what to do; `flytune export` stops with that one line and writes nothing."""
     out = tmp_path / "ex"
     [path] = export(swept, out)
     sidecar = path.parent / "provenance.json"
@@ -560,11 +560,59 @@ def test_a_provenance_record_of_the_wrong_type_is_one_line_for_check_and_export(
     sidecar.write_text(json.dumps(prov))
     before = {p.name: p.read_bytes() for p in path.parent.iterdir()}
     capsys.readouterr()
-    for argv in (["check", str(out), "--quiet"], ["export", "--db", str(swept.path), "--out", str(out)]):
-        assert main(argv) == 2, argv
-        err = capsys.readouterr().err.strip()
-        assert err.startswith(f"flytune: error: {sidecar}: {path.name}, batch size '{m}': ") and "\n" not in err, err
+    assert main(["check", str(out), "--quiet"]) == 1
+    printed = capsys.readouterr().out
+    [said] = [line.strip() for line in printed.splitlines() if line.strip().startswith(f"{sidecar}: ")]
+    assert said.startswith(f"{sidecar}: {path.name}, batch size '{m}': ") and "1 file beside it was not checked" in said
+    assert "restore provenance.json from version control, or delete that record" in said
+    assert "1 file not checked, each a FAIL: the provenance.json beside it is unusable" in printed
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"flytune: error: {sidecar}: {path.name}, batch size '{m}': ") and "\n" not in err, err
     assert {p.name: p.read_bytes() for p in path.parent.iterdir()} == before
+
+
+def test_an_unreadable_provenance_json_fails_its_folders_files_and_every_other_file_is_checked(tmp_path, capsys,
+                                                                                               monkeypatch):
+    """A provenance.json left as no JSON (a merge conflict, a truncated write) stopped the whole check with one
+    error line (exit 2): no other file was checked. It is its folder's problem: each file beside it is a FAIL that
+    says it was not checked and why, every other file is checked (exit 1), and what to do names the sidecar and how
+    to restore it. The committed H200 exports, checked as on an H200 with a stub timer: the reading and judging are
+    the real ones, and nothing is timed on this CPU."""
+    import shutil
+
+    from flytune_nb.artifacts import gate
+    from flytune_nb.artifacts.files import BUILTIN_DIR
+    from tests.conftest import H200
+
+    out = tmp_path / "exports"
+    shutil.copytree(BUILTIN_DIR, out)
+    [sidecar] = out.glob("rmsnorm/triton_*/provenance.json")
+    sidecar.write_text("{broken\n")
+    broken = sorted(str(p) for p in sidecar.parent.glob("*device_name=NVIDIA_H200*.json"))
+    others = sorted(str(p) for p in out.rglob("*device_name=NVIDIA_H200*.json") if p.parent != sidecar.parent)
+    assert broken and others
+
+    def fast(spec, shape, dtype, config):  # every config, and its default, at 1 ns: OK wherever it is judged
+        return Trial(spec.name, shape, dtype, config, "ok", p20=1e-6, p50=1e-6, p80=1e-6)
+
+    monkeypatch.setattr("flytune_nb.core.device.current_device", lambda: H200)
+    monkeypatch.setattr(gate, "default_measure", lambda device, timing="events", timer=None: fast)
+    assert main(["check", str(out), "--quiet", "--json", str(tmp_path / "c.json")]) == 1
+    printed = capsys.readouterr().out
+    rows = json.loads((tmp_path / "c.json").read_text())
+    failed = [r for r in rows if r["status"] == "FAIL"]
+    assert sorted(r["path"] for r in failed) == broken
+    assert all(r["kind"] == "provenance" and r["kernel"] == "rmsnorm" and r["shape"] for r in failed)
+    assert all(r["reason"].startswith("not checked: the provenance.json beside it is unusable: not readable JSON")
+               for r in failed)
+    assert sorted({r["path"] for r in rows} - set(broken)) == others  # every other file was checked ...
+    assert {r["status"] for r in rows if r["path"] not in broken} == {"OK"}  # ... and timed, OK
+    assert (f"{len(broken)} files not checked, each a FAIL: the provenance.json beside them is unusable"
+            in printed)
+    [said] = [line.strip() for line in printed.splitlines() if line.strip().startswith(f"{sidecar}: ")]
+    assert "not readable JSON" in said and f"{len(broken)} files beside it were not checked" in said
+    assert "restore it from version control" in said and "export the files beside it again" in said
 
 
 @pytest.mark.parametrize("field, value, said", [("dtype", "bf16", "dtype bf16"), ("shape", {"N": 512}, "N=512")])
