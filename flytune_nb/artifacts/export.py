@@ -1,7 +1,8 @@
 """Export a results store's winners as SGLang-format files (merged into what is there) with provenance beside them.
 
-Writes are atomic (temp file + rename) under a per-directory file lock, and the output is sorted and formatted the
-same way every time, so exporting the same data twice gives byte-identical files.
+Writes are atomic (temp file + rename) under a lock on each folder written (files.export_lock: nothing is left
+beside SGLang's files), and the output is sorted and formatted the same way every time, so exporting the same data
+twice gives byte-identical files.
 """
 from __future__ import annotations
 

@@ -3,11 +3,13 @@
 A file ``<dir>/<kernel>/triton_<X_Y_Z>/<axis>=<v>,...,device_name=<Dev>,dtype=<d>.json`` holds exactly
 ``{"<M>": {knob: int, ...}, ...}``: SGLang's loader applies ``int()`` to every key, so nothing else may go in. What we
 know about each entry (device, toolchain, source fingerprint, run, latencies) goes in ``provenance.json`` beside it.
-Writes are atomic (temp file + rename) under a per-directory file lock, and the output is sorted and formatted the
-same way every time, so exporting the same data twice gives byte-identical files.
+Writes are atomic (temp file + rename) under a lock on the folder itself (no lock file is left beside SGLang's files),
+and the output is sorted and formatted the same way every time, so exporting the same data twice gives byte-identical
+files.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -19,6 +21,11 @@ from flytune_nb.core.paths import file_in_the_way
 from flytune_nb.core.resources import EXPORTS
 from flytune_nb.errors import UsageError
 
+try:  # POSIX; Windows has none (export_lock says what stands in there)
+    import fcntl
+except ImportError:
+    fcntl = None
+
 SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
 BUILTIN_DIR = EXPORTS  # the committed configs, shipped as package data
 PROVENANCE = "provenance.json"
@@ -28,6 +35,8 @@ PROVENANCE = "provenance.json"
 RESTORE_PROVENANCE = ("restore it from version control (or finish the merge that left it so), or, where no good "
                       "copy exists, move it aside and export the files beside it again from the stores that measured "
                       "them")
+# The lock file older versions left in every exported folder (and the fallback lock's name, export_lock): users who
+# `git add exports/` committed it next to SGLang's files.
 LOCK = ".flytune-export.lock"
 
 
@@ -139,19 +148,87 @@ def check_writable(folder: Path) -> None:
 
 @contextmanager
 def export_lock(folder: Path):
-    """The per-folder lock every export holds while it reads, merges and writes there. Its lock file is the first
-    thing written: a folder that refuses it is one ArtifactError, not a PermissionError."""
-    from filelock import FileLock
+    """The per-folder lock every export (and `flytune check --accept-drift`) holds while it reads, merges and writes
+    there, so that concurrent exports into one folder (processes or threads) take turns and none's merge is lost.
 
-    lock = FileLock(str(Path(folder) / LOCK))
+    It is an exclusive ``flock`` on the folder's own descriptor, which leaves nothing behind in the folder that SGLang
+    reads and users commit; a ``.flytune-export.lock`` an older version left there is removed while it is held. A
+    folder this user cannot write (or open) is one ArtifactError, before anything is done there."""
+    folder = Path(folder)
+    check_writable(folder)
     try:
-        lock.acquire()
+        release = _lock_folder(folder)
     except OSError as e:
-        raise ArtifactError(f"cannot write to {folder}: {e.strerror or e}") from None
+        raise ArtifactError(f"cannot lock {folder} for writing: {e.strerror or e}") from None
     try:
         yield
     finally:
-        lock.release()
+        release()
+
+
+# flock on a directory is refused by some filesystems: NFS emulates flock with POSIX locks, whose exclusive kind needs a
+# descriptor open for writing (EBADF on a directory), or runs without a lock daemon (ENOLCK); some FUSE filesystems
+# support no flock at all.
+_NO_FOLDER_LOCK = {errno.EBADF, errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP,
+                   getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+
+
+def _lock_folder(folder: Path):
+    """Take the folder's lock (waiting for another holder); returns what releases it. OSError when it cannot."""
+    if fcntl is None:
+        # Windows: filelock's lock file in the folder, which its Windows lock deletes on release
+        from filelock import FileLock
+
+        lock = FileLock(str(folder / LOCK))
+        lock.acquire()
+        return lock.release
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except PermissionError:  # a folder this user may write but not list (check_writable passed): lock a file in it
+        return _lock_file_in(folder)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException as e:  # an interrupt while waiting too: the descriptor is not kept
+        os.close(fd)
+        if isinstance(e, OSError) and e.errno in _NO_FOLDER_LOCK:
+            return _lock_file_in(folder)
+        raise
+    try:
+        # Left by an older version, which locked a file in the folder. Another export of ours cannot be using it
+        # (on this filesystem it locks the folder, as we do); an older version still running is not kept out by our
+        # lock either way.
+        (folder / LOCK).unlink(missing_ok=True)
+    except OSError:
+        pass  # harmless where it is: nothing reads it
+    return lambda: os.close(fd)  # closing the descriptor drops the flock
+
+
+def _lock_file_in(folder: Path):
+    """The fallback where the folder itself cannot be locked: a lock file in it, deleted by its holder on release, so
+    that it is there only while an export runs. A waiter may lock a file the holder has just deleted: it then sees that
+    the name no longer leads to what it locked, and tries again on the next file."""
+    path = folder / LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        except FileNotFoundError:
+            pass  # deleted by the holder we waited for
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+    def release():
+        try:
+            os.unlink(path)  # while still held: whoever waits on it sees it gone and takes the next one
+        except OSError:
+            pass  # already gone: nothing is left behind either way
+        finally:
+            os.close(fd)
+    return release
 
 
 def read_table(path: Path) -> dict[int, dict]:

@@ -317,7 +317,7 @@ def test_export_into_a_read_only_folder_is_one_artifact_error_and_writes_nothing
     tdir = os.path.join(fresh, "rmsnorm", TDIR)
     assert said == [f"cannot write to {path.parent}: it is not writable for this user",
                     f"cannot write to {tdir}: {fresh}, where it would be made, is not writable for this user",
-                    f"cannot write to {path.parent}: Permission denied"], said
+                    f"cannot write to {path.parent}: it is not writable for this user"], said
     assert rc == 2 and err.strip() == f"flytune: error: cannot write to {path.parent}: it is not writable for this " \
                                       "user", err
     assert {p: open(os.path.join(path.parent, p), "rb").read() for p in os.listdir(path.parent)} == before
@@ -395,7 +395,87 @@ def test_two_processes_exporting_at_once_leave_valid_merged_files(tmp_path):
     [f] = list((out / "rmsnorm").rglob("N=256,*.json"))
     assert sorted(json.loads(f.read_text()), key=int) == ["1", "2", "3", "5"]
     assert set(json.loads((f.parent / "provenance.json").read_text())[f.name]) == {"1", "2", "3", "5"}
-    assert not list(f.parent.glob("*.tmp"))
+    # nothing else is left beside SGLang's file: no temp file, and no lock file for a `git add` to commit
+    assert sorted(p.name for p in f.parent.iterdir()) == sorted([f.name, "provenance.json"])
+
+
+class _NoFolderFlock:
+    """fcntl as NFS gives it: flock on a directory's descriptor is refused (EBADF), on a file it works."""
+    import fcntl as _fcntl
+
+    LOCK_EX = _fcntl.LOCK_EX
+
+    @classmethod
+    def flock(cls, fd, op):
+        import errno
+        import stat
+
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EBADF, "Bad file descriptor")
+        cls._fcntl.flock(fd, op)
+
+
+def test_the_export_lock_keeps_another_process_waiting_and_leaves_nothing_in_the_folder(tmp_path):
+    """Exports into one folder take turns (export_lock), and the lock leaves no file among SGLang's: users `git add`
+    the folder. A lock file an older version left there is removed."""
+    import time
+
+    folder = tmp_path / "triton_3_6_0"
+    folder.mkdir()
+    (folder / artifacts.LOCK).write_text("")  # left by an older version
+    child = ("import sys\nfrom flytune_nb.artifacts.files import export_lock\nprint('ready', flush=True)\n"
+             "with export_lock(sys.argv[1]):\n    print('got it', flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with artifacts.export_lock(folder):
+        assert list(folder.iterdir()) == []
+        p = subprocess.Popen([sys.executable, "-c", child, str(folder)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        assert p.stdout.readline() == "ready\n", p.stderr.read()
+        time.sleep(1.0)
+        assert p.poll() is None  # still waiting for the lock this process holds
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and out == "got it\n", err
+    assert list(folder.iterdir()) == []
+
+
+def test_where_a_folder_cannot_be_flocked_the_fallback_lock_file_is_there_only_while_held(tmp_path, monkeypatch):
+    """NFS refuses flock on a directory: export_lock falls back to a lock file in the folder, which still keeps a
+    second export waiting, and which its holder deletes on release."""
+    import threading
+    import time
+
+    monkeypatch.setattr(artifacts, "fcntl", _NoFolderFlock)
+    folder = tmp_path / "triton_3_6_0"
+    folder.mkdir()
+    trying, got = threading.Event(), threading.Event()
+
+    def second():
+        trying.set()
+        with artifacts.export_lock(folder):
+            got.set()
+
+    with artifacts.export_lock(folder):
+        assert [p.name for p in folder.iterdir()] == [artifacts.LOCK]
+        t = threading.Thread(target=second)
+        t.start()
+        assert trying.wait(10)
+        time.sleep(0.5)
+        assert not got.is_set()  # still waiting for the lock this thread holds
+    t.join(10)
+    assert got.is_set() and not t.is_alive()
+    assert list(folder.iterdir()) == []
+
+
+def test_without_fcntl_the_module_imports_and_the_lock_leaves_nothing_behind(tmp_path):
+    """Windows has no fcntl: the module still imports, and filelock's lock (whose Windows and soft kinds delete
+    their file on release) stands in."""
+    code = ("import os, sys\nsys.modules['fcntl'] = None\nfrom flytune_nb.artifacts import files\n"
+            "assert files.fcntl is None\nwith files.export_lock(sys.argv[1]):\n    pass\n"
+            "print(os.listdir(sys.argv[1]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    p = subprocess.run([sys.executable, "-W", "ignore", "-c", code, str(tmp_path)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout == "[]\n", p.stderr[-2000:]
 
 
 def test_export_never_mixes_kernel_source_versions(tmp_path, capsys):
