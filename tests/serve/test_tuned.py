@@ -88,13 +88,14 @@ def test_changed_shape_or_layout_resolves_again(spec, dev, tmp_path):
     op(**spec.make_inputs(SHAPE, "fp32", dev))
     op(**spec.make_inputs({"M": 4, "N": 5000}, "fp32", dev))
     assert op.last_source == "default"
-    x = torch.randn(4, 400)[:, :200]  # row stride 400 vs 200: same class ("other"), same tuning key
-    assert op.config_for(dict(x=x, weight=torch.randn(200), out=torch.empty(4, 200))) == op.config_for(
-        spec.make_inputs(SHAPE, "fp32", dev))
-    inputs = dict(x=torch.randn(4, 200), weight=torch.randn(1).expand(200), out=torch.empty(4, 200))
-    out = op(**inputs)  # broadcast weight: stride class 0, a new entry
-    assert op.last_source == "default"
-    _check_output(spec, inputs, out)
+    with torch.device(dev.torch_device):  # the tensors made here live where the kernel runs
+        x = torch.randn(4, 400)[:, :200]  # row stride 400 vs 200: same class ("other"), same tuning key
+        assert op.config_for(dict(x=x, weight=torch.randn(200), out=torch.empty(4, 200))) == op.config_for(
+            spec.make_inputs(SHAPE, "fp32", dev))
+        inputs = dict(x=torch.randn(4, 200), weight=torch.randn(1).expand(200), out=torch.empty(4, 200))
+        out = op(**inputs)  # broadcast weight: stride class 0, a new entry
+        assert op.last_source == "default"
+        _check_output(spec, inputs, out)
 
 
 def test_a_cache_folder_that_cannot_be_written_keeps_the_search_with_a_warning(spec, dev, tmp_path, counting,
@@ -185,18 +186,19 @@ def test_an_out_of_another_shape_is_refused_before_anything_is_written(kernel, i
 
     spec = get_kernel(kernel)
     op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
-    args = inputs()
-    right = spec.reference(args)
-    for rows in (right.shape[0] // 2, right.shape[0] * 2):
-        out = torch.full((rows, right.shape[1]), 7.0, dtype=next(iter(args.values())).dtype)
-        with pytest.raises(FlytuneError, match=rf"out has shape \({rows}, {right.shape[1]}\), but the kernel writes "
-                                               rf"\({right.shape[0]}, {right.shape[1]}\)"):
-            op(**args, out=out)
-        assert (out == 7.0).all()
-    out = torch.empty(tuple(right.shape), dtype=next(iter(args.values())).dtype)
-    got = op(**args, out=out)
-    assert got.data_ptr() == out.data_ptr()
-    assert compare(out, right, spec.tol("fp16")).ok
+    with torch.device(dev.torch_device):  # a GPU's kernels take GPU tensors
+        args = inputs()
+        right = spec.reference(args)
+        for rows in (right.shape[0] // 2, right.shape[0] * 2):
+            out = torch.full((rows, right.shape[1]), 7.0, dtype=next(iter(args.values())).dtype)
+            with pytest.raises(FlytuneError, match=rf"out has shape \({rows}, {right.shape[1]}\), but the kernel "
+                                                   rf"writes \({right.shape[0]}, {right.shape[1]}\)"):
+                op(**args, out=out)
+            assert (out == 7.0).all()
+        out = torch.empty(tuple(right.shape), dtype=next(iter(args.values())).dtype)
+        got = op(**args, out=out)
+        assert got.data_ptr() == out.data_ptr()
+        assert compare(out, right, spec.tol("fp16")).ok
 
 
 def test_tuned_of_something_that_is_not_a_kernel_is_one_message():
@@ -225,11 +227,12 @@ def test_autotune_asked_later_in_the_session_searches_past_a_remembered_default(
 
 
 def test_transposed_inputs_run_correctly(spec, dev):
-    x = torch.randn(3, 2, 64).transpose(0, 1)  # last dim contiguous, leading dims permuted
-    w = torch.randn(64)
-    out = spec.run({"x": x, "weight": w}, spec.default({"M": 6, "N": 64}, "fp32", dev))
-    ref = spec.reference({"x": x, "weight": w})
-    assert out.shape == x.shape and torch.allclose(out.double(), ref, atol=1e-5)
+    with torch.device(dev.torch_device):  # a GPU's kernels take GPU tensors
+        x = torch.randn(3, 2, 64).transpose(0, 1)  # last dim contiguous, leading dims permuted
+        w = torch.randn(64)
+        out = spec.run({"x": x, "weight": w}, spec.default({"M": 6, "N": 64}, "fp32", dev))
+        ref = spec.reference({"x": x, "weight": w})
+        assert out.shape == x.shape and torch.allclose(out.double(), ref, atol=1e-5)
 
 
 class _LuckyTimer:
