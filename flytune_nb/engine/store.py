@@ -11,6 +11,7 @@ compiled to the same binary as one measured before it records that config in ``t
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -24,6 +25,11 @@ from flytune_nb.core.paths import file_in_the_way
 from flytune_nb.errors import RunError, UsageError
 from flytune_nb.core.config import Config
 from flytune_nb.measure.trial import Trial
+
+try:
+    import fcntl
+except ImportError:  # Windows (not a target): no flock, so sweeps there do not keep each other off a store
+    fcntl = None
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -67,6 +73,10 @@ CENSUS_COLUMNS = ("key", "kernel", "shape", "dtype", "device", "arch", "backend"
 
 class StoreError(UsageError):
     """The store cannot be used as asked (missing, damaged, someone else's database, a read-only place to write)."""
+
+
+class StoreBusy(StoreError):
+    """Another sweep is writing the store: a second one is refused before it starts (nothing written)."""
 
 
 class StoreWriteFailed(RunError):
@@ -113,6 +123,99 @@ class _Guarded:
         if isinstance(cause, sqlite3.Error) and not isinstance(e, (StoreError, StoreWriteFailed)):
             raise _store_error(self._path, cause) from None
         return False
+
+
+class SweepClaim:
+    """One sweep writes a store at a time: ``SweepClaim.take(path)`` holds an exclusive ``flock`` on a lock file
+    beside the store (``runs.db`` -> ``runs.db-sweep.lock``, holding the sweep's pid) until ``release()``, which
+    removes the file. A second sweep of the same store, in another process or this one, is refused at once with
+    StoreBusy: two sweeps at once would each time under the other's load, and each shape's decision
+    (``selections``, one row per key, INSERT OR REPLACE) would be the last writer's while the other run prints its
+    own. Readers (export, check, the workbench's views) never look at the lock; SQLite's own locks keep them
+    consistent.
+
+    Why a file of its own and not a flock on the database file: on Linux a flock is independent of SQLite's POSIX
+    (fcntl) record locks on a local file system (checked: with SQLite holding its write lock, a flock on the same
+    file was taken beside it, another process's flock was refused and the commit went through), but (1) releasing
+    it means closing a descriptor of the database file, and POSIX drops every record lock a process holds on a file
+    when any of its descriptors of it is closed: the sweep's connection silently loses its SHARED lock, and another
+    connection closing then believes it is the last one, checkpoints and deletes the -wal the sweep still writes
+    to (checked; SQLite's "How To Corrupt An SQLite Database File", 2.2); (2) on NFS, Linux emulates flock with a
+    whole-file fcntl lock, which would block every reader's SQLite lock for the sweep's whole run. A lock file has
+    neither problem, can say who holds it, and is removed on release (a ``kill -9`` leaves it behind, empty of any
+    holder's lock: the next sweep takes it over).
+
+    The folder must exist to hold the file: ``take`` returns None where it does not (the store makes its own folder
+    when it opens; the sweep takes its claim then), where the lock file cannot be made (a read-only folder: the
+    store's own open says why, or, where SQLite can still write the store, the sweep runs unclaimed as before) and
+    on Windows."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd, self.path = fd, path
+
+    @staticmethod
+    def lock_path(db: str | Path) -> Path:
+        real = Path(os.path.realpath(db))  # ./runs.db, runs.db and a symlink to it are one store: one lock
+        return real.with_name(real.name + "-sweep.lock")
+
+    @classmethod
+    def take(cls, db: str | Path | None) -> SweepClaim | None:
+        if fcntl is None or db is None or str(db) == ":memory:":
+            return None
+        path = cls.lock_path(db)
+        if not path.parent.is_dir():
+            return None
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                holder = _pid_in(fd)
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise StoreBusy(f"results store {db} is being written by another sweep "
+                                    f"({_holder_text(holder)}); wait for it to finish, or give this sweep another "
+                                    f"store (--db)") from None
+                return None  # a file system without flock (ENOLCK): unclaimed, as before
+            # The holder removes the file before it lets go: a lock won on a file no longer at the path (or on one
+            # replaced since) guards nothing, so the claim is made again on what the path holds now.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return cls(fd, path)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:  # removed while still held, so no one can take a lock on a file about to vanish and keep it
+            self.path.unlink()
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+
+def _pid_in(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # empty for the instant between the holder's lock and its write
+
+
+def _holder_text(pid: int | None) -> str:
+    if pid is None:
+        return "its pid is not written yet"
+    return f"in this process, pid {pid}" if pid == os.getpid() else f"pid {pid}"
 
 
 def _shape_json(shape: dict) -> str:

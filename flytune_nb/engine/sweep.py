@@ -22,7 +22,7 @@ from flytune_nb.measure.memory import ShapeTooLarge
 from flytune_nb.engine.events import Emitter, ShapeDone, ShapeSelected, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.core.shapes import grid_shapes
 from flytune_nb.core.registry import get_kernel, kernel_paths, load_name
-from flytune_nb.engine.store import Store
+from flytune_nb.engine.store import Store, SweepClaim
 from flytune_nb.strategies import SEEDED, get_strategy
 from flytune_nb.engine.tasks import BASELINES, trial_from_dict
 from flytune_nb.strategies.loop import SearchResult, explore, planned
@@ -207,8 +207,10 @@ class Sweep:
     def run(self) -> list[SearchResult]:
         from flytune_nb.engine import tasks
 
-        lanes, precompiler, completed = [], None, False
+        lanes, precompiler, completed, claim = [], None, False, None
         try:
+            # Before anything starts: a second sweep of this store is refused here, not after its workers are up
+            claim = SweepClaim.take(self._store_path())
             if self._override:
                 tasks._OVERRIDES[self._task_kernel] = self.spec
             lanes = self._live_lanes = self._lanes()
@@ -219,6 +221,8 @@ class Sweep:
                 self.prune.check(plans[0]["device"], precompiling=precompiler is not None)
             if self.store is None:
                 self.store = Store(self._db if self._db is not None else ":memory:")
+            if claim is None:  # the store's folder was made just now, as it opened
+                claim = SweepClaim.take(self._store_path())
             if self.prune is not None:  # the next shapes' censuses compile while this one is timed
                 self.prune.prefetch(self.spec.name, [(p["shape"], p["dtype"], self._space_of(p)) for p in plans],
                                     plans[0]["device"], self.store)
@@ -274,13 +278,21 @@ class Sweep:
                                    f"measured and stored")
             return self.results
         finally:
-            if precompiler is not None:  # after a failure, an interrupt or a stop, compiles still running are killed
-                precompiler.close(kill=not completed or self._stop.is_set())
-            if self.prune is not None:
-                self.prune.close()
-            for lane in lanes:
-                lane.close()
-            tasks._OVERRIDES.pop(self._task_kernel, None)
+            try:
+                if precompiler is not None:  # after a failure, an interrupt or a stop, running compiles are killed
+                    precompiler.close(kill=not completed or self._stop.is_set())
+                if self.prune is not None:
+                    self.prune.close()
+                for lane in lanes:
+                    lane.close()
+                tasks._OVERRIDES.pop(self._task_kernel, None)
+            finally:
+                if claim is not None:  # last: nothing of this run writes after it
+                    claim.release()
+
+    def _store_path(self):
+        """The file this sweep writes (None or ":memory:": a store in memory, which no other sweep can see)."""
+        return self._db.path if isinstance(self._db, Store) else self._db
 
     def _check_configs(self, plan: dict) -> None:
         """An explicit config list must carry exactly this kernel's knobs: checked once, before anything is written."""
