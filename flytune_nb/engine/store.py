@@ -231,6 +231,10 @@ class Store:
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
         self._db = None
+        # SQLite makes a WAL database's -wal and -shm as it opens it, and a read-only connection (or one refused
+        # before it could check them in) leaves them behind: a refused open removes the ones it made
+        sidecars = [] if str(path) == ":memory:" else [Path(f"{self.path}{end}") for end in ("-wal", "-shm")]
+        made = [p for p in sidecars if not p.exists()]
         try:
             if str(path) != ":memory:" and self.path.is_dir():  # SQLite would only say "unable to open"
                 raise StoreError(f"{self.path} is a folder, not a results store; name a file in it, e.g. "
@@ -258,6 +262,7 @@ class Store:
         except (StoreError, sqlite3.DatabaseError, OSError) as e:
             if self._db is not None:  # refused: do not keep someone else's database open
                 self._db.close()
+            _remove_made(made)
             if isinstance(e, StoreError):
                 raise
             if not readonly and str(path) != ":memory:" and _cannot_write(self.path, e):
@@ -265,6 +270,10 @@ class Store:
                     from None
             if isinstance(e, sqlite3.OperationalError) and "disk is full" in str(e):
                 raise StoreError(f"cannot start a results store at {self.path}: the disk is full") from None
+            if isinstance(e, sqlite3.DatabaseError) and _damaged(self.path, e):
+                # a store whose pages (or header) are broken, not some other file: told so, with the way to save
+                # its rows, never "not a flytune database", which invites deleting the only copy
+                raise _store_error(self.path, e) from None
             if isinstance(e, sqlite3.DatabaseError):
                 raise StoreError(f"{self.path} is not a flytune results database ({e})") from None
             blocking = file_in_the_way(self.path.parent)
@@ -501,6 +510,41 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
             raise StoreError(f"{path} is in a read-only folder beside a write-ahead log ({wal.name}) that holds rows "
                              "SQLite can only read where it may write: copy both files to a folder of yours") from None
         return connect("&immutable=1")
+
+
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26  # SQLite's primary result codes (the low byte of an extended one)
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+
+def _damaged(path: Path, e: sqlite3.DatabaseError) -> bool:
+    """Whether ``e`` says the file is an SQLite database with broken pages ("database disk image is malformed": a
+    truncated copy, a disk error) or a broken header ("file is not a database", yet the file starts as SQLite's do),
+    rather than a file that was never a database (a text file, a CSV named .db)."""
+    code = getattr(e, "sqlite_errorcode", None)  # Python >= 3.11; the message before that
+    corrupt = code & 0xFF == _SQLITE_CORRUPT if code is not None else "malformed" in str(e)
+    notadb = code & 0xFF == _SQLITE_NOTADB if code is not None else "not a database" in str(e)
+    if corrupt:
+        return True
+    if not notadb:
+        return False
+    try:  # SQLite cannot read this file at all, so no connection of this process holds a lock on it to lose
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the -wal and -shm files a refused open made (``made``: those that did not exist before it). A -wal
+    that holds anything was written by someone else since (a process that opened the file meanwhile): both stay."""
+    wal = [p for p in made if p.name.endswith("-wal")]
+    try:
+        if wal and wal[0].exists() and wal[0].stat().st_size > 0:
+            return
+        for p in made:
+            p.unlink(missing_ok=True)
+    except OSError:  # a read-only folder: SQLite could not make them either
+        pass
 
 
 def _cannot_write(path: Path, e: Exception) -> bool:

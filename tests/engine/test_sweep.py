@@ -274,6 +274,47 @@ def test_a_damaged_store_is_one_store_error_on_read_and_write(tmp_path):
         Store(db).trials_for("k")
 
 
+def test_a_truncated_or_broken_store_is_called_damaged_at_open_and_left_as_it_was(tmp_path, capsys):
+    """A copy cut short (a full disk, an interrupted copy) fails as SQLite opens it: it is a damaged store, with the
+    way to save its rows, never "not a flytune results database"; the file keeps every byte, and the -wal and -shm
+    SQLite made while trying are gone."""
+    import random
+
+    from flytune_nb.ui.cli import main
+
+    rng = random.Random()
+    n = rng.randrange(16, 512)
+    sw = Sweep("toy", f"N={n}", ["fp32"], db=tmp_path / "whole.db", paths=[PLUGINS], isolate=False, baselines=())
+    sw.run()
+    sw.store.close()  # the last connection folds the -wal into the file
+    whole = (tmp_path / "whole.db").read_bytes()
+    assert len(whole) > 8 * 4096
+    cut = whole[:rng.randrange(100, len(whole) - 4096)]
+    header = bytearray(whole)
+    header[16:18] = b"\x00\x03"  # a page size SQLite cannot have: the header is broken, the pages are there
+    for name, data, said in (("cut.db", cut, "database disk image is malformed"),
+                             ("header.db", bytes(header), "file is not a database")):
+        db = tmp_path / name
+        db.write_bytes(data)
+        for readonly in (True, False):
+            with pytest.raises(StoreError, match=rf"^{db} is damaged \({said}\); `sqlite3 {db} \.recover` can save "
+                                                 rf"its readable rows into a new file$"):
+                Store(db, readonly=readonly)
+            assert db.read_bytes() == data, (name, readonly)
+            assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(name)) == [name], (name, readonly)
+    assert main(["sweep", "toy", "--path", PLUGINS, "--grid", f"N={n}", "--dtype", "fp32", "--no-isolate",
+                 "--quiet", "--db", str(tmp_path / "cut.db")]) == 2
+    assert f"cut.db is damaged (database disk image is malformed); `sqlite3 {tmp_path / 'cut.db'} .recover`" in \
+        capsys.readouterr().err
+    assert (tmp_path / "cut.db").read_bytes() == cut
+    # a file that was never a database is still called that
+    text = tmp_path / "notes.db"
+    text.write_text("".join(rng.choice("abc \n") for _ in range(8192)))
+    with pytest.raises(StoreError, match=rf"^{text} is not a flytune results database \(file is not a database\)$"):
+        Store(text, readonly=True)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("notes")) == ["notes.db"]
+
+
 def test_a_full_disk_mid_run_is_one_run_error_and_keeps_what_was_stored(tmp_path):
     from flytune_nb.core.config import Config
     from flytune_nb.engine.store import StoreWriteFailed
