@@ -98,11 +98,35 @@ def _store_error(path: Path, e: sqlite3.Error) -> Exception:
 
 
 def _read_only_why(path: Path) -> str:
+    folder = _nearest_folder(path.parent)
+    if folder != path.parent and not os.access(folder, os.W_OK):  # the store's folder is not there to write in
+        return f"its folder {path.parent} cannot be made: {folder} is read-only"
     if not os.access(path.parent, os.W_OK):
         return f"its folder {path.parent} is read-only (SQLite writes its journal beside the file)"
     if path.exists() and not os.access(path, os.W_OK):
         return "the file is read-only"
     return "the file system is read-only"
+
+
+def _nearest_folder(folder: Path) -> Path:
+    """``folder``, or the nearest folder above it that exists."""
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    return folder
+
+
+def _make_folder(path: Path) -> None:
+    """The store's own folder, made where its parent exists (``--db results/run.db``, as ``mkdir results`` would);
+    a path further from anything that exists is more likely a typo (``--db /dta/runs/x.db``) than a wish for a chain
+    of folders: one StoreError naming the first folder missing, and nothing made."""
+    folder = path.parent
+    if folder.is_dir():
+        return
+    if not folder.parent.is_dir() and file_in_the_way(folder) is None:  # a file in the way has its own message
+        missing = next(p for p in [*reversed(folder.parents), folder] if not p.is_dir())
+        raise StoreError(f"cannot make a results store at {path}: folder {missing} does not exist (only the store's "
+                         f"own folder, {folder}, is made for it)")
+    folder.mkdir(exist_ok=True)
 
 
 class _Guarded:
@@ -245,7 +269,7 @@ class Store:
                 self._db = _connect_read_only(self.path)
             else:
                 if str(path) != ":memory:":
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    _make_folder(self.path)
                 self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None, timeout=30)
             tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if tables and "trials" not in tables:  # someone else's database: touch nothing

@@ -383,6 +383,47 @@ def test_a_store_in_a_read_only_folder_is_read_and_refused_for_writing(shared_fo
         "can only read where it may write: copy both files to a folder of yours")
 
 
+def test_a_store_gets_its_own_folder_made_but_no_chain_of_missing_ones(tmp_path, shared_folder):
+    """``--db results/run.db`` makes results/ (as the batch notebook's store is made with its folder); a path two or
+    more folders from anything that exists is refused naming the first missing one, and nothing is made. In a
+    read-only folder, the message names that folder, not the store's own one that is not there."""
+    import random
+    import string
+
+    word = lambda: "".join(random.choices(string.ascii_lowercase, k=8))  # noqa: E731
+    own = tmp_path / word() / "runs.db"
+    Store(own).close()
+    assert own.exists()
+    top = tmp_path / word()
+    far = top / word() / word() / "runs.db"
+    for readonly in (False, True):
+        with pytest.raises(StoreError, match=f"^cannot make a results store at {far}: folder {top} does not exist "
+                                             f"\\(only the store's own folder, {far.parent}, is made for it\\)$"
+                           if not readonly else f"^no results store at {far}$"):
+            Store(far, readonly=readonly)
+    assert not top.exists()
+    from flytune_nb.ui.cli import main
+
+    assert main(["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--no-isolate", "--quiet",
+                 "--db", str(far)]) == 2
+    assert not top.exists()
+
+    folder = shared_folder
+    os.chmod(folder, 0o555)
+    sub = os.path.join(folder, word())
+
+    def use():
+        try:
+            Store(os.path.join(sub, "x.db"))
+            return "opened"
+        except StoreError as e:
+            return str(e)
+
+    assert as_unprivileged_user(use) == f"cannot write a results store at {sub}/x.db: its folder {sub} cannot be " \
+                                        f"made: {folder} is read-only"
+    assert os.listdir(folder) == []
+
+
 def test_compile_baseline_starts_from_a_fresh_dynamo_per_shape(monkeypatch, dev):
     """Without a reset, one worker's 9th shape would hit dynamo's recompile limit and time eager code as
     'torch_compile'. Each baseline compile must follow a reset."""
