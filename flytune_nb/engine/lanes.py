@@ -313,17 +313,84 @@ def _stop(proc, conn=None, grace: float = 0.0) -> None:
     proc.join(10)
 
 
+def check_gpus(gpus, isolate: bool = True) -> list[int] | None:
+    """``gpus`` (``--gpus``, ``Sweep(gpus=...)``) checked against the devices this process sees, before anything
+    starts: an index that names no GPU would otherwise pin a worker to nothing (or, on the interpreter, run anyway).
+
+    With a GPU: indices among ``torch.cuda.device_count()``, which counts the GPUs a CUDA_VISIBLE_DEVICES (or
+    HIP_VISIBLE_DEVICES) already set leaves, numbered within it as torch numbers them (``pin_env``).
+    Without one (Triton's CPU interpreter) there is no device to name, but the lanes stay: ``--gpus 0,1`` runs two
+    CPU workers that share the shapes, which is how the multi-lane machinery is exercised without a GPU (the tests
+    do so). What a user expects from ``--gpus 3,5`` there is GPUs 3 and 5; running two CPU workers instead would be
+    a silent surprise, so on the interpreter only 0..k-1 are taken, as a count of workers, and any other index is
+    refused saying there is no GPU here."""
+    if gpus is None:
+        return None
+    gpus = list(gpus)
+    text = ",".join(map(str, gpus))
+    if any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in gpus):
+        raise UsageError(f"--gpus {text}: GPU indices are whole numbers >= 0")
+    twice = next((g for i, g in enumerate(gpus) if g in gpus[:i]), None)
+    if twice is not None:
+        raise UsageError(f"--gpus {text} names GPU {twice} twice: two workers on one GPU would each time under the "
+                         f"other's load")
+    from flytune_nb.core import device
+
+    device.ensure_backend()
+    if device.interpreting():
+        if sorted(gpus) != list(range(len(gpus))):
+            n = len(gpus)
+            raise UsageError(f"--gpus {text}: there is no GPU here (Triton's CPU interpreter runs the trials); on it "
+                             f"--gpus only sets how many CPU workers share the shapes, numbered from 0 (--gpus "
+                             f"{','.join(map(str, range(n)))} for {n})")
+    else:
+        import torch
+
+        count = torch.cuda.device_count()
+        missing = [g for g in gpus if g >= count]
+        if missing:
+            var = _visible_var()
+            within = f" (numbered within {var}={os.environ[var]})" if var in os.environ else ""
+            raise UsageError(f"--gpus {text}: there is no GPU {' or '.join(map(str, missing))} here; this machine "
+                             f"has {count} GPU{'s' if count != 1 else ''}: {', '.join(map(str, range(count)))}"
+                             f"{within}")
+    if not isolate and (len(gpus) > 1 or gpus[:1] not in ([], [0])):
+        if len(gpus) > 1:
+            raise UsageError("several GPUs need isolated workers (one process per GPU); drop --no-isolate")
+        raise UsageError(f"--gpus {text} with --no-isolate: trials run in this process, on its GPU 0; drop "
+                         f"--no-isolate to run them on GPU {text}")
+    return gpus
+
+
+def _hip() -> bool:
+    import torch
+
+    return bool(getattr(torch.version, "hip", None))
+
+
+def _visible_var() -> str:
+    """The variable that numbers the GPUs this process sees: of those set, the one the runtime applies last (ROCm
+    applies HIP_VISIBLE_DEVICES, then CUDA_VISIBLE_DEVICES within what it left; CUDA only the latter); with none set,
+    the platform's own."""
+    names = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if _hip() else ("CUDA_VISIBLE_DEVICES",)
+    return next((v for v in names if v in os.environ), "HIP_VISIBLE_DEVICES" if _hip() else "CUDA_VISIBLE_DEVICES")
+
+
+def pin_env(gpu: int) -> dict:
+    """The environment that leaves a worker only ``gpu``, an index among the GPUs this process sees: its entry in
+    the visible-devices list already set (CUDA_VISIBLE_DEVICES=4,6 and GPU 1: 6, not the machine's GPU 1), else the
+    index itself. One variable only: ROCm applies HIP_VISIBLE_DEVICES and then CUDA_VISIBLE_DEVICES on top of it, so
+    setting both to "1" would leave no device at all."""
+    var = _visible_var()
+    entries = [e.strip() for e in os.environ[var].split(",")] if var in os.environ else None
+    return {var: entries[gpu] if entries is not None and gpu < len(entries) else str(gpu)}
+
+
 def local_lanes(gpus: list[int] | None, isolate: bool) -> list:
     """One lane per GPU index (``CUDA_VISIBLE_DEVICES`` / ``HIP_VISIBLE_DEVICES`` pin each worker to its GPU)."""
+    gpus = check_gpus(gpus, isolate)
     if not isolate:
-        if gpus and len(gpus) > 1:
-            raise UsageError("several GPUs need isolated workers (one process per GPU); drop --no-isolate")
         return [InProcessLane()]
     if not gpus:
         return [ProcessLane()]
-    import torch
-
-    # One variable only: ROCm applies HIP_VISIBLE_DEVICES and then CUDA_VISIBLE_DEVICES on top of it, so setting both
-    # to "1" would leave no device at all.
-    var = "HIP_VISIBLE_DEVICES" if getattr(torch.version, "hip", None) else "CUDA_VISIBLE_DEVICES"
-    return [ProcessLane({var: str(g)}, name=f"gpu{g}") for g in gpus]
+    return [ProcessLane(pin_env(g), name=f"gpu{g}") for g in gpus]

@@ -30,7 +30,7 @@ from flytune_nb.strategies.selection import Rule, as_rule, for_device, select, s
 from flytune_nb.measure.trial import Trial
 from flytune_nb.errors import first_line
 from flytune_nb.engine.lanes import (WorkerCrashed, WorkerError, WorkerStartError, WorkerStopped, WorkerTimeout,
-                                    local_lanes)
+                                    check_gpus, local_lanes, pin_env)
 
 
 class SweepError(RunError):
@@ -154,7 +154,8 @@ class Sweep:
         from flytune_nb.engine.census_pool import CensusPruner
 
         self.prune = CensusPruner.from_option(prune, paths=self.paths)
-        self.gpus = list(gpus) if gpus is not None else None
+        # on Ray, gpus is a number of actors across the cluster, not this machine's devices
+        self.gpus = check_gpus(gpus, isolate) if ray is None else (list(gpus) if gpus is not None else None)
         self.timer = dict(timer or {})
         from flytune_nb.core.key import check_timing
 
@@ -382,14 +383,13 @@ class Sweep:
 
         import torch
 
-        hip = bool(getattr(torch.version, "hip", None))
         if self.precompile is None and (interpreting() or not torch.cuda.is_available()):
             return None
         from flytune_nb.engine.compile_pool import Precompiler
 
         env = {}
         if self.gpus:  # compile for the first GPU of the sweep; the binaries are the same for identical GPUs
-            env = {"HIP_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES": str(self.gpus[0])}
+            env = pin_env(self.gpus[0])
         pc = Precompiler(env=env, reserve=len(self.gpus) if self.gpus else 1)  # a core per timing worker
         pc.warm(self._load_name, self.paths)
         return pc

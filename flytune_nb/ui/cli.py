@@ -306,6 +306,15 @@ def cmd_sweep(args) -> int:
                timer=None if args.rep_ms is None else {"rep_ms": args.rep_ms}, timing=args.timing,
                selection=_selection(args), twins=not args.no_twins,
                prune=None if args.prune_census is None else f"census:{args.prune_census}".rstrip(":"))
+    from flytune_nb.core.device import interpreting
+
+    if sw.timing == "graph" and interpreting() and args.ray is None:
+        # The interpreter's timer runs the mode deliberately (measure/timer.py CpuTimer: several calls per sample,
+        # what a replay runs), so its plumbing is exercised without a GPU; said, since nothing is a CUDA graph here
+        # and every trial is measured again under a key of its own, apart from the events timings
+        print("flytune: note: --timing graph on Triton's CPU interpreter: there is no CUDA graph here; each sample "
+              "times several calls back to back on the CPU, and the trials are stored under their own 'graph' key, "
+              "apart from --timing events", file=sys.stderr)
     n = len(sw.shapes) * len(sw.dtypes)
     print(f"flytune: {sw.spec.name}: {grid_size_text(len(sw.shapes), len(sw.dtypes))} = {n} "
           f"search{'es' if n != 1 else ''} "
