@@ -21,7 +21,42 @@ Errors share one root, ``FlytuneError`` (``flytune_nb.errors``).
 """
 __version__ = "0.1.0"
 
+import os as _os
+import signal as _signal
 import sys as _sys
+
+
+def _started_as_the_cli() -> bool:
+    """Whether this process is the ``flytune`` command: its console script, or ``python -m flytune_nb`` (while runpy
+    imports the package, ``sys.argv[0]`` is still ``-m``; ``sys.orig_argv`` says which module follows it)."""
+    if _sys.argv and _os.path.basename(_sys.argv[0]) == "flytune":
+        return True
+    if not _sys.argv or _sys.argv[0] != "-m":
+        return False
+    argv = list(getattr(_sys, "orig_argv", ()))
+    named = [b for a, b in zip(argv, argv[1:]) if a == "-m"] + [a[2:] for a in argv if a.startswith("-m") and a != "-m"]
+    return any(m == "flytune_nb" or m.startswith("flytune_nb.") for m in named)
+
+
+def _interrupted_while_importing(signum, frame) -> None:
+    """Ctrl-C while the ``flytune`` command imports (torch alone takes ~1 s on 2 cores), before anything ran: one
+    line and the status a shell gives an interrupted program (128 + SIGINT). The process ends here, in the handler,
+    instead of raising KeyboardInterrupt into the imports: torch's and numpy's import code does not survive one
+    (seen on 2 cores: numpy half-imported, then an AttributeError traceback; the interrupt swallowed and the command
+    run to the end; a C++ abort from torch's init; a caught interrupt still exiting by SIGINT, as CPython does once
+    one passed through a nested PyRun call). Nothing is open or started yet, so there is nothing to clean up."""
+    _os.write(2, b"flytune: interrupted before anything ran\n")
+    _os._exit(130)
+
+
+# Only for the command, whose own handler (ui/cli.main) takes over once it runs; anyone else importing flytune_nb
+# (a notebook, a script) keeps Python's KeyboardInterrupt. A process that ignores SIGINT (a background job) still does.
+_SIGINT_BEFORE = None
+if _started_as_the_cli() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+    try:
+        _SIGINT_BEFORE = _signal.signal(_signal.SIGINT, _interrupted_while_importing)
+    except ValueError:  # not the main thread: Python's handler stays
+        pass
 
 from flytune_nb.core.config import Config, ConfigError  # noqa: E402
 from flytune_nb.core.device import DeviceInfo, choose_interpreter_early, current_device  # noqa: E402
@@ -65,3 +100,5 @@ def _legacy_paths() -> None:
 
 
 _legacy_paths()
+if _SIGINT_BEFORE is not None:  # imported: from here an interrupt is the command's to report
+    _signal.signal(_signal.SIGINT, _SIGINT_BEFORE)

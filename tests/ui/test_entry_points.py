@@ -149,6 +149,46 @@ def test_a_killed_sweeps_workers_end_even_when_the_hang_holds_the_gil(tmp_path):
                 pass
 
 
+def _torch_loading(pid: int) -> bool:
+    """Whether process ``pid`` has started importing torch (its shared library is mapped): flytune_nb's import is
+    under way, with most of torch's Python side (~1 s on 2 cores) still to come."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "libtorch" in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the import under way through /proc")
+def test_ctrl_c_while_the_command_imports_is_one_line_and_status_130(tmp_path):
+    """Ctrl-C in the command's first second, while flytune_nb imports torch and before ui/cli.main's handler runs:
+    one line and 130, as later interrupts give, never a KeyboardInterrupt traceback (or worse: torch's and numpy's
+    import code does not survive an exception raised inside it). The signal is sent once torch is seen loading, and
+    then after a few random delays, so most land inside the import and none depends on this machine's speed."""
+    import random
+
+    script = Path(sys.executable).parent / "flytune"
+    commands = [[sys.executable, "-m", "flytune_nb", "kernels"]] + ([[str(script), "kernels"]] if script.exists()
+                                                                     else [])
+    inside = 0
+    for cmd in commands:
+        for delay in [0.0] + random.sample([0.05, 0.1, 0.2, 0.3], 2):
+            proc = subprocess.Popen(cmd, env=clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, cwd=tmp_path,
+                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            deadline = time.monotonic() + 120
+            while not _torch_loading(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 130, (cmd, delay, proc.returncode, err[-3000:])
+            assert "Traceback" not in err and len(err.splitlines()) == 1, (cmd, delay, err[-3000:])
+            assert out == "", (cmd, delay, out[-500:])  # nothing listed: interrupted before the command ran
+            inside += err == "flytune: interrupted before anything ran\n"
+    assert inside >= len(commands), inside  # at least the interrupts sent as torch started loading
+
+
 def test_ctrl_c_during_a_hang_ends_at_once_and_names_the_trial_it_cut(tmp_path):
     """Ctrl-C during a hang kills the worker at once instead of waiting out the rest of --timeout, and the message
     says which trial was in flight (not recorded: the re-run measures it again)."""
