@@ -29,13 +29,16 @@ import sys as _sys
 def _started_as_the_cli() -> bool:
     """Whether this process is the ``flytune`` command: its console script, or ``python -m flytune_nb`` (while runpy
     imports the package, ``sys.argv[0]`` is still ``-m``; ``sys.orig_argv`` says which module follows it)."""
+    if _os.environ.get("_FLYTUNE_PARENT_PID"):  # a worker of a sweep (spawned ones copy the command's argv)
+        return False
     if _sys.argv and _os.path.basename(_sys.argv[0]) == "flytune":
         return True
     if not _sys.argv or _sys.argv[0] != "-m":
         return False
     argv = list(getattr(_sys, "orig_argv", ()))
     named = [b for a, b in zip(argv, argv[1:]) if a == "-m"] + [a[2:] for a in argv if a.startswith("-m") and a != "-m"]
-    return any(m == "flytune_nb" or m.startswith("flytune_nb.") for m in named)
+    # the command's own modules only: a census worker runs as -m flytune_nb.engine.census_worker
+    return any(m in ("flytune_nb", "flytune_nb.__main__", "flytune_nb.ui.cli") for m in named)
 
 
 def _interrupted_while_importing(signum, frame) -> None:

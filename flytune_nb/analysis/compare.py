@@ -56,11 +56,16 @@ def best_per_shape(frame: pd.DataFrame, side: str | None = None,
         sel = decided.get(part.loc[part["id"].idxmax(), "key"]) if decided else None
         if sel is not None:
             summary = json.loads(sel["summary"] or "{}")
+            failed = {_canon_one(c) for c in json.loads(sel["failed"] or "{}")}
             won = summary.get("winner_p50_ms")
-            if won is not None and math.isfinite(won):
+            # a winner that failed a round is vouched for by nothing (the search's fastest stands, as SearchResult.pick
+            # falls back); a default that failed one is a loss, as SearchResult.time_of counts it
+            if won is not None and math.isfinite(won) and _canon_one(sel["winner"]) not in failed:
                 row.update(config=sel["winner"], best_ms=float(won))
                 d = summary.get("default_p50_ms")
-                if d is not None and math.isfinite(d):
+                if _canon_one(sel["default_config"]) in failed:
+                    row["default_ms"] = math.inf
+                elif d is not None and math.isfinite(d):
                     row["default_ms"] = float(d)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -82,5 +87,9 @@ def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     return out[list(axes.columns) + cols]
 
 
+def _canon_one(config: str) -> str:
+    return json.dumps(json.loads(config), sort_keys=True) if config else ""
+
+
 def _canon(configs: pd.Series) -> pd.Series:
-    return configs.map(lambda s: json.dumps(json.loads(s), sort_keys=True) if s else "")
+    return configs.map(_canon_one)

@@ -447,6 +447,12 @@ def _call(ins, depths, n, base, slot, fn, cells, r: _Reading, depth, watched, wh
     if depth >= DEPTH:
         r.unknowable(f"{where} passes the inputs more than {DEPTH} calls deep")
         return
+    # A call with keyword arguments (CALL_KW, CALL_FUNCTION_KW; 3.12's KW_NAMES before its CALL) puts them last on
+    # the stack, so a stack position no longer says which parameter takes the inputs (helper(cfg=c, d=inputs) would
+    # read cfg): nothing is said rather than a wrong name refused.
+    if _CALLS.get(ins[n].opname) == 1 or any(ins[m].opname == "KW_NAMES" for m in range(first, n)):
+        r.unknowable(f"{where} passes the inputs to {_label(target)} in a call with keyword arguments")
+        return
     params = target.__code__.co_varnames[:target.__code__.co_argcount + target.__code__.co_kwonlyargcount]
     position = slot - base
     names = {p for p in params if p in watched}

@@ -213,8 +213,11 @@ class SweepClaim:
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:  # the pid is for the refusal's message only: a full disk must not keep the lock taken with no owner
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
         return cls(fd, path)
 
     def release(self) -> None:

@@ -68,17 +68,32 @@ class SearchResult:
         return next((t for t in self.trials if t.config == self.default and t.fidelity == "full"), None)
 
     def time_of(self, config) -> float:
-        """``config``'s latency (ms) as this result knows it best: the median of its re-timed rounds where the
-        selection stage timed it (unbiased: the search's fastest of many noisy timings is low by its luck), else its
-        full-fidelity search p50; inf where it failed, nan where it was never measured."""
-        if self.selection is not None and config in self.selection.timings and config not in self.selection.failed:
-            t = self.selection.p50(config)
+        """``config``'s latency (ms) as this result knows it best, every config on one footing: the median of its
+        re-timed rounds where the selection stage timed it (unbiased: the search's fastest of many noisy timings is
+        low by its luck); inf where it failed a round (a config that fails now and then is a loss); else its search
+        p50 (the quick round's where it passed no full one), scaled by the default's re-timed / search ratio where
+        both exist, so that a config never re-timed is not compared on another clock (re-timing with fresh inputs
+        reads a few percent off the search). inf where it failed, nan where it was never measured."""
+        sel = self.selection
+        if sel is not None and config in sel.failed:
+            return math.inf
+        if sel is not None and config in sel.timings:
+            t = sel.p50(config)
             if math.isfinite(t):
                 return t
-        for t in self.trials:
-            if t.config == config and t.fidelity == "full":
-                return t.p50 if t.ok else math.inf
-        return math.nan
+        t = self._search_p50(config)
+        if sel is not None and math.isfinite(t) and config != self.default:
+            d_search, d_rounds = self._search_p50(self.default), self.time_of(self.default)
+            if math.isfinite(d_search) and math.isfinite(d_rounds) and d_search > 0:
+                t *= d_rounds / d_search
+        return t
+
+    def _search_p50(self, config) -> float:
+        full = [t for t in self.trials if t.config == config and t.fidelity == "full"]
+        if full:
+            return full[0].p50 if full[0].ok else math.inf
+        quick = [t for t in self.trials if t.config == config and t.ok]
+        return quick[0].p50 if quick else math.nan
 
     @property
     def pick_ms(self) -> float:

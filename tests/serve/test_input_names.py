@@ -146,6 +146,8 @@ def test_names_read_by_literal_are_known(fn, known):
     (_to_torch, "passes the inputs to .*stack, which is not read"),  # another package's: not followed
     (_to_a_method, "passes the inputs to a call, which is not read"),
     (_deep, "more than 3 calls deep"),
+    # by keyword the stack position says nothing of the parameter: d would be missed and cfg read as the inputs
+    (lambda i, c: _reads_x_and_eps(config=c, inputs=i), "in a call with keyword arguments"),
 ])
 def test_inputs_read_out_of_sight_make_nothing_knowable(fn, why):
     names = read([(fn, 0)])

@@ -122,3 +122,40 @@ def test_trials_table_says_which_timings_were_a_quick_round():
     lines = trials_table(r).splitlines()
     assert "timing" in lines[1]
     assert sum(line.startswith(str(c)) and line.rstrip().endswith("quick") for line in lines) == 1
+
+
+def test_a_config_never_re_timed_is_put_on_the_re_timed_clock():
+    """The editor compares a rule's config with the pick: a config the selection never re-timed gets its search
+    p50 scaled by the default's re-timed / search ratio, so the re-timing's offset (fresh inputs read a few percent
+    slower here) cannot turn a search tie into a win."""
+    from flytune_nb.analysis.heuristic_edit import rescore
+
+    r, d, c, d_rounds, _ = _result(lucky_lead=True)
+    base = r.trials[0].p50
+    x = Config({"BLOCK_N": 512}, num_warps=8)
+    r.trials.append(Trial("rmsnorm", SHAPE, "fp32", x, "ok", p20=base * 0.99, p50=base * 0.99, p80=base * 0.99,
+                          rel_error=1e-7))
+    scale = sorted(d_rounds)[2] / base
+    assert r.time_of(x) == pytest.approx(base * 0.99 * scale)
+    row = rescore(lambda shape, dtype, device: x, [r], _dev(), lambda k: k).rows[0]
+    assert row.verdict == "ties" and row.new_ms / row.best_ms == pytest.approx(0.99)
+
+
+def test_a_default_that_failed_a_round_is_a_loss_and_a_quick_only_pick_has_a_time():
+    r, d, c, d_rounds, c_rounds = _result(lucky_lead=True)
+    r.selection = decide(d, [c], {d: d_rounds[:2] + [math.inf] + d_rounds[3:], c: c_rounds}, Rule(),
+                         failed={d: "wrong: rel 0.5"})
+    assert r.pick.config == c and r.time_of(d) == math.inf
+    assert r.speedup != r.speedup  # nan: no ratio against a failing default ...
+    from flytune_nb.analysis.overview import overview_frame, regret_by_dtype
+
+    frame = overview_frame([r], "M")
+    assert frame["speedup"].iloc[0] == math.inf  # ... and the overview's regret shows the loss
+    assert regret_by_dtype(frame)["fp32"]["regret"] == math.inf
+    # a stopped shape whose only passing timing was successive halving's quick round
+    q = Config({"BLOCK_N": 64}, num_warps=2)
+    s = SearchResult("rmsnorm", SHAPE, "fp32", _dev(), d,
+                     [Trial("rmsnorm", SHAPE, "fp32", d, "wrong", reason="rel 0.5"),
+                      Trial("rmsnorm", SHAPE, "fp32", q, "ok", p20=2.0, p50=2.0, p80=2.0, fidelity="quick")],
+                     stopped=True)
+    assert s.pick.config == q and s.pick_ms == 2.0
