@@ -68,18 +68,24 @@ class LineListener:
         self.last = clock()
         self.measured = 0
         self.counts: dict[tuple, list] = {}  # (shape, dtype) -> [done, total, best p50]
+        # what was started here: a trial the store already held comes as a TrialDone with no TrialStarted before it
+        self.started: set[tuple] = set()
 
     def _say(self, text: str) -> None:
         print(text, file=self.file, flush=True)
 
     def __call__(self, event) -> None:
         if isinstance(event, TrialStarted):
-            self.counts.setdefault(_key(event.shape, event.dtype), [0, event.total, None])
+            key = _key(event.shape, event.dtype)
+            self.counts.setdefault(key, [0, event.total, None])
+            self.started.add((key, event.config))
         elif isinstance(event, (TrialDone, TrialFailed)):
             t = event.trial
-            c = self.counts.get(_key(t.shape, t.dtype))
-            if c is None:  # replayed from the store: nothing measured
+            key = _key(t.shape, t.dtype)
+            c = self.counts.get(key)
+            if c is None or (key, t.config) not in self.started:  # replayed from the store: nothing measured
                 return
+            self.started.discard((key, t.config))
             c[0] += 1
             c[2] = event.best.p50 if event.best is not None else c[2]
             self.measured += 1
@@ -92,7 +98,9 @@ class LineListener:
                 self.last = now
         elif isinstance(event, ShapeDone):
             r = event.result
-            self.counts.pop(_key(r.shape, r.dtype), None)
+            key = _key(r.shape, r.dtype)
+            self.counts.pop(key, None)
+            self.started = {k for k in self.started if k[0] != key}
             failed = sum(not t.ok for t in r.trials)
             pick = r.pick
             why = f" ({r.selection.line()})" if r.selection is not None else ""

@@ -101,6 +101,8 @@ def test_line_listener_prints_each_finished_shape_and_a_status_line_per_interval
     log(TrialStarted("rmsnorm", SHAPE, "fp32", d, 0, 2))
     log(TrialDone("rmsnorm", r.trials[0], 0, 2, r.trials[0]))
     assert out.getvalue() == ""  # under 30 s: no line yet
+    stored = Trial("rmsnorm", SHAPE, "fp32", Config({"BLOCK_N": 64}, num_warps=2), "ok", p20=1.0, p50=1.0, p80=1.0)
+    log(TrialDone("rmsnorm", stored, 2, 3, r.trials[0]))  # the store held it: no TrialStarted, not counted
     now[0] = 31.0
     log(TrialStarted("rmsnorm", SHAPE, "fp32", c, 1, 2))
     log(TrialDone("rmsnorm", r.trials[1], 1, 2, r.trials[1]))
