@@ -152,7 +152,11 @@ def rescore(fn, results, device, canonical, spec=None) -> Rescore:
         except Exception as e:  # noqa: BLE001
             raise HeuristicError(f"raised for {r.shape} {r.dtype}: {type(e).__name__}: {e}") from None
         if not isinstance(new, Config):
-            raise HeuristicError(f"returned {type(new).__name__} for {r.shape} {r.dtype}, not a Config")
+            kind = type(new)
+            # triton.Config is a Config too by its name: the module says which one it is
+            name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+            raise HeuristicError(f"returned {name} for {r.shape} {r.dtype}, not a Config (flytune_nb's: "
+                                 f"from flytune_nb.kit import Config)")
         if spec is not None:  # a config outside the kernel's space is said at once, not at measure time
             wrong = check_knobs(spec, new, r.default)
             if wrong:
