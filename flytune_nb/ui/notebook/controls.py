@@ -217,6 +217,9 @@ class GridEditor(W.VBox):
 
     def _preview(self) -> tuple[int, int] | None:
         self.fits_problem = ""
+        # every preview supersedes the background work of the one before, an invalid grid's included: else the
+        # previous grid's estimate, arriving late, redraws its counts over this grid's error
+        self._fits_gen += 1
         try:
             shapes = self.shapes()
             if not self.dtypes.value:
