@@ -19,7 +19,7 @@ from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
 from flytune_nb.core.registry import drop_unusable_env_paths, kernel_paths, search_path
-from flytune_nb.engine.events import TrialStarted
+from flytune_nb.engine.events import TrialDone, TrialFailed, TrialStarted
 from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
                                              run_in_thread)
@@ -59,6 +59,8 @@ class Workbench(W.VBox):
         self.sweep = None
         self._thread: threading.Thread | None = None
         self._run_lock = threading.Lock()  # one sweep at a time: a double click must not start two
+        self._started: set = set()
+        self._measured = 0
         self._store_lock = threading.Lock()
         self.live = LiveResults()
         self.picker = KernelPicker(kernel, self.paths)
@@ -290,7 +292,7 @@ class Workbench(W.VBox):
             except Exception as e:  # noqa: BLE001 - bad grid / dtype / kernel / setting: one inline line
                 self.message.value = error_html(str(e))
                 return None
-            self._measured = []
+            self._started, self._measured = set(), 0
             self.sweep.emit.listeners.append(self._count)
             if self.views_ready.is_set():
                 if not self.explorer.pinned:
@@ -303,8 +305,15 @@ class Workbench(W.VBox):
             self._run_lock.release()
 
     def _count(self, event) -> None:
+        # measured now: trials that started and finished in this run; one that Stop cut off was started but is not
+        # stored, and counting it would leave "-1 from the store"
         if isinstance(event, TrialStarted):
-            self._measured.append(event)
+            self._started.add((shape_label(event.shape, event.dtype), event.config))
+        elif isinstance(event, (TrialDone, TrialFailed)):
+            key = (shape_label(event.trial.shape, event.trial.dtype), event.trial.config)
+            if key in self._started:
+                self._started.discard(key)
+                self._measured += 1
 
     def _problems(self) -> list[str]:
         return [p for p in (self.picker.problem, *self.grid.problems(), self.settings.problem) if p]
@@ -352,7 +361,7 @@ class Workbench(W.VBox):
         partial = sum(r.stopped for r in mine)
         line = (f"{'stopped' if stopped else 'finished'}: {len(mine)} shape(s)"
                 + (f" ({partial} partial)" if partial else "") + f", {len(trials)} trials "
-                f"({len(self._measured)} measured now, {len(trials) - len(self._measured)} from the store) in "
+                f"({self._measured} measured now, {len(trials) - self._measured} from the store) in "
                 f"<code>{self.db_path}</code>; ")
         if fails.failed:
             line += (f"<b style='color:#b00020'>{fails.line()}</b>; tick <i>retry failed</i> and Run to measure "
