@@ -1,4 +1,5 @@
-"""Workbench flows where what the views show must stay what the store holds: Stop cutting off a trial, and the grid preview racing its own estimate."""
+"""Workbench flows where what the views show must stay what the store holds: a kernel switched mid-sweep, Stop cutting
+off a trial, and the grid preview racing its own estimate."""
 import html
 import threading
 
@@ -14,6 +15,45 @@ from flytune_nb.ui.notebook.slots import load_plotly  # noqa: E402
 from tests.conftest import PLUGINS  # noqa: E402
 
 load_plotly(background=False)
+
+
+def test_a_kernel_switched_mid_sweep_leaves_none_of_the_old_kernels_results_in_the_views(tmp_path, monkeypatch):
+    """toy and evil share the shape label "N=64 fp32": the stopped toy sweep's last events (its trial in flight, its
+    cut-off shape) must not appear as evil's results, nor be merged into evil's shape of that label when it runs."""
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")  # evil's working configs only
+    started, switched = threading.Event(), threading.Event()
+    seen = []
+
+    def watch(event):  # holds the toy sweep at its third trial until the switch is done, so what follows comes after
+        if isinstance(event, TrialStarted) and event.kernel == "toy":
+            seen.append(event)
+            if len(seen) == 3:
+                started.set()
+                switched.wait(60)
+
+    wb = Workbench("toy", {"N": "64,96,128"}, ["fp32"], db=str(tmp_path / "k.db"), isolate=False, paths=[PLUGINS],
+                   listeners=[watch])
+    assert wb.wait_ready(60)
+    th = wb.run()
+    assert started.wait(60)
+    wb.picker.dropdown.value = "evil"  # mid-shape: the toy sweep is stopped
+    switched.set()
+    th.join(60)
+    assert not th.is_alive()
+    assert wb.live.entries == {} and wb.live.finished_results() == []
+    assert "no finished shapes yet" in wb.overview.summary.value
+    assert "no trials yet" in wb.table.html.value
+    assert list(wb.explorer.shape.options) == []
+    label = html.unescape(wb.control.label.value)
+    assert "the toy sweep stopped when the kernel was switched" in label and "Run resumes" not in label
+    assert not wb.control.run_button.disabled and wb.control.stop_button.disabled
+    assert wb.store.count() >= 3  # what toy measured is kept in the store
+
+    wb.grid.axis_boxes["N"].value = "64"
+    wb.run().join(120)
+    [r] = wb.live.finished_results()
+    assert r.kernel == "evil" and {t.kernel for t in r.trials} == {"evil"}
+    assert all("SLEEP_MS" in t.config.to_dict() for t in r.trials)  # no toy config among evil's trials
 
 
 def test_stop_cutting_off_a_trial_counts_only_what_it_stored(tmp_path, monkeypatch):

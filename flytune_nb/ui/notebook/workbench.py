@@ -9,7 +9,9 @@ models (~205 MB of widget state), enough to crash the browser.
 """
 from __future__ import annotations
 
+import html
 import threading
+import warnings
 import weakref
 
 import ipywidgets as W
@@ -59,6 +61,7 @@ class Workbench(W.VBox):
         self.sweep = None
         self._thread: threading.Thread | None = None
         self._run_lock = threading.Lock()  # one sweep at a time: a double click must not start two
+        self._relay: _Relay | None = None  # the running sweep's events to the progress bar and the views
         self._started: set = set()
         self._measured = 0
         self._store_lock = threading.Lock()
@@ -228,6 +231,10 @@ class Workbench(W.VBox):
         """Another kernel: nothing of the previous one's plot, finish line or export message stays."""
         if self.running:
             self.stop()
+        if self._relay is not None:
+            # the stopped sweep still sends its trial in flight and its cut-off shape: the previous kernel's, which
+            # the views would otherwise show (and merge into a shape of the same label) as the new kernel's
+            self._relay.cut()
         self.live.clear()
         self.control.label.value = ""
         self.control.bar.value, self.control.bar.description = 0, "idle"
@@ -286,12 +293,14 @@ class Workbench(W.VBox):
                     raise UsageError(f"not run: {self.grid.fits_problem}")
                 opts = self.settings.values()
                 timer = {**self._timer_extra, **(opts.pop("timer") or {})} or None
+                relay = _Relay([self.control, self.live])
                 self.sweep = Sweep(self.picker.dropdown.value, shapes, list(self.grid.dtypes.value),
                                    db=self._store(), paths=self.paths, isolate=self.isolate, timer=timer,
-                                   listeners=[self.control, self.live, *self.extra_listeners], **opts)
+                                   listeners=[relay, *self.extra_listeners], **opts)
             except Exception as e:  # noqa: BLE001 - bad grid / dtype / kernel / setting: one inline line
                 self.message.value = error_html(str(e))
                 return None
+            self._relay = relay
             self._started, self._measured = set(), 0
             self.sweep.emit.listeners.append(self._count)
             if self.views_ready.is_set():
@@ -349,6 +358,12 @@ class Workbench(W.VBox):
         sweep = self.sweep
         stopped = sweep is not None and sweep.stopped
         self.grid.forget_estimate()
+        if self._relay is not None and self._relay.was_cut and sweep is not None:
+            # the kernel was switched while it ran: its results are not this kernel's, and "Run resumes" would not
+            # resume it
+            self.control.finish(f"the {html.escape(sweep.spec.name)} sweep stopped when the kernel was switched; what "
+                                f"it measured is in <code>{html.escape(str(self.db_path))}</code>")
+            return
         if error is not None and not (stopped and "stopped before the first trial" in str(error)):
             self.control.finish(error_html(f"sweep failed: {first_line(error)}"))
             self.refresh_views()
@@ -406,6 +421,7 @@ class Workbench(W.VBox):
         for shape, dtype, config in items:
             jobs.setdefault((tuple(shape.items()), dtype), []).append(config)
         current = {shape_label(r.shape, r.dtype): r for r in self.live.finished_results()}
+        relay = self._relay = _Relay([self.live])
 
         def work():
             out = []
@@ -414,7 +430,7 @@ class Workbench(W.VBox):
                 fresh = [r.default, r.pick.config] if r is not None and r.pick is not None else []
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
                            isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
-                           remeasure=fresh, listeners=[self.live])
+                           remeasure=fresh, listeners=[relay])
                 self.sweep = sw
                 out += sw.run()
             return out
@@ -446,6 +462,32 @@ class Workbench(W.VBox):
     def show(self):
         display(self)
         return self
+
+
+class _Relay:
+    """Hands one sweep's events to the progress bar and the views until ``cut`` (a kernel switch): once ``cut``
+    returns, none of that sweep's later events reaches them."""
+
+    def __init__(self, targets) -> None:
+        self.targets = list(targets)
+        self._lock = threading.Lock()
+        self.was_cut = False
+
+    def __call__(self, event) -> None:
+        with self._lock:
+            if self.was_cut:
+                return
+            for target in list(self.targets):
+                try:
+                    target(event)
+                except Exception as e:  # noqa: BLE001 - as the sweep's Emitter does: a broken view, not the sweep
+                    warnings.warn(f"event listener {target!r} raised {e!r}; it is detached", RuntimeWarning,
+                                  stacklevel=2)
+                    self.targets.remove(target)
+
+    def cut(self) -> None:
+        with self._lock:
+            self.was_cut = True
 
 
 def _stem(db: str) -> str:
