@@ -1,6 +1,10 @@
-"""Workbench flows where what the views show must stay what the store holds: a kernel switched mid-sweep, Stop cutting
-off a trial, and the grid preview racing its own estimate."""
+"""Workbench flows where what the views show must stay what the store holds: a kernel switched mid-sweep, the
+heuristic editor's Measure missing, Stop cutting off a trial, and the grid preview racing its own estimate."""
 import html
+import json
+import math
+import sqlite3
+import textwrap
 import threading
 
 import pytest
@@ -8,6 +12,8 @@ import pytest
 pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 
+from flytune_nb.artifacts.export import export  # noqa: E402
+from flytune_nb.core.config import Config  # noqa: E402
 from flytune_nb.engine.events import TrialStarted  # noqa: E402
 from flytune_nb.ui.notebook import Workbench  # noqa: E402
 from flytune_nb.ui.notebook.controls import GridEditor, KernelPicker  # noqa: E402
@@ -15,6 +21,12 @@ from flytune_nb.ui.notebook.slots import load_plotly  # noqa: E402
 from tests.conftest import PLUGINS  # noqa: E402
 
 load_plotly(background=False)
+
+
+def _rows(db, table):
+    with sqlite3.connect(db) as c:
+        c.row_factory = sqlite3.Row
+        return [dict(r) for r in c.execute(f"SELECT * FROM {table} ORDER BY id")]
 
 
 def test_a_kernel_switched_mid_sweep_leaves_none_of_the_old_kernels_results_in_the_views(tmp_path, monkeypatch):
@@ -54,6 +66,94 @@ def test_a_kernel_switched_mid_sweep_leaves_none_of_the_old_kernels_results_in_t
     [r] = wb.live.finished_results()
     assert r.kernel == "evil" and {t.kernel for t in r.trials} == {"evil"}
     assert all("SLEEP_MS" in t.config.to_dict() for t in r.trials)  # no toy config among evil's trials
+
+
+def _write_kernel(root):
+    """A kernel whose configs sleep SLEEP_MS: the 10 ms config beats the 20 ms default beyond any tie band. A config
+    named in $PICKME_SLOW takes 30 ms more, as a pick timed once during other load would."""
+    folder = root / "pickme"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(textwrap.dedent("""
+        import torch
+
+        from flytune_nb.core.dtypes import to_torch
+        from flytune_nb.core.spec import KernelSpec
+
+        from .configs import configs
+        from .heuristic import default
+        from .kernel import launch
+
+
+        def make_inputs(shape, dtype, device):
+            n = shape["N"]
+            return {"x": torch.randn(n, dtype=to_torch(dtype)), "out": torch.empty(n, dtype=to_torch(dtype))}
+
+
+        SPEC = KernelSpec(name="pickme", axes=("N",), batch_axis="N", dtypes=("fp32",), make_inputs=make_inputs,
+                          run=lambda i, c: launch(i["x"], i["out"], c), reference=lambda i: i["x"].double() * 2,
+                          configs=configs, default=default, shape_of=lambda i: {"N": i["x"].numel()},
+                          outputs=("out",))
+    """))
+    (folder / "configs.py").write_text(textwrap.dedent("""
+        from flytune_nb.core.config import Config
+
+
+        def configs(shape, dtype, device):
+            return [Config({"SLEEP_MS": s}, num_warps=1) for s in (10, 20, 40)]
+    """))
+    (folder / "heuristic.py").write_text(textwrap.dedent("""
+        from flytune_nb.core.config import Config
+
+
+        def default(shape, dtype, device):
+            return Config({"SLEEP_MS": 20}, num_warps=1)
+    """))
+    (folder / "kernel.py").write_text(textwrap.dedent("""
+        import os
+        import time
+
+
+        def launch(x, out, config):
+            slow = 30 if str(config["SLEEP_MS"]) == os.environ.get("PICKME_SLOW") else 0
+            time.sleep((config["SLEEP_MS"] + slow) / 1000)
+            out.copy_(x * 2)
+            return out
+    """))
+    (folder / "reference.py").write_text("")
+    return root
+
+
+def test_measure_missing_scores_the_edit_without_replacing_the_shapes_decision(tmp_path, monkeypatch):
+    """Measure missing times an edited rule's picks to score the edit. The shape's winner, decided by re-timing its
+    shortlist against the default, stays the store's decision: before, the few configs measured for the editor ran
+    a selection of their own, which replaced the stored one, so one slow timing of the pick handed the shape (and
+    the exported file) to the default without any re-timing."""
+    kernels = _write_kernel(tmp_path / "kernels")
+    db = tmp_path / "m.db"
+    wb = Workbench("pickme", {"N": "16"}, ["fp32"], db=str(db), isolate=False, paths=[str(kernels)])
+    assert wb.wait_ready(60)
+    wb.run().join(120)
+    fast, default = Config({"SLEEP_MS": 10}, num_warps=1), Config({"SLEEP_MS": 20}, num_warps=1)
+    [r] = wb.live.finished_results()
+    assert r.default == default and r.pick.config == fast and not r.selection.chose_default
+    decided = _rows(db, "selections")
+    assert len(decided) == 1 and json.loads(decided[0]["winner"])["SLEEP_MS"] == 10
+
+    wb.editor.code.value = ("from flytune_nb.core.config import Config\n"
+                            "def default(shape, dtype, device):\n    return Config({'SLEEP_MS': 30}, num_warps=1)\n")
+    assert [c for _, _, c in wb.editor.last.unmeasured] == [Config({"SLEEP_MS": 30}, num_warps=1)]
+    monkeypatch.setenv("PICKME_SLOW", "10")  # the pick is timed 30 ms slow this once
+    wb.editor._measure_missing().join(120)
+    monkeypatch.delenv("PICKME_SLOW")
+
+    assert _rows(db, "selections") == decided  # the decision and its evidence, untouched
+    [r] = wb.live.finished_results()
+    assert r.pick.config == fast and r.selection.winner == fast
+    row = wb.editor.last.rows[0]
+    assert row.new == Config({"SLEEP_MS": 30}, num_warps=1) and math.isfinite(row.new_ms)
+    assert row.verdict == "loses"  # 30 ms against the 20 ms default
+    [path] = export(wb.store, tmp_path / "ex", paths=[str(kernels)])
+    assert json.loads(path.read_text())["16"]["SLEEP_MS"] == 10
 
 
 def test_stop_cutting_off_a_trial_counts_only_what_it_stored(tmp_path, monkeypatch):

@@ -9,6 +9,7 @@ models (~205 MB of widget state), enough to crash the browser.
 """
 from __future__ import annotations
 
+import dataclasses
 import html
 import threading
 import warnings
@@ -21,7 +22,7 @@ from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
 from flytune_nb.core.registry import drop_unusable_env_paths, kernel_paths, search_path
-from flytune_nb.engine.events import TrialDone, TrialFailed, TrialStarted
+from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
                                              run_in_thread)
@@ -428,9 +429,14 @@ class Workbench(W.VBox):
             for (shape, dtype), configs in jobs.items():
                 r = current.get(shape_label(dict(shape), dtype))
                 fresh = [r.default, r.pick.config] if r is not None and r.pick is not None else []
+                # No selection stage here: these timings score the edit, they do not decide the shape. Its decision
+                # (the re-timed winner an export ships, and its evidence) stays the sweep's; a selection over these
+                # few configs would replace it in the store, and a single slow timing of the pick would hand the
+                # shape to the default without any re-timing.
+                keep = r.selection if r is not None else None
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
                            isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
-                           remeasure=fresh, listeners=[relay])
+                           remeasure=fresh, selection=None, listeners=[_KeepSelection(relay, keep)])
                 self.sweep = sw
                 out += sw.run()
             return out
@@ -488,6 +494,19 @@ class _Relay:
     def cut(self) -> None:
         with self._lock:
             self.was_cut = True
+
+
+class _KeepSelection:
+    """A measure-missing sweep's events, its finished shape carrying the shape's own selection (the sweep's
+    decision) instead of none."""
+
+    def __init__(self, target, selection) -> None:
+        self.target, self.selection = target, selection
+
+    def __call__(self, event) -> None:
+        if isinstance(event, ShapeDone) and self.selection is not None and event.result.selection is None:
+            event = ShapeDone(event.kernel, dataclasses.replace(event.result, selection=self.selection))
+        self.target(event)
 
 
 def _stem(db: str) -> str:
