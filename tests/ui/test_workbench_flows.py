@@ -1,5 +1,6 @@
 """Workbench flows where what the views show must stay what the store holds: a kernel switched mid-sweep, the
-heuristic editor's Measure missing, Stop cutting off a trial, and the grid preview racing its own estimate."""
+heuristic editor's Measure missing, Stop cutting off a trial, the cell re-run mid-sweep, and the grid preview racing
+its own estimate."""
 import html
 import json
 import math
@@ -197,3 +198,28 @@ def test_a_grid_typo_stays_shown_when_the_previous_grids_estimate_arrives_late(t
     estimating.join(30)
     shown = html.unescape(grid.preview.value)
     assert "axis N: '6x4' is not a positive integer" in shown and "trials after pruning" not in shown
+
+
+def test_re_running_the_cell_mid_sweep_leaves_the_store_free_for_the_new_workbench(tmp_path, monkeypatch):
+    """Re-running the workbench cell closes the previous workbench, which stops its sweep. Its Run on the same store
+    was refused ("being written by another sweep (in this process ...)") while the closed one's sweep was still
+    ending, a sweep the user could no longer see or stop."""
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0,3")  # the default, then a config that hangs until it is killed
+    monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
+    hanging = threading.Event()
+
+    def watch(event):
+        if isinstance(event, TrialStarted) and event.config["MODE"] == 3:
+            hanging.set()
+
+    db = str(tmp_path / "r.db")
+    old = Workbench("evil", {"N": "16"}, ["fp32"], db=db, paths=[PLUGINS], timeout=120, listeners=[watch])
+    assert old.wait_ready(60)
+    old_thread = old.run()
+    assert hanging.wait(240)
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")
+    new = Workbench("evil", {"N": "16"}, ["fp32"], db=db, paths=[PLUGINS], timeout=120)  # the cell run again
+    new.run().join(240)  # Run pressed at once
+    label = html.unescape(new.control.label.value)
+    assert "another sweep" not in label and label.startswith("finished: 1 shape(s), 1 trials"), label
+    assert not old_thread.is_alive()

@@ -30,6 +30,7 @@ from flytune_nb.ui.notebook.editor import HeuristicEditor
 from flytune_nb.ui.notebook.live import LiveResults
 from flytune_nb.ui.notebook.slots import load_plotly
 
+CLOSE_WAIT_S = 10.0  # how long closing waits for a stopped sweep to end
 TABS = ("overview", "explorer", "results", "census", "heuristic vs best", "heuristic editor", "compare runs", "export")
 _CURRENT: list = []  # a weak reference to the workbench shown last (closed when the cell runs again)
 
@@ -459,6 +460,10 @@ class Workbench(W.VBox):
             return super().close()
         if self.running and self.sweep is not None:
             self.sweep.stop()
+            # Stop ends a sweep within about a second (the trial in flight's grace, then its worker is killed). The
+            # cell that re-ran, closing this workbench, opens the same store next: until this sweep has let go of it,
+            # that cell's Run is refused as "being written by another sweep".
+            self._thread.join(CLOSE_WAIT_S)
         if self.views_ready.is_set():
             self.census.stop()  # its compilers exit once the configs in flight finish
         self.live.on_change = self.live.on_new_shape = None
