@@ -197,9 +197,15 @@ def load_name(spec: KernelSpec) -> str:
     module_name = spec.extra.get("module")
     if not module_name:
         return spec.name
-    module = sys.modules.get(module_name)
-    attr = next((k for k, v in vars(module).items() if v is spec), None) if module is not None else None
-    if module_name == "__main__" or attr is None:
+    # the module that made it first; then any other the spec names (e.g. where its make_inputs lives), for a helper
+    # that adopts on behalf of the module holding SPEC
+    for name in dict.fromkeys((module_name, *spec.extra.get("also_modules", ()))):
+        module = sys.modules.get(name) if name and name != "__main__" else None
+        attr = next((k for k, v in vars(module).items() if v is spec), None) if module is not None else None
+        if attr is not None:
+            module_name = name
+            break
+    else:
         raise UsageError(f"{spec.name}: made in {module_name} where another process cannot import it; worker "
                          f"processes load kernels by name, so assign it at module level in a .py file and name it "
                          f"('my_kernels.py:SPEC'), or run in this process (isolate=False)")

@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -366,6 +367,9 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
     from flytune_nb.core import dtypes as dtype_names
     from flytune_nb.core import registry
 
+    # Worker processes load the spec from the module that assigns ``SPEC = adopt(...)``: the one calling us. The
+    # user's functions may come from a shared helper module, which holds no SPEC of this kernel.
+    caller = sys._getframe(1).f_globals.get("__name__")
     obj, where = resolve(kernel)
     # checked before anything is called with them: axes="MN" would read as ('M', 'N'), dtypes="fp32" as 'f', 'p', …
     if isinstance(axes, str) or not isinstance(axes, Sequence):
@@ -442,7 +446,8 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
                                          default if callable(default) else None]),
         description=description or "; ".join(notes) + ".", artifact_axes=tuple(artifact_axes),
         example_shape=example, input_names=() if names.unknowable else tuple(sorted(names.known)),
-        extra={"adopted": adopted, "module": getattr(make_inputs, "__module__", None), "coarse_axes": coarse},
+        extra={"adopted": adopted, "module": caller or getattr(make_inputs, "__module__", None),
+               "also_modules": (getattr(make_inputs, "__module__", None),), "coarse_axes": coarse},
     )
     registry.remember(spec)
     return spec

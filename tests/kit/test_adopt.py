@@ -240,6 +240,7 @@ def test_a_key_argument_missing_from_the_call():
         _adopt("SCALE", launch=launch)
 
 
+
 def test_in_place_tensors_must_be_inputs():
     def launch(kernel, inputs):  # acc handed over as a copy: restore_value could not be honoured
         n = inputs["x"].numel()
@@ -319,3 +320,23 @@ def test_an_importable_module_names_its_spec_by_module_and_attribute(tmp_path, m
 
     assert load_name(my_adopted_pkg.SPEC) == "my_adopted_pkg:SPEC"  # found in the module that made it
     assert get_kernel("my_adopted_pkg:SPEC") is my_adopted_pkg.SPEC and get_kernel("axpy_module") is my_adopted_pkg.SPEC
+
+
+def test_a_spec_whose_functions_come_from_a_shared_module_is_named_by_the_module_that_adopts_it(tmp_path, monkeypatch):
+    """Several adoptions commonly share one make_inputs / launch / reference; the spec lives where SPEC = adopt(...) is
+    written, and a Python sweep in worker processes must find it there."""
+    (tmp_path / "adopt_from_shared.py").write_text(
+        "import flytune_nb\n"
+        "from tests.kit import adopted as shared\n"
+        "SPEC = flytune_nb.adopt(shared.scale_kernel, name='scale_shared', axes=('M', 'N'), dtypes=('fp32',),\n"
+        "                        make_inputs=shared.scale_inputs, launch=shared.scale_launch,\n"
+        "                        reference=lambda i: {'y': 2 * i['x'].double()}, example_shape={'M': 4, 'N': 64})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import adopt_from_shared
+
+    spec = adopt_from_shared.SPEC
+    assert spec.make_inputs.__module__ == "tests.kit.adopted"  # the functions' module holds no such SPEC
+    assert load_name(spec) == "adopt_from_shared:SPEC"
+    assert get_kernel("adopt_from_shared:SPEC") is spec
+    sweep = Sweep(spec, "M=2 N=64", ["fp32"], db=tmp_path / "r.db")  # isolated: refused before, naming the wrong module
+    assert sweep.spec is spec and sweep._load_name == "adopt_from_shared:SPEC"
