@@ -158,6 +158,7 @@ class AdoptedKernel:
             raise AdoptError(f"{where}: autotune(pre_hook=..., post_hook=...) replaces restore_value / reset_to_zero "
                              f"while benchmarking; flytune_nb restores in-place state itself: declare the tensors in "
                              f"restore_value / reset_to_zero instead")
+        _check_declared_names(self.fields, self.base_fn.__name__, where)
         configs = self.fields["configs"]
         self.knobs = _Knobs(configs, where)
         self.by_config: dict[Config, Any] = {}  # ours -> the decorator's own triton.Config (hook and all)
@@ -292,6 +293,29 @@ class AdoptedKernel:
                        _qualname(f["early_config_prune"]), [str(c) + _qualname(c.pre_hook) for c in f["configs"]],
                        self.heuristics)).encode())
         return h.hexdigest()[:16]
+
+
+def _check_declared_names(fields: dict, fn_name: str, where: str) -> None:
+    """Every name the decorator's key / restore_value / reset_to_zero lists is an argument of the kernel. Triton
+    drops a key name that is none (the kernel is then keyed on its tensors' dtypes alone: one config for every size)
+    and fails with a bare KeyError on a restore_value / reset_to_zero one only while benchmarking; the fix is in the
+    decorator, not in the launch."""
+    import difflib
+
+    args = fields["arg_names"]
+    for field_name, label in (("keys", "key"), ("restore_value", "restore_value"), ("reset_to_zero", "reset_to_zero")):
+        unknown = [n for n in fields[field_name] if n not in args]
+        if not unknown:
+            continue
+        hints = []
+        for n in unknown:
+            close = difflib.get_close_matches(str(n), args, n=1)
+            hints.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        effect = ("Triton leaves such a name out of its key, so the autotuner keys every call on the tensors' "
+                  "dtypes alone" if label == "key" else "Triton fails on it with a KeyError when it benchmarks")
+        which = "is not an argument" if len(unknown) == 1 else "are not arguments"
+        raise AdoptError(f"{where}: @triton.autotune({label}={fields[field_name]}) names {', '.join(hints)}, which "
+                         f"{which} of {fn_name} ({', '.join(args)}); {effect}. Fix the name in the decorator")
 
 
 def _qualname(fn) -> str:

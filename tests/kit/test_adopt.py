@@ -241,6 +241,24 @@ def test_a_key_argument_missing_from_the_call():
 
 
 
+def test_a_decorator_naming_an_argument_the_kernel_lacks():
+    """The launch passes every argument the kernel has; what is wrong is the decorator's name. Triton drops an
+    unknown key name silently (every size then shares one config), so the message points at the decorator."""
+    jit = load("AXPY").extra["adopted"].jit  # axpy_acc(x, acc, n, alpha, BLOCK, EVEN)
+    configs = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+    at = triton.autotune(configs=configs, key=["nn"], restore_value=["acc"])(jit)
+    with pytest.raises(AdoptError, match=r"@triton.autotune\(key=\['nn'\]\) names 'nn' \(did you mean 'n'\?\), "
+                                         r"which is not an argument of axpy_acc \(x, acc, n, alpha, BLOCK, EVEN\); "
+                                         r"Triton leaves such a name out of its key") as e:
+        _adopt("AXPY", kernel=at)
+    assert "launch" not in str(e.value)
+    at = triton.autotune(configs=configs, key=["n"], restore_value=["accum"])(jit)
+    with pytest.raises(AdoptError, match=r"restore_value=\['accum'\]\) names 'accum' \(did you mean 'acc'\?\)"):
+        _adopt("AXPY", kernel=at)
+    at = triton.autotune(configs=configs, key=["n"], reset_to_zero=["out", "tmp"])(jit)
+    with pytest.raises(AdoptError, match=r"names 'out', 'tmp', which are not arguments of axpy_acc"):
+        _adopt("AXPY", kernel=at)
+
 def test_in_place_tensors_must_be_inputs():
     def launch(kernel, inputs):  # acc handed over as a copy: restore_value could not be honoured
         n = inputs["x"].numel()
