@@ -62,7 +62,8 @@ class CheckRow:
     drift: float = 1.0  # the file's median default now / default then, at least 1 (see the module doc)
     # what the verdict is about: "exported" (slower than at export), "default" (slower than the heuristic),
     # "correctness", "drift" (the device drifted, not the config), "file" (unreadable), "budget" (not timed),
-    # "unavailable" (its kernel cannot load here, e.g. sglang is not installed: not timed, and a FAIL),
+    # "unavailable" (its kernel cannot load here, e.g. sglang is not installed, or an adopted kernel whose module no
+    # --path names: not timed, and a FAIL),
     # "provenance" (the provenance.json beside it is unusable: not timed, and a FAIL), ""
     kind: str = ""
     stale: bool = False  # tuned for another source of the kernel than its current one
@@ -162,6 +163,7 @@ class ArtifactFile:
     table: dict | None = None
     error: str = ""
     unavailable: bool = False  # the error is the kernel's: it cannot load here (a missing optional dependency)
+    unknown: bool = False  # no kernel of that name is known to this process (an adopted kernel needs its --path)
     sidecar: ProvenanceError | None = None  # the error is the provenance.json's beside it: unusable as a whole
 
     @property
@@ -192,7 +194,7 @@ def matches_file(path: Path, globs) -> bool:
 def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -> list[ArtifactFile]:
     """Every artifact of ``device_name`` under ``directory`` (``kernels``: only these; ``files``: only names or
     paths matching one of these globs), read and validated; unreadable ones carry their ``error``."""
-    from flytune_nb.core.registry import get_kernel, kernel_paths
+    from flytune_nb.core.registry import KernelNotFound, get_kernel, kernel_paths
 
     out = []
     for kernel, path in files_for(Path(directory), device_name):
@@ -225,6 +227,15 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
             except KernelUnavailable:
                 f.unavailable = True
                 raise
+            except KernelNotFound:
+                # An exports folder names its kernel, not where it is defined: an adopted kernel (or a folder of
+                # one's own) is known only once --path names it. Its registry message lists every known kernel and
+                # would be cut off in the row, before the part that says this.
+                f.unknown = True
+                f.error = (f"no kernel {kernel!r} is known here: name the module that adopts it "
+                           f"(--path my_adopt.py:SPEC) or the folder holding its kernel folder with --path")
+                out.append(f)
+                continue
             rest, _, dtype = parse_name(path.name)
             f.rest, f.dtype = file_shape(f.spec, path.name, rest, dtype, f.prov)
         except (LookupError, ValueError) as e:  # unknown kernel, bad name, a sidecar that contradicts the name
@@ -306,7 +317,7 @@ def check(directory, *, device=None, measure: Callable | None = None, paths=(),
         base = dict(kernel=f.kernel, file=f.path.name, dtype=f.dtype, config="", now_ms=math.inf, then_ms=None,
                     default_ms=None, vs_then=None, vs_default=None, path=str(f.path))
         if f.error:
-            kind = "provenance" if f.sidecar else "unavailable" if f.unavailable else "file"
+            kind = "provenance" if f.sidecar else "unavailable" if f.unavailable or f.unknown else "file"
             done(CheckRow(**{**base, "shape": f.rest or {}, "status": "FAIL", "reason": f.error, "kind": kind}))
             continue
         spec, stale, timing = f.spec, f.stale, f.timing
@@ -493,6 +504,9 @@ def advice(rows: list[CheckRow], directory, paths=(), device=None) -> list[str]:
             elif bad and f is not None and f.unavailable:  # the file may be fine: this machine cannot time it
                 out.append(f"{Path(path).name} was not timed ({f.error}): install what it needs here and check "
                            f"again; until then the file fails the check")
+            elif bad and f is not None and f.unknown:  # the file may be fine: nothing here could load its kernel
+                out.append(f"{Path(path).name} was not checked: {f.error}, then check again; until then the file "
+                           f"fails the check")
             elif bad and f is not None and f.error:
                 out.append(f"{Path(path).name}: {f.error}; export it again")
             continue

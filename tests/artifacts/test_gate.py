@@ -516,6 +516,26 @@ def test_a_file_whose_kernel_cannot_load_here_fails_the_gate_and_says_to_install
     assert "export it again" not in out
 
 
+
+def test_a_file_of_an_adopted_kernel_checked_without_its_path_says_to_name_it(tmp_path, capsys, monkeypatch):
+    """An exports folder names its kernel, not the module that adopts it: checked without --path, the file is not
+    timed and fails, and what to do is to name that module, in full (the registry's list of every known kernel,
+    cut to the row's width, used to end mid-word and tell the user to export again)."""
+    from flytune_nb.core import registry
+
+    ref = f"{Path(__file__).parent.parent / 'kit' / 'adopted.py'}:AXPY"
+    out = tmp_path / "exports"
+    Sweep(ref, "N=64", ["fp32"], db=tmp_path / "r.db", isolate=False).run()
+    [name] = [f.name for f in export(Store(tmp_path / "r.db"), out)]
+    monkeypatch.delitem(registry._BY_NAME, "axpy_acc")  # as in a fresh `flytune check`: nothing adopted it yet
+    assert main(["check", str(out), "--quiet"]) == 1
+    printed = capsys.readouterr().out
+    assert "0 configs checked on CPU_interpreter: 1 FAIL, 0 WARN; 1 file not checked, each a FAIL" in printed
+    assert (f"{name} was not checked: no kernel 'axpy_acc' is known here: name the module that adopts it "
+            f"(--path my_adopt.py:SPEC) or the folder holding its kernel folder with --path, then check again") in printed
+    assert "export it again" not in printed
+    assert main(["check", str(out), "--path", ref, "--quiet"]) == 0  # named, it is checked and passes
+
 def test_accepting_the_drift_in_a_folder_this_user_cannot_write_is_refused_before_the_timing(tmp_path, shared_folder):
     """--accept-drift rewrites provenance.json: where that cannot happen it is one line (exit 2) before the check
     times anything. Root writes anywhere, so the command runs as an unprivileged user."""
