@@ -420,6 +420,8 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
     example = {a: int(v) for a, v in (example_shape or {}).items()}
     probe_shape = {a: example.get(a, 4096) for a in axes}
     layout, coarse, made = _check(adopted, probe_shape, tuple(dtypes)[0])
+    if shape_of is not None:
+        _check_shape_of(adopted, shape_of, probe_shape, tuple(dtypes)[0])
     # The spec's run hands the inputs to ``launch`` out of sight of tuned()'s reading of the input names, so they are
     # read here from the user's functions and declared; none where those read inputs out of sight too (a launch
     # passing **inputs): then tuned() refuses no name.
@@ -508,6 +510,29 @@ def _check(adopted: AdoptedKernel, shape: dict, dtype: str) -> tuple[Layout, tup
         coarse = _coarse_axes(adopted, shape, dtype, device, adopted.key(inputs)) if where == "meta" else ()
         return layout, coarse, tuple(inputs)
     raise AdoptError(f"{adopted.where}: cannot check the adoption on shape {shape} {dtype}: {errors[-1]}")
+
+
+def _check_shape_of(adopted: AdoptedKernel, shape_of: Callable, shape: dict, dtype: str) -> None:
+    """``shape_of(make_inputs(shape))`` gives ``shape`` back. tuned() looks a call's config up by what shape_of reads,
+    so one that reads an axis off the wrong dimension serves another shape's entry, silently. Checked on the meta
+    device, on the probe shape and on one whose axes all differ (a swap of two equal axes shows nothing)."""
+    distinct = {a: v * 2 ** i for i, (a, v) in enumerate(shape.items())}
+    for probe in (shape, distinct):
+        try:
+            inputs = adopted.make_inputs(probe, dtype, _probe_device("meta"))
+        except Exception:  # noqa: BLE001 - a shape make_inputs refuses, or cannot make on meta: nothing learnt
+            continue
+        try:
+            got = shape_of(inputs)
+        except Exception:  # noqa: BLE001 - e.g. one that reads a value: tuned() reports its errors at the call
+            return
+        try:
+            same = all(int(got[a]) == v for a, v in probe.items())
+        except (TypeError, KeyError, ValueError, IndexError):
+            same = False
+        if not same:
+            raise AdoptError(f"{adopted.where}: shape_of(make_inputs({probe})) returned {got!r}; it must give the "
+                             f"shape back, else tuned() looks a call's config up under another shape")
 
 
 def _coarse_axes(adopted: AdoptedKernel, shape: dict, dtype: str, device: DeviceInfo, key: tuple) -> tuple:

@@ -259,6 +259,25 @@ def test_a_decorator_naming_an_argument_the_kernel_lacks():
     with pytest.raises(AdoptError, match=r"names 'out', 'tmp', which are not arguments of axpy_acc"):
         _adopt("AXPY", kernel=at)
 
+
+def test_a_shape_of_that_does_not_give_the_shape_back_is_refused(dev):
+    """tuned() looks a call's config up by shape_of: one that reads M off the columns would serve, without a word,
+    the entry of another shape. The probe shape's axes are made to differ, so a swap shows even where they are
+    equal."""
+    swapped = lambda i: {"M": i["x"].shape[1], "N": i["x"].shape[0]}  # noqa: E731
+    with pytest.raises(AdoptError, match=r"shape_of\(make_inputs\(\{'M': 4, 'N': 64\}\)\) returned \{'M': 64, 'N': 4\}; "
+                                         r"it must give the shape back"):
+        _adopt("SCALE", shape_of=swapped, example_shape={"M": 4, "N": 64})
+    with pytest.raises(AdoptError, match=r"shape_of\(make_inputs\(\{'M': 64, 'N': 128\}\)\) returned "
+                                         r"\{'M': 128, 'N': 64\}"):
+        _adopt("SCALE", shape_of=swapped, example_shape={"M": 64, "N": 64})
+    with pytest.raises(AdoptError, match=r"returned \{'M': 4\}"):  # an axis left out
+        _adopt("SCALE", shape_of=lambda i: {"M": i["x"].shape[0]}, example_shape={"M": 4, "N": 64})
+    spec = _adopt("SCALE", shape_of=lambda i: {"M": i["x"].shape[0], "N": i["x"].shape[1]},
+                  example_shape={"M": 64, "N": 64})
+    x = torch.randn(3, 40, device=dev.torch_device)
+    assert spec.shape_of({"x": x, "y": torch.empty_like(x)}) == {"M": 3, "N": 40}
+
 def test_in_place_tensors_must_be_inputs():
     def launch(kernel, inputs):  # acc handed over as a copy: restore_value could not be honoured
         n = inputs["x"].numel()
