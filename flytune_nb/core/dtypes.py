@@ -52,15 +52,16 @@ def canonical(name: str | torch.dtype) -> str:
 
 def parse_list(dtypes) -> list[str]:
     """``"bf16,fp16"``, ``"bf16 fp16"``, ``"bf16"`` or a sequence -> ["bf16", "fp16"] (names as written; canonical()
-    checks them). A plain string is one or more names, never a sequence of characters."""
+    checks them). A plain string is one or more names, never a sequence of characters; so is each string of a
+    sequence (the CLI's repeatable ``--dtype`` gives ["bf16,fp16"] for ``--dtype bf16,fp16``)."""
     if isinstance(dtypes, str):
-        dtypes = dtypes.replace(",", " ").split()
-    elif isinstance(dtypes, torch.dtype):
-        dtypes = [dtypes]
-    elif not isinstance(dtypes, Iterable):  # papermill's -p dtypes 3 is an int
+        return dtypes.replace(",", " ").split()
+    if isinstance(dtypes, torch.dtype):
+        return [dtypes]
+    if not isinstance(dtypes, Iterable):  # papermill's -p dtypes 3 is an int
         raise DtypeError(f"dtypes must be text like 'bf16,fp16' or a list of names; got {type(dtypes).__name__} "
                          f"{dtypes!r}")
-    return [d.strip() if isinstance(d, str) else d for d in dtypes if not isinstance(d, str) or d.strip()]
+    return [n for d in dtypes for n in (d.replace(",", " ").split() if isinstance(d, str) else [d])]
 
 
 def to_torch(name: str | torch.dtype) -> torch.dtype:

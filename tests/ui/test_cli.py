@@ -80,6 +80,22 @@ def test_cli_sweep_prints_trials_and_summary(capsys):
     assert summary.count("2/8") == 2  # two shapes, 2 of 8 configs passed each
 
 
+
+def test_cli_sweep_takes_a_comma_list_in_one_dtype_option(tmp_path, capsys):
+    """--dtype is repeatable, and one --dtype fp32,bf16 is the same two dtypes (as the notebook's dtypes and
+    Sweep(..., "fp32,bf16") take them), not one dtype called 'fp32,bf16' that the kernel 'does not support'."""
+    import sqlite3
+
+    db = tmp_path / "d.db"
+    argv = ["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--db", str(db), "--quiet", "--no-isolate",
+            "--select-top", "0"]
+    assert main(argv + ["--dtype", "fp32,bf16"]) == 0, capsys.readouterr().err
+    with sqlite3.connect(db) as c:
+        assert {r[0] for r in c.execute("SELECT dtype FROM trials")} == {"fp32", "bf16"}
+        assert {r[0] for r in c.execute("SELECT status FROM trials")} >= {"ok"}  # the right configs passed
+    assert main(argv + ["--dtype", "fp32", "--dtype", "fp16,bf16"]) == 2
+    assert capsys.readouterr().err.strip().endswith("toy supports fp32, bf16; got fp16")
+
 def test_cli_sweep_selection_and_timing_options(tmp_path, capsys):
     """--select-top/--select-rounds/--tie-band set the rule, --timing the mode; the summary says the pick and why;
     --select-top 0 leaves the fastest median as the winner, re-timing nothing."""
