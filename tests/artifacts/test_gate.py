@@ -532,7 +532,8 @@ def test_a_file_of_an_adopted_kernel_checked_without_its_path_says_to_name_it(tm
     printed = capsys.readouterr().out
     assert "0 configs checked on CPU_interpreter: 1 FAIL, 0 WARN; 1 file not checked, each a FAIL" in printed
     assert (f"{name} was not checked: no kernel 'axpy_acc' is known here: name the module that adopts it "
-            f"(--path my_adopt.py:SPEC) or the folder holding its kernel folder with --path, then check again") in printed
+            f"(--path my_adopt.py:SPEC) or the folder holding its kernel folder with --path, then check "
+            f"again") in printed
     assert "export it again" not in printed
     assert main(["check", str(out), "--path", ref, "--quiet"]) == 0  # named, it is checked and passes
 
