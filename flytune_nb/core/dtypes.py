@@ -64,6 +64,10 @@ def parse_list(dtypes) -> list[str]:
     return [n for d in dtypes for n in (d.replace(",", " ").split() if isinstance(d, str) else [d])]
 
 
+def is_torch_dtype(value) -> bool:
+    return isinstance(value, torch.dtype)
+
+
 def to_torch(name: str | torch.dtype) -> torch.dtype:
     return _TORCH[canonical(name)]
 

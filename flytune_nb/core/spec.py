@@ -202,7 +202,9 @@ class KernelSpec:
         try:
             d = dtypes.canonical(dtype)
         except dtypes.DtypeError:  # name this kernel's dtypes, not every dtype flytune knows
-            raise dtypes.DtypeError(f"unknown dtype {dtype!r}; {self.name} supports {', '.join(self.dtypes)}") from None
+            # torch.float64 is a real dtype no kernel here runs: "unknown" would read as a typo to look for
+            what = f"{self.name} does not run {dtype}" if dtypes.is_torch_dtype(dtype) else f"unknown dtype {dtype!r}"
+            raise dtypes.DtypeError(f"{what}; {self.name} supports {', '.join(self.dtypes)}") from None
         if d not in self.dtypes:
             raise dtypes.DtypeError(f"{self.name} supports {', '.join(self.dtypes)}; got {d}")
         return d

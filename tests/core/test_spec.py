@@ -41,6 +41,17 @@ def test_name_lists_become_tuples_and_dtypes_may_be_text(toy):
     assert spec.outputs == ("out",) and spec.dtypes == ("fp32", "fp16")
 
 
+def test_a_real_torch_dtype_no_kernel_runs_is_not_called_unknown(toy):
+    import torch
+
+    from flytune_nb.core.dtypes import DtypeError
+
+    with pytest.raises(DtypeError, match=r"^toy does not run torch\.float64; toy supports "):
+        toy.check_dtype(torch.float64)
+    with pytest.raises(DtypeError, match=r"^unknown dtype 'fp61'; toy supports "):
+        toy.check_dtype("fp61")
+
+
 def test_inputs_made_in_another_dtype_than_asked_are_refused(toy, dev, tmp_path):
     import torch
 
