@@ -79,6 +79,11 @@ class StoreBusy(StoreError):
     """Another sweep is writing the store: a second one is refused before it starts (nothing written)."""
 
 
+class StoreGone(StoreError):
+    """The store's file was deleted, moved or replaced after it was opened: the connection still writes to the file
+    it opened, which no one opening the path will see again, so every write is refused instead."""
+
+
 class StoreWriteFailed(RunError):
     """A write failed part-way through a run (the disk filled, an I/O error): every row committed before it is kept."""
 
@@ -86,6 +91,8 @@ class StoreWriteFailed(RunError):
 def _store_error(path: Path, e: sqlite3.Error) -> Exception:
     """One message for an SQLite error met while reading or writing ``path`` after it opened."""
     text = str(e)
+    if isinstance(e, sqlite3.ProgrammingError) and "closed" in text:  # closed on another thread (Store.close)
+        return StoreError(f"results store {path} was closed while this read it; read it again")
     if isinstance(e, sqlite3.OperationalError) and "readonly" in text:
         return StoreError(f"cannot write the results store {path}: {_read_only_why(path)}")
     if isinstance(e, sqlite3.OperationalError):  # full disk, I/O error, a lock held past the 30 s timeout
@@ -309,6 +316,9 @@ class Store:
                                  f"folder") from None
             raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
         self._lock = _Guarded(self.path)  # one connection shared by the sweep's per-GPU threads
+        # which file was opened: SQLite keeps writing to it through its descriptor after it is deleted or moved, and
+        # rows written then reach no one who opens the path (a new store there reads none of them)
+        self._file_id = None if str(path) == ":memory:" else _file_id(self.path)
 
     def _migrate(self) -> None:
         """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
@@ -322,7 +332,37 @@ class Store:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
-        self._db.close()
+        gone = self._file_id is not None and not self.path.exists()
+        with self._lock:  # a reader on another thread (a view, the grid's estimate) finishes first
+            if gone:
+                # SQLite does not checkpoint a file that has moved when it closes it, and leaves its -wal at the old
+                # path: the rows committed since the last checkpoint would be missing from the file where it went.
+                # Done here only while nothing is at the path: a file there now may share that -wal by name.
+                try:
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.Error:  # read-only: it wrote nothing to move
+                    pass
+            self._db.close()
+        if gone and not self.path.exists():
+            # the emptied -wal and the -shm: a new store at the path would take them for its own
+            _remove_made([Path(f"{self.path}{end}") for end in ("-wal", "-shm")])
+
+    def check_file(self) -> None:
+        """StoreGone when the path no longer holds the file this store opened (deleted, moved, replaced); every
+        write checks first."""
+        if self._file_id is None:
+            return
+        try:
+            now = _file_id(self.path)
+        except FileNotFoundError:
+            now = None
+        except OSError:  # the folder cannot be read now: SQLite's own error says more when it writes
+            return
+        if now == self._file_id:
+            return
+        what = "was deleted or moved" if now is None else "was replaced by another file"
+        raise StoreGone(f"results store {self.path} {what} after it was opened: nothing more is written to it, "
+                        f"since rows written now would go into a file no one can open")
 
     # -- runs ----------------------------------------------------------------------------------------------------
     def start_run(self, kernel: str, grid, dtypes, strategy: str, budget, device: str,
@@ -331,6 +371,7 @@ class Store:
         offline configs at export); ``selection``: the run's selection rule as a dict (Rule.to_dict), which tells
         export that a shape of this run without a selection was cut off before it (artifacts/unfinished.py)."""
         run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        self.check_file()
         with self._lock:
             self._db.execute(
                 "INSERT INTO runs (run_id, kernel, grid, dtypes, strategy, budget, device, started, finished, "
@@ -352,6 +393,7 @@ class Store:
     def finish_run(self, run_id: str) -> None:
         """Marks a run that measured all it planned; a killed or stopped run keeps ``finished`` empty, which tells
         export that a shape of it with no selection was cut off mid-search."""
+        self.check_file()
         with self._lock:
             self._db.execute("UPDATE runs SET finished=? WHERE run_id=?", (_now(), run_id))
 
@@ -367,6 +409,7 @@ class Store:
                trial.status, trial.reason, _num(trial.p20), _num(trial.p50), _num(trial.p80), _num(trial.rel_error),
                _num(trial.compile_s), trial.reps, trial.method, trial.device, arch, json.dumps(toolchain or {}), key,
                _now(), int(is_default), source, binary, None if twin_of is None else twin_of.to_json(), timing)
+        self.check_file()
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO trials (run_id, kernel, shape, dtype, config, fidelity, status, reason, p20, "
@@ -398,6 +441,7 @@ class Store:
     # -- the selection stage ---------------------------------------------------------------------------------------
     def add_retime(self, trial: Trial, *, key: str, run_id: str, round: int, timing: str = "events") -> None:
         """One contender's timing in one round of the selection stage (appended, never replaced)."""
+        self.check_file()
         with self._lock:
             self._db.execute(
                 "INSERT INTO retimes (run_id, key, kernel, shape, dtype, config, round, status, reason, p20, p50, p80, "
@@ -411,6 +455,7 @@ class Store:
         """The decision for one key (replacing an earlier one), with what it was decided on."""
         d = sel.deciding
         timings = {c.to_json(): [_num(t) for t in ts] for c, ts in sel.timings.items()}
+        self.check_file()
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO selections (run_id, key, kernel, shape, dtype, device, timing, default_config, "
@@ -441,6 +486,7 @@ class Store:
     # -- baselines -----------------------------------------------------------------------------------------------
     def add_baseline(self, *, key: str, run_id: str, kernel: str, shape: dict, dtype: str, name: str, status: str,
                      reason: str, p20: float, p50: float, p80: float, device: str) -> None:
+        self.check_file()
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO baselines (run_id, kernel, shape, dtype, name, status, reason, p20, p50, "
@@ -462,6 +508,7 @@ class Store:
         rec = {**row.to_record(), "key": key, "toolchain": json.dumps(toolchain or {}), "source": source,
                "created": _now()}
         rec["shape"], rec["compile_s"] = _shape_json(rec["shape"]), _num(rec["compile_s"])
+        self.check_file()
         with self._lock:
             self._db.execute(f"INSERT OR REPLACE INTO census ({', '.join(CENSUS_COLUMNS)}) VALUES "
                              f"({', '.join('?' * len(CENSUS_COLUMNS))})", tuple(rec[c] for c in CENSUS_COLUMNS))
@@ -581,6 +628,11 @@ def _cannot_write(path: Path, e: Exception) -> bool:
     text = str(e)
     return isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text) and (
         not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)))
+
+
+def _file_id(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 def _now() -> str:

@@ -15,7 +15,7 @@ pytest.importorskip("plotly")
 
 from flytune_nb.artifacts.export import export  # noqa: E402
 from flytune_nb.core.config import Config  # noqa: E402
-from flytune_nb.engine.events import TrialStarted  # noqa: E402
+from flytune_nb.engine.events import TrialDone, TrialStarted  # noqa: E402
 from flytune_nb.ui.notebook import Workbench  # noqa: E402
 from flytune_nb.ui.notebook.controls import GridEditor, KernelPicker  # noqa: E402
 from flytune_nb.ui.notebook.slots import load_plotly  # noqa: E402
@@ -223,3 +223,57 @@ def test_re_running_the_cell_mid_sweep_leaves_the_store_free_for_the_new_workben
     label = html.unescape(new.control.label.value)
     assert "another sweep" not in label and label.startswith("finished: 1 shape(s), 1 trials"), label
     assert not old_thread.is_alive()
+
+
+def test_a_store_deleted_or_moved_while_open_is_refused_and_nothing_measured_is_lost(tmp_path):
+    """SQLite keeps writing to the file it opened after it is deleted or moved: Run went on into a file no one could
+    open again ("finished ... 16 from the store" with the store gone from disk). Run refuses instead and lets go
+    of the store, so a moved store gets its last rows and Run again starts a new store at the path."""
+    db = tmp_path / "mid.db"
+    wb = Workbench("toy", {"N": "64"}, ["fp32"], db=str(db), isolate=False, paths=[PLUGINS])
+    assert wb.wait_ready(60)
+    wb.run().join(120)
+    stored = wb.store.count()
+    assert stored > 0
+
+    moved = tmp_path / "kept.db"
+    db.rename(moved)
+    assert wb.run() is None
+    said = html.unescape(wb.message.value)
+    assert f"not run: results store {db} was deleted or moved after it was opened" in said, said
+    assert "re-run the cell with db= naming where it is now" in said and f"Run again starts a new store at {db}" in said
+    assert not wb.running and wb.control.stop_button.disabled
+    assert len(_rows(moved, "trials")) == stored  # its last rows reached the moved file
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("mid.db")) == []  # no -wal, -shm left
+
+    wb.run().join(120)  # a new store at the path, measured again from nothing
+    assert len(_rows(db, "trials")) == stored and len(_rows(moved, "trials")) == stored
+    assert html.unescape(wb.control.label.value).startswith(f"finished: 1 shape(s), {stored} trials "
+                                                            f"({stored} measured now, 0 from the store)")
+
+    db.unlink()  # deleted: refused the same way, and the next Run writes a file that is there
+    assert wb.run() is None and "was deleted or moved after it was opened" in html.unescape(wb.message.value)
+    wb.run().join(120)
+    assert len(_rows(db, "trials")) == stored
+
+
+def test_a_store_deleted_mid_sweep_stops_it_with_what_happened(tmp_path):
+    db = tmp_path / "mid.db"
+    done = []
+
+    def delete_after_the_first(event):
+        if isinstance(event, TrialDone):
+            done.append(event)
+            if len(done) == 1:
+                db.unlink()
+
+    wb = Workbench("toy", {"N": "64"}, ["fp32"], db=str(db), isolate=False, paths=[PLUGINS],
+                   listeners=[delete_after_the_first])
+    assert wb.wait_ready(60)
+    wb.run().join(120)
+    label = html.unescape(wb.control.label.value)
+    assert f"⚠ sweep stopped: results store {db} was deleted or moved after it was opened" in label, label
+    assert f"Run again starts a new store at {db}" in label and len(done) == 1
+    assert wb.store is None and not wb.control.run_button.disabled
+    wb.run().join(120)
+    assert html.unescape(wb.control.label.value).startswith("finished: 1 shape(s)") and len(_rows(db, "trials")) > 1

@@ -23,6 +23,7 @@ from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
 from flytune_nb.core.registry import drop_unusable_env_paths, kernel_paths, search_path
 from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.engine.store import StoreGone
 from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
                                              run_in_thread)
@@ -281,6 +282,9 @@ class Workbench(W.VBox):
                                                 "census tab)")
                 return None
             try:
+                gone = self._gone_store()  # first: the preview below reads the store
+                if gone:
+                    raise UsageError(f"not run: {gone}")
                 # A typo in the parameters cell is shown with a fallback in its place; running the fallback would be
                 # a silent wrong result, so the sweep waits until the user fixes the cell or answers the widgets.
                 problems = self._problems()
@@ -356,10 +360,44 @@ class Workbench(W.VBox):
                 self.store = Store(self.db_path)
             return self.store
 
+    def _gone_store(self) -> str:
+        """"" while the store this workbench opened is still the file at its path; else what happened and what to
+        do, once the workbench has let go of it (``_let_go``)."""
+        store = self.store
+        if store is None:
+            return ""
+        try:
+            store.check_file()
+        except StoreGone as e:
+            return self._let_go(store, e)
+        return ""
+
+    def _let_go(self, store, e: BaseException) -> str:
+        """Close a store whose file was deleted or moved, so the next Run opens a new one at the path. Closing is
+        what saves a moved store's last rows: SQLite moves them from its -wal (left at the old path) into the file
+        where it went, and removes the -wal and -shm, which a new store at the path would otherwise read as its
+        own."""
+        with self._store_lock:
+            if self.store is store:
+                self.store = None
+        try:
+            store.close()
+        except Exception:  # noqa: BLE001 - already closed: nothing of it is left to lose
+            pass
+        from pathlib import Path
+
+        again = (f"Run again opens the file now at {self.db_path}" if Path(self.db_path).exists() else
+                 f"Run again starts a new store at {self.db_path}")
+        return f"{e}. To go on with a moved store, re-run the cell with db= naming where it is now; {again}"
+
     def _finished(self, results, error) -> None:
         sweep = self.sweep
         stopped = sweep is not None and sweep.stopped
         self.grid.forget_estimate()
+        if isinstance(error, StoreGone) and sweep is not None and sweep.store is not None:
+            self.control.finish(error_html(f"sweep stopped: {self._let_go(sweep.store, error)}"))
+            self.refresh_views()
+            return
         if self._relay is not None and self._relay.was_cut and sweep is not None:
             # the kernel was switched while it ran: its results are not this kernel's, and "Run resumes" would not
             # resume it
@@ -419,6 +457,10 @@ class Workbench(W.VBox):
         if self.census.running:
             self.editor.result.value = error_html("a census is compiling; measure after it finishes")
             return None
+        gone = self._gone_store()
+        if gone:
+            self.editor.result.value = error_html(f"not measured: {gone}")
+            return None
         jobs = {}
         for shape, dtype, config in items:
             jobs.setdefault((tuple(shape.items()), dtype), []).append(config)
@@ -443,6 +485,9 @@ class Workbench(W.VBox):
             return out
 
         def done(results, error):
+            if isinstance(error, StoreGone) and self.sweep is not None and self.sweep.store is not None:
+                self.editor.result.value = error_html(f"measuring stopped: {self._let_go(self.sweep.store, error)}")
+                return
             if error is not None:
                 self.editor.result.value = error_html(f"measuring failed: {first_line(error)}")
                 return

@@ -1,0 +1,75 @@
+"""A store whose file is deleted, moved or replaced while it is open: SQLite goes on writing to the file it opened,
+which no one opening the path sees again. Every write is refused instead, with what happened, and closing the store
+puts a moved file's last rows into it."""
+import os
+import sqlite3
+
+import pytest
+
+from flytune_nb.core.config import Config
+from flytune_nb.engine.events import TrialDone
+from flytune_nb.engine.store import Store, StoreError, StoreGone
+from flytune_nb.engine.sweep import Sweep
+from flytune_nb.errors import FlytuneError
+from flytune_nb.measure.trial import Trial
+from tests.conftest import PLUGINS
+
+
+def _trial(n):
+    return Trial("toy", {"N": n}, "fp32", Config({"BLOCK": 128, "MODE": 0}, num_warps=1), "ok", p20=1.0, p50=1.0,
+                 p80=1.0)
+
+
+def _count(db):
+    c = sqlite3.connect(db)
+    try:
+        return c.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    finally:
+        c.close()
+
+
+def test_a_sweep_whose_store_is_deleted_mid_run_stops_at_its_next_write(tmp_path):
+    db = tmp_path / "runs.db"
+    done = []
+
+    def delete_after_the_first(event):
+        if isinstance(event, TrialDone):
+            done.append(event)
+            if len(done) == 1:
+                db.unlink()
+
+    sweep = Sweep("toy", "N=64", ["fp32"], db=db, paths=[PLUGINS], isolate=False, baselines=(),
+                  listeners=[delete_after_the_first])
+    with pytest.raises(StoreGone) as e:
+        sweep.run()
+    assert isinstance(e.value, StoreError) and isinstance(e.value, FlytuneError)
+    assert str(e.value) == (f"results store {db} was deleted or moved after it was opened: nothing more is written "
+                            f"to it, since rows written now would go into a file no one can open")
+    assert len(done) == 1  # the next trial was measured but refused, not stored into the deleted file
+
+
+def test_a_store_replaced_by_another_file_refuses_writes(tmp_path):
+    db, other = tmp_path / "runs.db", tmp_path / "other.db"
+    store = Store(db)
+    store.add(_trial(64), key="k", run_id="r")
+    Store(other).close()
+    os.replace(other, db)  # moved over it: the path is another file now
+    with pytest.raises(StoreGone, match=f"results store {db} was replaced by another file after it was opened"):
+        store.add(_trial(128), key="k", run_id="r")
+    with pytest.raises(StoreGone):
+        store.start_run("toy", [{"N": 64}], ["fp32"], "exhaustive", None, "cpu")
+    assert store.count() == 1 and store.count("runs") == 0  # neither write was made
+
+
+def test_closing_a_moved_store_puts_its_last_rows_into_the_file_where_it_went(tmp_path):
+    """SQLite leaves the rows committed since its last checkpoint in the -wal at the old path when it closes a file
+    that moved: the moved file alone would miss them."""
+    db, moved = tmp_path / "runs.db", tmp_path / "kept.db"
+    store = Store(db)
+    for n in range(16, 48):
+        store.add(_trial(n), key=f"k{n}", run_id="r")
+    db.rename(moved)
+    assert store.count() == 32  # reads still answer from the file it opened
+    store.close()
+    assert _count(moved) == 32
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.db"]  # no -wal, -shm left at the old path
