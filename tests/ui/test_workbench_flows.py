@@ -7,6 +7,7 @@ import math
 import sqlite3
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -277,3 +278,44 @@ def test_a_store_deleted_mid_sweep_stops_it_with_what_happened(tmp_path):
     assert wb.store is None and not wb.control.run_button.disabled
     wb.run().join(120)
     assert html.unescape(wb.control.label.value).startswith("finished: 1 shape(s)") and len(_rows(db, "trials")) > 1
+
+
+def test_stop_ends_measure_missing_and_run_says_why_it_waits(tmp_path, monkeypatch):
+    """Measure missing runs in the workbench's thread like a sweep: Run was ignored without a word while it ran, and
+    Stop stayed disabled, so a pick that hangs could not be stopped from the page."""
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")  # the sweep: the default alone
+    monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
+    wb = Workbench("evil", {"N": "16"}, ["fp32"], db=str(tmp_path / "e.db"), paths=[PLUGINS], timeout=120)
+    assert wb.wait_ready(60)
+    wb.run().join(240)
+    [before] = wb.live.finished_results()
+    hangs = Config({"MODE": 3, "SLEEP_MS": 0}, num_warps=1)
+    wb.editor.code.value = ("from flytune_nb.core.config import Config\n"
+                            "def default(shape, dtype, device):\n    return Config({'MODE': 3, 'SLEEP_MS': 0}, "
+                            "num_warps=1)\n")
+    assert [c for _, _, c in wb.editor.last.unmeasured] == [hangs]
+    th = wb.editor._measure_missing()
+    deadline = time.monotonic() + 240
+    while "N=16 fp32" in wb.live.finished:  # until the default is timed again: the hanging pick is next
+        assert th.is_alive() and time.monotonic() < deadline
+        time.sleep(0.05)
+    assert wb.control.run_button.disabled and not wb.control.stop_button.disabled
+    assert wb.run() is None
+    assert "not run: the heuristic editor is measuring its picks; Stop it" in html.unescape(wb.message.value)
+
+    wb.stop()
+    th.join(60)
+    assert not th.is_alive()
+    label = html.unescape(wb.control.label.value)
+    assert label.startswith("measuring stopped for the heuristic editor: 1 trial(s) measured now") and \
+        label.endswith("; Measure missing measures the rest"), label
+    assert not wb.control.run_button.disabled and wb.control.stop_button.disabled
+    assert wb.store.count() == 1  # the default measured again; the hung pick is not stored
+    [after] = wb.live.finished_results()  # the shape is still whole, with its decision
+    assert not after.stopped and after.selection is before.selection and after.pick.config == before.pick.config
+    assert [c for _, _, c in wb.editor.last.unmeasured] == [hangs] and not wb.editor.measure_button.disabled
+    assert "measuring stopped for the heuristic editor" in html.unescape(wb.editor.result.value)
+
+    wb.run().join(240)  # Run works again, on the same store
+    assert html.unescape(wb.control.label.value).startswith("finished: 1 shape(s), 1 trials (0 measured now, "
+                                                            "1 from the store)")

@@ -122,7 +122,10 @@ class HeuristicEditor(W.VBox):
         and calls ``score`` again when they are stored."""
         if self.last and self.measure:
             self.measure_button.disabled = True
-            return self.measure(self.last.unmeasured)
+            th = self.measure(self.last.unmeasured)
+            if th is None:  # refused, and told why: pressing it again says so again
+                self.measure_button.disabled = False
+            return th
         return None
 
     def save(self) -> None:

@@ -64,6 +64,8 @@ class Workbench(W.VBox):
         self.sweep = None
         self._thread: threading.Thread | None = None
         self._run_lock = threading.Lock()  # one sweep at a time: a double click must not start two
+        self._measuring = False  # what runs in _thread: the editor's Measure missing, not a sweep
+        self._stop_asked = threading.Event()  # Stop: measuring runs one sweep per shape, and starts no more after it
         self._relay: _Relay | None = None  # the running sweep's events to the progress bar and the views
         self._started: set = set()
         self._measured = 0
@@ -275,6 +277,9 @@ class Workbench(W.VBox):
             return None
         try:
             if self.running:
+                self.message.value = error_html(
+                    "not run: the heuristic editor is measuring its picks; Stop it, or Run when it has finished"
+                    if self._measuring else "a sweep is running already; Stop it to start another")
                 return None
             self.message.value = ""
             if self.views_ready.is_set() and self.census.running:  # the compilers would compete with the timing
@@ -308,6 +313,8 @@ class Workbench(W.VBox):
                 return None
             self._relay = relay
             self._started, self._measured = set(), 0
+            self._measuring = False
+            self._stop_asked.clear()
             self.sweep.emit.listeners.append(self._count)
             if self.views_ready.is_set():
                 if not self.explorer.pinned:
@@ -345,9 +352,12 @@ class Workbench(W.VBox):
         self.grid.update_preview()  # and hides the button
 
     def stop(self) -> None:
-        """End the sweep within ~1 s (Sweep.stop: the trial in flight is killed if it does not finish at once)."""
-        if self.sweep is not None and self.running:
-            self.sweep.stop()
+        """End the sweep, or the editor's measuring, within ~1 s (Sweep.stop: the trial in flight is killed if it
+        does not finish at once)."""
+        if self.running:
+            self._stop_asked.set()
+            if self.sweep is not None:
+                self.sweep.stop()
             self.control.bar.description = "stopping"
 
     def _store(self):
@@ -449,6 +459,15 @@ class Workbench(W.VBox):
         measured again beside them (the verdict then compares timings taken together, not against minutes-old
         ones): one small sweep per shape through the same isolated workers, off the cell. The points reach the
         explorer as they come; the editor re-scores when they are stored."""
+        if not self._run_lock.acquire(blocking=False):  # Run pressed at the same instant
+            self.editor.result.value = error_html("a sweep is starting; measure after it finishes")
+            return None
+        try:
+            return self._start_measuring(items)
+        finally:
+            self._run_lock.release()
+
+    def _start_measuring(self, items):
         from flytune_nb.engine.sweep import Sweep
 
         if self.running:
@@ -465,34 +484,57 @@ class Workbench(W.VBox):
         for shape, dtype, config in items:
             jobs.setdefault((tuple(shape.items()), dtype), []).append(config)
         current = {shape_label(r.shape, r.dtype): r for r in self.live.finished_results()}
-        relay = self._relay = _Relay([self.live])
+        relay = self._relay = _Relay([self.control, self.live])
+        stop_asked = self._stop_asked
+        planned = []
+        for (shape, dtype), configs in jobs.items():
+            r = current.get(shape_label(dict(shape), dtype))
+            planned.append(len(set(configs) | ({r.default, r.pick.config} if r is not None and r.pick else set())))
 
         def work():
             out = []
             for (shape, dtype), configs in jobs.items():
+                if stop_asked.is_set():
+                    break
                 r = current.get(shape_label(dict(shape), dtype))
                 fresh = [r.default, r.pick.config] if r is not None and r.pick is not None else []
                 # No selection stage here: these timings score the edit, they do not decide the shape. Its decision
                 # (the re-timed winner an export ships, and its evidence) stays the sweep's; a selection over these
                 # few configs would replace it in the store, and a single slow timing of the pick would hand the
                 # shape to the default without any re-timing.
-                keep = r.selection if r is not None else None
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
                            isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
-                           remeasure=fresh, selection=None, listeners=[_KeepSelection(relay, keep)])
+                           remeasure=fresh, selection=None, listeners=[_KeepSelection(relay, r)])
+                sw.emit.listeners.append(self._count)
                 self.sweep = sw
+                if stop_asked.is_set():  # Stop pressed while this sweep was being made: it stopped the previous one
+                    break
                 out += sw.run()
             return out
 
         def done(results, error):
+            cut = stop_asked.is_set() and (results is None or len(results) < len(jobs)
+                                           or any(r.stopped for r in results))
+            if relay.was_cut:  # the kernel was switched: the editor shows the new kernel's rule now
+                self.control.finish(f"measuring for the heuristic editor stopped when the kernel was switched; "
+                                    f"what it measured is in <code>{html.escape(str(self.db_path))}</code>")
+                return
             if isinstance(error, StoreGone) and self.sweep is not None and self.sweep.store is not None:
-                self.editor.result.value = error_html(f"measuring stopped: {self._let_go(self.sweep.store, error)}")
-                return
-            if error is not None:
-                self.editor.result.value = error_html(f"measuring failed: {first_line(error)}")
-                return
-            self.refresh_views()
+                line = error_html(f"measuring stopped: {self._let_go(self.sweep.store, error)}")
+            elif error is not None and not (cut and "stopped before the first trial" in str(error)):
+                line = error_html(f"measuring failed: {first_line(error)}")
+            else:
+                line = (f"{'measuring stopped' if cut else 'measured'} for the heuristic editor: {self._measured} "
+                        f"trial(s) measured now, stored in <code>{html.escape(str(self.db_path))}</code>"
+                        + ("; Measure missing measures the rest" if cut else ""))
+            self.control.finish(line)
+            self.refresh_views()  # the editor re-scores, and offers what is still unmeasured
+            self.editor.result.value = f"<p>{line}</p>" + self.editor.result.value
 
+        self._measuring = True
+        self._started, self._measured = set(), 0
+        stop_asked.clear()
+        self.control.start(planned)
         self.editor.result.value = f"<i>measuring {len(items)} config(s) beside the defaults and bests...</i>"
         self._thread = run_in_thread(work, done)
         return self._thread
@@ -503,8 +545,8 @@ class Workbench(W.VBox):
             # __init__ stopped before its views existed (a worker server that could not start): the widget's
             # __del__ still calls close, which must then say nothing beside the error that stopped __init__
             return super().close()
-        if self.running and self.sweep is not None:
-            self.sweep.stop()
+        if self.running:
+            self.stop()
             # Stop ends a sweep within about a second (the trial in flight's grace, then its worker is killed). The
             # cell that re-ran, closing this workbench, opens the same store next: until this sweep has let go of it,
             # that cell's Run is refused as "being written by another sweep".
@@ -548,14 +590,18 @@ class _Relay:
 
 class _KeepSelection:
     """A measure-missing sweep's events, its finished shape carrying the shape's own selection (the sweep's
-    decision) instead of none."""
+    decision) instead of none, and the shape's own completeness: Stop cuts off the measuring, not the shape's
+    search, which a partial mark would leave out of regret."""
 
-    def __init__(self, target, selection) -> None:
-        self.target, self.selection = target, selection
+    def __init__(self, target, result) -> None:
+        self.target, self.result = target, result
 
     def __call__(self, event) -> None:
-        if isinstance(event, ShapeDone) and self.selection is not None and event.result.selection is None:
-            event = ShapeDone(event.kernel, dataclasses.replace(event.result, selection=self.selection))
+        if isinstance(event, ShapeDone) and self.result is not None:
+            keep = {"stopped": self.result.stopped}
+            if event.result.selection is None and self.result.selection is not None:
+                keep["selection"] = self.result.selection
+            event = ShapeDone(event.kernel, dataclasses.replace(event.result, **keep))
         self.target(event)
 
 
