@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from flytune_nb.analysis.scores import regret
 from flytune_nb.core.config import Config
 from flytune_nb.errors import UsageError
+from flytune_nb.strategies.selection import FLOOR, judge, tie_band
 
 
 class HeuristicError(UsageError):
@@ -71,19 +72,25 @@ class ShapeScore:
     old_ms: float  # inf: failed; nan: never measured
     new: Config
     new_ms: float
+    band: float = FLOOR  # the tie band the shape's selection decided with (selection.tie_band)
+    # new / old as the selection measured it, where it re-timed the new pick against the default (the median of
+    # their paired rounds): the editor then says what the selection said of that config
+    ratio: float | None = None
 
     @property
     def verdict(self) -> str:
-        """same | unmeasured | fails (the new pick failed its trial: always a loss) | wins | loses | ties (±2%)."""
+        """same | unmeasured | fails (the new pick failed its trial: always a loss) | wins | loses | ties: faster or
+        slower than the current pick beyond the shape's tie band, by the rule the selection decides with."""
         if self.new == self.old:
             return "same"
         if math.isnan(self.new_ms):
             return "unmeasured"
         if math.isinf(self.new_ms):
             return "fails"
-        if not math.isfinite(self.old_ms) or self.new_ms < self.old_ms * 0.98:
+        if not math.isfinite(self.old_ms):
             return "wins"
-        return "loses" if self.new_ms > self.old_ms * 1.02 else "ties"
+        ratio = self.ratio if self.ratio is not None else self.new_ms / self.old_ms
+        return {"faster": "wins", "slower": "loses", "tie": "ties"}[judge(ratio, self.band)]
 
 
 @dataclass
@@ -162,8 +169,12 @@ def rescore(fn, results, device, canonical, spec=None) -> Rescore:
             if wrong:
                 raise HeuristicError(f"returned {new} for {r.shape} {r.dtype}: {wrong}")
         new = canonical(new)
+        sel = r.selection
+        retimed = next((c for c in sel.comparisons if c.config == new and c.ratios), None) if sel else None
         # every time on one clock (SearchResult.time_of): inf where a config failed, nan where it was never measured
-        out.rows.append(ShapeScore(dict(r.shape), r.dtype, r.pick_ms, r.default, r.default_ms, new, r.time_of(new)))
+        out.rows.append(ShapeScore(dict(r.shape), r.dtype, r.pick_ms, r.default, r.default_ms, new, r.time_of(new),
+                                   band=retimed.band if retimed is not None else tie_band(sel),
+                                   ratio=retimed.median if retimed is not None else None))
     return out
 
 

@@ -124,7 +124,7 @@ class Comparison:
 
     @property
     def qualifies(self) -> bool:
-        return self.median < 1.0 - self.band
+        return judge(self.median, self.band) == "faster"
 
 
 @dataclass
@@ -183,6 +183,26 @@ class Selection:
                     f"{_less_or_more(d.margin)} than the default{where}")
         return (f"re-timed over {self.repeats} rounds: {d.margin:.1%} less time than the default "
                 f"({1 / d.median:.2f}x), beyond the {d.band:.1%} band")
+
+
+def judge(ratio: float, band: float) -> str:
+    """"faster", "slower" or "tie": a config that takes ``ratio`` times another's time, against the tie ``band``.
+    Faster is what a candidate must be to replace the default (step 4); slower is the same rule the other way
+    round (the other config would replace this one); anything between is a tie."""
+    if ratio < 1.0 - band:
+        return "faster"
+    if ratio > 0 and 1.0 / ratio < 1.0 - band:
+        return "slower"
+    return "tie"
+
+
+def tie_band(sel: Selection | None) -> float:
+    """The tie band a shape was decided with: its deciding comparison's (the floor, or wider where its rounds were
+    noisy); the rule's floor where nothing was re-timed against the default; ``FLOOR`` without a selection."""
+    if sel is None:
+        return FLOOR
+    d = sel.deciding
+    return d.band if d is not None and d.ratios else sel.rule.floor
 
 
 def _less_or_more(margin: float) -> str:

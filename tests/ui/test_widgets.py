@@ -222,6 +222,21 @@ def test_heuristic_editor_rescores_on_stored_data_and_rejects_bad_edits(tmp_path
     assert ed.last.unmeasured and "never measured" in ed.result.value
 
 
+def test_editor_verdicts_show_the_tie_band_the_shape_was_decided_with(dev):
+    """A 10% lead on rounds noisy enough for a 16% band is the tie the selection called it, and the editor says which
+    band it judged by."""
+    from tests.analysis.test_heuristic_edit import _noisy_shape
+
+    r, _, c, _ = _noisy_shape()
+    spec = get_kernel("toy", [PLUGINS])
+    ed = HeuristicEditor(lambda: spec, lambda: [r], lambda: dev)
+    ed.code.value = ("from flytune_nb.core.config import Config\n"
+                     "def default(shape, dtype, device):\n    return Config({'BLOCK': 256, 'MODE': 0}, num_warps=1)\n")
+    text = html.unescape(ed.result.value)
+    assert ed.last.rows[0].new == c and "<b>ties</b> <small" in text and "(band 16.0%)" in text
+    assert "0</b> wins" in text and "A pick wins or loses only beyond its shape's tie band" in text
+
+
 def test_editor_refuses_knobs_the_kernel_does_not_have_at_once(dev):
     """An unknown or a missing knob is refused at re-score, not left to fail only when measured."""
     results = Sweep("rmsnorm", "M=2 N=256", ["fp32"], isolate=False, baselines=()).run()

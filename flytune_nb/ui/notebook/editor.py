@@ -106,12 +106,14 @@ class HeuristicEditor(W.VBox):
             f"<tr><td>{html.escape(' '.join(f'{k}={v}' for k, v in r.shape.items()))} {r.dtype}</td>"
             f"<td><code>{html.escape(str(r.old))}</code> {us(r.old_ms)}</td>"
             f"<td><code>{html.escape(str(r.new))}</code> {us(r.new_ms)}</td><td>{us(r.best_ms)}</td>"
-            f"<td><b>{r.verdict}</b></td></tr>" for r in self.last.rows)
+            f"<td><b>{r.verdict}</b>{_band(r)}</td></tr>" for r in self.last.rows)
         self.result.value = (
             f"<p>edited rule vs current: <b>{s['wins']}</b> wins, <b>{s['loses']}</b> losses, "
             f"<b>{s['fails']}</b> picks that fail, {s['ties']} ties, {s['same']} unchanged, {s['unmeasured']} never "
             f"measured. Regret (geomean vs best, over the {s['compared']} shapes both rules have timings for): "
-            f"current {ratio(s['old_regret'])}, edited {ratio(s['new_regret'])}.</p>"
+            f"current {ratio(s['old_regret'])}, edited {ratio(s['new_regret'])}.<br><small>A pick wins or loses "
+            f"only beyond its shape's tie band, the one the shape's winner was chosen with (the selection's floor, "
+            f"wider where its re-timed rounds were noisy).</small></p>"
             f"<div style='max-height:360px;overflow:auto'><table><tr><th>shape</th><th>current</th><th>edited</th>"
             f"<th>best</th><th></th></tr>{rows}</table></div>")
         self.measure_button.disabled = not (self.last.unmeasured and self.measure)
@@ -151,3 +153,10 @@ class HeuristicEditor(W.VBox):
                                            f"{e.strerror or e}")
         except (HeuristicError, ValueError) as e:
             self.result.value = error_html(f"not saved: {e}")
+
+
+def _band(row) -> str:
+    """The tie band beside a timed verdict: within it the two picks tie, as the shape's selection would call it."""
+    if row.verdict not in ("wins", "loses", "ties") or not math.isfinite(row.old_ms):  # a failing default: no band
+        return ""
+    return f" <small title='the tie band this shape was decided with'>(band {row.band:.1%})</small>"
