@@ -174,6 +174,9 @@ class Sweep:
         self._db = db
         self.store: Store | None = db if isinstance(db, Store) else None
         self._stop = threading.Event()
+        # whether Stop ended this run before it measured all it planned: a Stop that comes once every shape is done
+        # (a kernel switched as the sweep ends) leaves a finished run
+        self.cut_short = False
         self._live_lanes: list = []
         self.results: list[SearchResult] = []
         self._unprepared: list[str] = []  # shapes the kernel's own code refused while planning, as messages
@@ -202,6 +205,7 @@ class Sweep:
 
     @property
     def stopped(self) -> bool:
+        """Whether Stop was asked (``cut_short`` says whether it ended the run early)."""
         return self._stop.is_set()
 
     # -- the run -------------------------------------------------------------------------------------------------
@@ -267,7 +271,9 @@ class Sweep:
             if errors:
                 raise errors[0]
             self.results = [results[i] for i in sorted(results)]
-            if not self._stop.is_set():  # a stopped run is not finished: export leaves its cut-off shape out
+            self.cut_short = self._stop.is_set() and (len(self.results) < len(plans)
+                                                      or any(r.stopped for r in self.results))
+            if not self.cut_short:  # a stopped run is not finished: export leaves its cut-off shape out
                 self.store.finish_run(self.run_id)
             self.emit(SweepDone(self.spec.name, self.results))
             completed = True

@@ -16,7 +16,7 @@ pytest.importorskip("plotly")
 
 from flytune_nb.artifacts.export import export  # noqa: E402
 from flytune_nb.core.config import Config  # noqa: E402
-from flytune_nb.engine.events import TrialDone, TrialStarted  # noqa: E402
+from flytune_nb.engine.events import ShapeDone, TrialDone, TrialStarted  # noqa: E402
 from flytune_nb.ui.notebook import Workbench  # noqa: E402
 from flytune_nb.ui.notebook.controls import GridEditor, KernelPicker  # noqa: E402
 from flytune_nb.ui.notebook.slots import load_plotly  # noqa: E402
@@ -319,3 +319,49 @@ def test_stop_ends_measure_missing_and_run_says_why_it_waits(tmp_path, monkeypat
     wb.run().join(240)  # Run works again, on the same store
     assert html.unescape(wb.control.label.value).startswith("finished: 1 shape(s), 1 trials (0 measured now, "
                                                             "1 from the store)")
+
+
+def _switch_as_the_sweep_ends(tmp_path, monkeypatch, hold_in_finish: bool):
+    """A toy sweep that measures all it planned, and a kernel switch that lands as it ends: while its last shape's
+    ShapeDone is handed out (the sweep still running, so the switch stops it), or while the workbench writes its
+    finish line."""
+    monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")
+    ended, switched = threading.Event(), threading.Event()
+
+    def hold():
+        ended.set()
+        switched.wait(60)
+
+    if hold_in_finish:
+        import flytune_nb.ui.notebook.workbench as workbench
+
+        real = workbench.summarize
+        monkeypatch.setattr(workbench, "summarize", lambda trials: (hold(), real(trials))[1])
+        listeners = []
+    else:
+        listeners = [lambda event: hold() if isinstance(event, ShapeDone) else None]
+    db = tmp_path / "k.db"
+    wb = Workbench("toy", {"N": "64"}, ["fp32"], db=str(db), isolate=False, paths=[PLUGINS], listeners=listeners)
+    assert wb.wait_ready(60)
+    th = wb.run()
+    assert ended.wait(120)
+    wb.picker.dropdown.value = "evil"
+    switched.set()
+    th.join(60)
+    assert not th.is_alive()
+    return wb, db
+
+
+@pytest.mark.parametrize("hold_in_finish", [False, True], ids=["last-event", "finish-line"])
+def test_a_kernel_switched_as_the_sweep_ends_leaves_a_finish_line_that_says_it_finished(tmp_path, monkeypatch,
+                                                                                        hold_in_finish):
+    """The switch stops a sweep whose thread is still alive: one that had measured everything was then reported
+    "stopped" (and its run left unfinished in the store), or its own finish line landed after the switch had
+    cleared it, showing the previous kernel's "finished: ..." (or "stopped: ... Run resumes") under the new one."""
+    wb, db = _switch_as_the_sweep_ends(tmp_path, monkeypatch, hold_in_finish)
+    label = html.unescape(wb.control.label.value)
+    assert label == f"the toy sweep finished before the kernel was switched; what it measured is in <code>{db}</code>"
+    assert wb.live.entries == {} and not wb.control.run_button.disabled and wb.control.stop_button.disabled
+    with sqlite3.connect(db) as c:
+        finished = c.execute("SELECT finished FROM runs").fetchall()
+    assert len(finished) == 1 and finished[0][0] is not None  # all it planned was measured: export takes it all

@@ -66,6 +66,7 @@ class Workbench(W.VBox):
         self._run_lock = threading.Lock()  # one sweep at a time: a double click must not start two
         self._measuring = False  # what runs in _thread: the editor's Measure missing, not a sweep
         self._stop_asked = threading.Event()  # Stop: measuring runs one sweep per shape, and starts no more after it
+        self._finish_lock = threading.Lock()  # a run's finish line against a kernel switch clearing it
         self._relay: _Relay | None = None  # the running sweep's events to the progress bar and the views
         self._started: set = set()
         self._measured = 0
@@ -236,12 +237,13 @@ class Workbench(W.VBox):
         """Another kernel: nothing of the previous one's plot, finish line or export message stays."""
         if self.running:
             self.stop()
-        if self._relay is not None:
-            # the stopped sweep still sends its trial in flight and its cut-off shape: the previous kernel's, which
-            # the views would otherwise show (and merge into a shape of the same label) as the new kernel's
-            self._relay.cut()
-        self.live.clear()
-        self.control.label.value = ""
+        with self._finish_lock:  # a sweep ending now writes its finish line before this clears it, or not at all
+            if self._relay is not None:
+                # the stopped sweep still sends its trial in flight and its cut-off shape: the previous kernel's,
+                # which the views would otherwise show (and merge into a shape of the same label) as the new kernel's
+                self._relay.cut()
+            self.live.clear()
+            self.control.label.value = ""
         self.control.bar.value, self.control.bar.description = 0, "idle"
         self.message.value = ""
         if not self.views_ready.is_set():
@@ -402,22 +404,27 @@ class Workbench(W.VBox):
 
     def _finished(self, results, error) -> None:
         sweep = self.sweep
-        stopped = sweep is not None and sweep.stopped
         self.grid.forget_estimate()
+        line = self._finish_line(sweep, results, error)
+        with self._finish_lock:  # a kernel switch clears the finish line: this one is written before it or not at all
+            if self._relay is not None and self._relay.was_cut and sweep is not None:
+                # its results are not this kernel's, and "Run resumes" would not resume it
+                what = "stopped when" if sweep.cut_short or error is not None else "finished before"
+                self.control.finish(f"the {html.escape(sweep.spec.name)} sweep {what} the kernel was switched; "
+                                    f"what it measured is in <code>{html.escape(str(self.db_path))}</code>")
+                return
+            self.control.finish(line)
+        self.refresh_views()
+
+    def _finish_line(self, sweep, results, error) -> str:
         if isinstance(error, StoreGone) and sweep is not None and sweep.store is not None:
-            self.control.finish(error_html(f"sweep stopped: {self._let_go(sweep.store, error)}"))
-            self.refresh_views()
-            return
-        if self._relay is not None and self._relay.was_cut and sweep is not None:
-            # the kernel was switched while it ran: its results are not this kernel's, and "Run resumes" would not
-            # resume it
-            self.control.finish(f"the {html.escape(sweep.spec.name)} sweep stopped when the kernel was switched; what "
-                                f"it measured is in <code>{html.escape(str(self.db_path))}</code>")
-            return
-        if error is not None and not (stopped and "stopped before the first trial" in str(error)):
-            self.control.finish(error_html(f"sweep failed: {first_line(error)}"))
-            self.refresh_views()
-            return
+            return error_html(f"sweep stopped: {self._let_go(sweep.store, error)}")
+        if error is not None and not (sweep is not None and sweep.stopped
+                                      and "stopped before the first trial" in str(error)):
+            return error_html(f"sweep failed: {first_line(error)}")
+        # Stopped: Stop ended the run before it measured all it planned; one that came after (a kernel switched as
+        # the sweep ended) stopped nothing
+        stopped = sweep is not None and (sweep.cut_short or error is not None)
         # What this run did, not what the store held before: its own results (or, stopped, what reached the view)
         mine = results if results is not None else [
             r for r in self.live.results() if sweep is not None and r.shape in sweep.shapes]
@@ -437,8 +444,7 @@ class Workbench(W.VBox):
             line += "; Run resumes"
         if fails.failed and fails.failed == len(trials):
             line = error_html("every trial failed. ") + line
-        self.control.finish(line)
-        self.refresh_views()
+        return line
 
     def refresh_views(self) -> None:
         if not self.views_ready.is_set():
@@ -515,10 +521,6 @@ class Workbench(W.VBox):
         def done(results, error):
             cut = stop_asked.is_set() and (results is None or len(results) < len(jobs)
                                            or any(r.stopped for r in results))
-            if relay.was_cut:  # the kernel was switched: the editor shows the new kernel's rule now
-                self.control.finish(f"measuring for the heuristic editor stopped when the kernel was switched; "
-                                    f"what it measured is in <code>{html.escape(str(self.db_path))}</code>")
-                return
             if isinstance(error, StoreGone) and self.sweep is not None and self.sweep.store is not None:
                 line = error_html(f"measuring stopped: {self._let_go(self.sweep.store, error)}")
             elif error is not None and not (cut and "stopped before the first trial" in str(error)):
@@ -527,7 +529,13 @@ class Workbench(W.VBox):
                 line = (f"{'measuring stopped' if cut else 'measured'} for the heuristic editor: {self._measured} "
                         f"trial(s) measured now, stored in <code>{html.escape(str(self.db_path))}</code>"
                         + ("; Measure missing measures the rest" if cut else ""))
-            self.control.finish(line)
+            with self._finish_lock:
+                if relay.was_cut:  # the kernel was switched: the editor shows the new kernel's rule now
+                    what = "stopped when" if cut else "ended before"
+                    self.control.finish(f"measuring for the heuristic editor {what} the kernel was switched; what it "
+                                        f"measured is in <code>{html.escape(str(self.db_path))}</code>")
+                    return
+                self.control.finish(line)
             self.refresh_views()  # the editor re-scores, and offers what is still unmeasured
             self.editor.result.value = f"<p>{line}</p>" + self.editor.result.value
 
