@@ -50,13 +50,25 @@ def overview_frame(results, batch_axis: str) -> pd.DataFrame:
     return df
 
 
+def worst_shape(whole: pd.DataFrame) -> pd.Series | None:
+    """The row of ``whole`` (complete shapes of ``overview_frame``) whose default is slowest against its pick, or
+    None where no default is slower than its pick (a regret of 1.000x has no worst shape to name)."""
+    speedup = whole["speedup"] if len(whole) else pd.Series(dtype=float)
+    if not speedup.notna().any():
+        return None
+    row = whole.loc[speedup.idxmax()]
+    return row if row["speedup"] > 1.0 else None
+
+
 def regret_by_dtype(frame: pd.DataFrame) -> dict:
     """dtype -> {"regret": geomean default / best over its complete shapes (inf when the default fails on one),
-    "shapes": complete shapes counted, "partial": shapes left out, "worst": the label with the largest speed-up}."""
+    "shapes": complete shapes counted, "partial": shapes left out, "worst": the label with the largest speed-up,
+    "" where no default is slower than its pick}."""
     out = {}
     for dtype, part in frame.groupby("dtype", sort=False):
         whole = part[~part["partial"] & part["best_ms"].notna() & part["default_ms"].notna()]
-        worst = whole.loc[whole["speedup"].idxmax(), "label"] if len(whole) and whole["speedup"].notna().any() else ""
+        worst = worst_shape(whole)
         out[dtype] = {"regret": regret(whole["speedup"]) if len(whole) else math.nan,
-                      "shapes": len(whole), "partial": int(part["partial"].sum()), "worst": worst}
+                      "shapes": len(whole), "partial": int(part["partial"].sum()),
+                      "worst": "" if worst is None else worst["label"]}
     return out

@@ -673,6 +673,32 @@ def test_compare_view_shows_a_failing_default_as_infinite_regret(dev):
     assert "inf: the heuristic default fails on 1 shape" in view.summary.value
 
 
+def test_no_worst_shape_is_named_where_every_default_is_its_pick(dev):
+    """"worst at ..." beside a regret of 1.000x named a shape where nothing was worse than the pick."""
+    from flytune_nb.ui.notebook.views import CompareView, OverviewView
+
+    default, other = Config({"BLOCK_N": 256}, num_warps=1), Config({"BLOCK_N": 512}, num_warps=2)
+
+    def shape(m, other_ms):
+        s = {"M": m, "N": 256}
+        return SearchResult("rmsnorm", s, "fp32", dev, default,
+                            [Trial("rmsnorm", s, "fp32", default, "ok", p20=1.0, p50=1.0, p80=1.0),
+                             Trial("rmsnorm", s, "fp32", other, "ok", p20=other_ms, p50=other_ms, p80=other_ms)])
+
+    kept = [shape(1, 1.5), shape(2, 1.2)]  # the default is each shape's pick
+    overview, compare = OverviewView(), CompareView()
+    overview.update(kept, "M")
+    compare.update(kept)
+    assert "heuristic regret <b>1.000x</b> over 2 shapes" in overview.summary.value
+    assert "<b>1.000x</b>" in compare.summary.value
+    assert "worst" not in overview.summary.value and "worst" not in compare.summary.value
+    beaten = kept + [shape(4, 0.5)]  # the default takes 2x its pick's time there
+    overview.update(beaten, "M")
+    compare.update(beaten)
+    assert "worst at M=4 N=256 fp32" in overview.summary.value
+    assert "; worst at M=4 N=256 fp32: 2.00x" in compare.summary.value
+
+
 def test_workbench_refuses_to_run_a_fallback_for_a_parameters_cell_typo(tmp_path):
     """A typo'd kernel, dtype or axis is shown with a fallback in the widgets; Run must not sweep that fallback (a
     silent wrong result) until the user fixes the cell or answers through the widgets."""

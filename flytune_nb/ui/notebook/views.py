@@ -363,7 +363,7 @@ class CompareView(W.VBox):
         super().__init__([self.summary, self.table, self.heat])
 
     def update(self, results) -> None:
-        from flytune_nb.analysis.overview import overview_frame
+        from flytune_nb.analysis.overview import overview_frame, worst_shape
         from flytune_nb.analysis.scores import regret
 
         if not results:
@@ -376,7 +376,7 @@ class CompareView(W.VBox):
         reg = regret(whole["speedup"]) if len(whole) else math.nan
         # a search's fastest that re-timing did not confirm is not the best: the shape's pick is (what exports ship)
         unconfirmed = int((df["fastest"] != "").sum()) if "fastest" in df else 0
-        worst = whole.loc[whole["speedup"].idxmax()] if len(whole) and whole["speedup"].notna().any() else None
+        worst = worst_shape(whole)
         partial = int(df["partial"].sum())
         self.summary.value = (f"<b>heuristic regret</b> (geomean default / best over {len(whole)} shapes): "
                               + (f"<b>inf: the heuristic default fails on {failing} shape(s)</b>" if failing
