@@ -317,8 +317,11 @@ class Store:
             raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
         self._lock = _Guarded(self.path)  # one connection shared by the sweep's per-GPU threads
         # which file was opened: SQLite keeps writing to it through its descriptor after it is deleted or moved, and
-        # rows written then reach no one who opens the path (a new store there reads none of them)
-        self._file_id = None if str(path) == ":memory:" else _file_id(self.path)
+        # rows written then reach no one who opens the path (a new store there reads none of them). Its absolute
+        # path, as SQLite resolved it when it opened: a relative one would name another file once the process
+        # changes folder (a notebook's %cd), while the connection still writes the file it opened.
+        self._file = None if str(path) == ":memory:" else Path(os.path.abspath(self.path))
+        self._file_id = None if self._file is None else _file_id(self._file)
 
     def _migrate(self) -> None:
         """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
@@ -332,7 +335,7 @@ class Store:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
     def close(self) -> None:
-        gone = self._file_id is not None and not self.path.exists()
+        gone = self._file is not None and not self._file.exists()
         with self._lock:  # a reader on another thread (a view, the grid's estimate) finishes first
             if gone:
                 # SQLite does not checkpoint a file that has moved when it closes it, and leaves its -wal at the old
@@ -343,9 +346,9 @@ class Store:
                 except sqlite3.Error:  # read-only: it wrote nothing to move
                     pass
             self._db.close()
-        if gone and not self.path.exists():
+        if gone and not self._file.exists():
             # the emptied -wal and the -shm: a new store at the path would take them for its own
-            _remove_made([Path(f"{self.path}{end}") for end in ("-wal", "-shm")])
+            _remove_made([Path(f"{self._file}{end}") for end in ("-wal", "-shm")])
 
     def check_file(self) -> None:
         """StoreGone when the path no longer holds the file this store opened (deleted, moved, replaced); every
@@ -353,7 +356,7 @@ class Store:
         if self._file_id is None:
             return
         try:
-            now = _file_id(self.path)
+            now = _file_id(self._file)
         except FileNotFoundError:
             now = None
         except OSError:  # the folder cannot be read now: SQLite's own error says more when it writes

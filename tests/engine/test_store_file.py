@@ -73,3 +73,19 @@ def test_closing_a_moved_store_puts_its_last_rows_into_the_file_where_it_went(tm
     store.close()
     assert _count(moved) == 32
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.db"]  # no -wal, -shm left at the old path
+
+
+def test_a_store_opened_by_a_relative_path_keeps_its_file_when_the_process_changes_folder(tmp_path, monkeypatch):
+    """The workbench's default store is "workbench.db", relative: a notebook's %cd must not make the file it opened
+    read as deleted (every write refused) or as replaced by a file of that name in the new folder."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    store = Store("runs.db")
+    store.add(_trial(64), key="k64", run_id="r")
+    monkeypatch.chdir(tmp_path / "b")
+    store.add(_trial(128), key="k128", run_id="r")  # no file at b/runs.db: not "deleted or moved"
+    Store("runs.db").close()  # another store of that name in the new folder: not "replaced"
+    store.add(_trial(256), key="k256", run_id="r")
+    store.close()
+    assert _count(tmp_path / "a" / "runs.db") == 3 and _count(tmp_path / "b" / "runs.db") == 0
