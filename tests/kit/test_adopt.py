@@ -273,6 +273,11 @@ def test_a_shape_of_that_does_not_give_the_shape_back_is_refused(dev):
         _adopt("SCALE", shape_of=swapped, example_shape={"M": 64, "N": 64})
     with pytest.raises(AdoptError, match=r"returned \{'M': 4\}"):  # an axis left out
         _adopt("SCALE", shape_of=lambda i: {"M": i["x"].shape[0]}, example_shape={"M": 4, "N": 64})
+    # a value that is a tensor, not a number: tuned() refuses it too; here it is one AdoptError, not the meta
+    # device's RuntimeError
+    with pytest.raises(AdoptError, match=r"shape_of\(make_inputs\(\{'M': 4, 'N': 64\}\)\) returned .*tensor"):
+        _adopt("SCALE", shape_of=lambda i: {"M": i["x"].shape[0], "N": i["x"].new_tensor(i["x"].shape[1])},
+               example_shape={"M": 4, "N": 64})
     spec = _adopt("SCALE", shape_of=lambda i: {"M": i["x"].shape[0], "N": i["x"].shape[1]},
                   example_shape={"M": 64, "N": 64})
     x = torch.randn(3, 40, device=dev.torch_device)
