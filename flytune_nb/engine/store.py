@@ -79,9 +79,10 @@ class StoreBusy(StoreError):
     """Another sweep is writing the store: a second one is refused before it starts (nothing written)."""
 
 
-class StoreGone(StoreError):
+class StoreGone(RunError):
     """The store's file was deleted, moved or replaced after it was opened: the connection still writes to the file
-    it opened, which no one opening the path will see again, so every write is refused instead."""
+    it opened, which no one opening the path will see again, so every write is refused instead. A RunError, not bad
+    input: a run meeting it has usually stored trials already (the CLI exits 1, not 2)."""
 
 
 class StoreWriteFailed(RunError):
