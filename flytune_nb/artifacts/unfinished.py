@@ -11,10 +11,15 @@ shape is unfinished when all of these hold:
 - every run that timed it is recorded as never finished (killed, or stopped: a stopped run is not marked finished);
 - no finished run of its kernel had it in its grid (a run that resumed it and finished, with selection off).
 Running the same sweep again resumes such a shape, finishes it, and clears every condition but the first.
+
+A run that timed configs it was given (the heuristic editor's Measure missing) searched no space: it neither finishes
+a shape nor takes the trials it re-measured out of the cut-off search, unless such runs are all that timed the shape.
 """
 from __future__ import annotations
 
 import json
+
+from flytune_nb.engine.store import LISTED_CONFIGS
 
 
 def unfinished_keys(store, kernel: str | None = None) -> set[str]:
@@ -28,16 +33,24 @@ def unfinished_keys(store, kernel: str | None = None) -> set[str]:
         return set()
     done = runs["finished"].notna() & (runs["finished"] != "")
     stopped = set(runs.loc[~done, "run_id"])
+    listed = set(runs.loc[runs["strategy"].astype(str).str.startswith(LISTED_CONFIGS), "run_id"]) \
+        if "strategy" in runs.columns else set()
     selecting = set(runs.loc[runs["selection"].map(_selects), "run_id"]) if "selection" in runs.columns else set()
-    covered = {(r["kernel"], _canon(shape), dtype) for _, r in runs[done].iterrows()
-               for shape in json.loads(r["grid"] or "[]") for dtype in json.loads(r["dtypes"] or "[]")}
+    gridded: dict[tuple, set] = {}  # (kernel, shape, dtype) -> the runs that searched the space with it in their grid
+    for _, r in runs[~runs["run_id"].isin(listed)].iterrows():
+        for shape in json.loads(r["grid"] or "[]"):
+            for dtype in json.loads(r["dtypes"] or "[]"):
+                gridded.setdefault((r["kernel"], _canon(shape), dtype), set()).add(r["run_id"])
+    finished = set(runs.loc[done, "run_id"])
     judged = set(sels["kernel"]) if len(sels) else set()
     selected = set(sels["key"]) if len(sels) else set()
     out = set()
     for (kname, shape, dtype, key), g in trials.groupby(["kernel", "shape", "dtype", "key"]):
-        runs_of = set(g["run_id"])
+        where = (kname, _canon(shape), dtype)
+        # a listed run re-measuring a config takes its trial row over: the search it came from is named by the grid
+        runs_of = (set(g["run_id"]) - listed) | gridded.get(where, set()) or set(g["run_id"])
         if (kname in judged or runs_of & selecting) and key not in selected and runs_of <= stopped \
-                and (kname, _canon(shape), dtype) not in covered:
+                and not gridded.get(where, set()) & finished:
             out.add(key)
     return out
 

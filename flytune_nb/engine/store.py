@@ -71,6 +71,12 @@ CENSUS_COLUMNS = ("key", "kernel", "shape", "dtype", "device", "arch", "backend"
                   "s_waitcnt", "is_default", "kernels", "toolchain", "source", "created", "sibling_of")
 
 
+# A run's recorded strategy starts with this when it timed a list of configs it was given (Sweep(configs=...): the
+# heuristic editor's Measure missing), not the kernel's space: finishing it says nothing of whether a shape's search
+# of the space finished, which is what export reads a finished run for (artifacts/unfinished.py).
+LISTED_CONFIGS = "listed configs: "
+
+
 class StoreError(UsageError):
     """The store cannot be used as asked (missing, damaged, someone else's database, a read-only place to write)."""
 

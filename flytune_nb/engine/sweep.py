@@ -22,7 +22,7 @@ from flytune_nb.measure.memory import ShapeTooLarge
 from flytune_nb.engine.events import Emitter, ShapeDone, ShapeSelected, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.core.shapes import grid_shapes
 from flytune_nb.core.registry import get_kernel, kernel_paths, load_name
-from flytune_nb.engine.store import Store, SweepClaim
+from flytune_nb.engine.store import LISTED_CONFIGS, Store, SweepClaim
 from flytune_nb.strategies import SEEDED, get_strategy
 from flytune_nb.engine.tasks import BASELINES, trial_from_dict
 from flytune_nb.strategies.loop import SearchResult, explore, planned
@@ -233,8 +233,9 @@ class Sweep:
                                     plans[0]["device"], self.store)
             device = plans[0]["device"]
             self.rule = for_device(self.rule, DeviceInfo(**device).is_gpu)
+            strategy = self.strategy_name if self.configs is None else LISTED_CONFIGS + self.strategy_name
             self.run_id = self.store.start_run(self.spec.name, [dict(s) for s in self.shapes], self.dtypes,
-                                               self.strategy_name, self.budget, device["name"], device_info=device,
+                                               strategy, self.budget, device["name"], device_info=device,
                                                selection=self.rule.to_dict())
             jobs: queue.Queue = queue.Queue()
             for p in plans:

@@ -578,9 +578,46 @@ def test_the_first_shape_of_a_fresh_store_cut_off_mid_search_is_never_exported(t
     assert list(json.loads(path.read_text())) == ["4"]
 
 
+def test_timing_listed_configs_on_a_cut_off_shape_does_not_finish_its_search(tmp_path):
+    """The heuristic editor's Measure missing times the configs it is given (configs=..., selection off) on a shape
+    whose search Stop cut off, and re-measures the default and the pick, taking over their trial rows: that run
+    finishes, but it searched no space, so the shape stays cut off and export still leaves it out, even where the
+    listed run re-measured every trial the search had stored."""
+    from flytune_nb.artifacts.unfinished import unfinished_keys
+    from flytune_nb.engine.events import TrialDone
+
+    db = tmp_path / "cut.db"
+    holder, timed = {}, []
+
+    def stop_after_two(event):
+        if isinstance(event, TrialDone):
+            timed.append(event.trial.config)
+            if event.index >= 1:
+                holder["total"] = event.total
+                holder["sweep"].stop()
+
+    holder["sweep"] = Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(),
+                            listeners=[stop_after_two])
+    holder["sweep"].run()
+    cut = unfinished_keys(Store(db))
+    assert len(cut) == 1 and 2 <= Store(db).count() < holder["total"]
+    listed = Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(), selection=None,
+                   configs=timed, remeasure=timed)
+    listed.run()
+    store = Store(db)
+    runs = store.frame("rmsnorm", table="runs")
+    assert runs.loc[runs["run_id"] == listed.run_id, "finished"].notna().all()
+    assert set(store.frame("rmsnorm")["run_id"]) == {listed.run_id}  # every trial row is the listed run's now
+    assert unfinished_keys(store) == cut
+    with pytest.warns(ArtifactWarning, match=r"batch sizes 4 are left out: the sweep .* stopped"):
+        assert export(store, tmp_path / "ex") == []
+    Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()  # the search, resumed
+    assert unfinished_keys(Store(db)) == set()
+
+
 def test_a_shape_finished_without_a_selection_is_exported_once_a_run_has_finished_it(tmp_path):
-    """Selection off, a sweep stopped just after M=4's search ended: M=4 has trials and no selection, from a run never
-    marked finished, so it is left out (nothing says its search ended), and only for rmsnorm, the kernel whose
+    """Selection off, a sweep stopped just after M=4's search ended, before M=8's began: M=4 has trials and no
+    selection, from a run never marked finished, so it is left out (nothing says its search ended), and only for rmsnorm, the kernel whose
     selections the store holds: softmax, stopped the same way, is judged on its own and never had one. Running the
     rmsnorm sweep again measures nothing new and finishes, which is what clears M=4."""
     from flytune_nb.artifacts.unfinished import unfinished_keys
@@ -595,7 +632,8 @@ def test_a_shape_finished_without_a_selection_is_exported_once_a_run_has_finishe
         def stop_after_m4(event, holder=holder):
             if isinstance(event, ShapeDone) and event.result.shape["M"] == 4:
                 holder["sweep"].stop()
-        holder["sweep"] = Sweep(kernel, "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(), selection=None,
+        # a Stop after the grid's last shape is done cuts nothing short (the run is finished): M=8 is still to come
+        holder["sweep"] = Sweep(kernel, "M=4,8 N=256", ["fp32"], db=db, isolate=False, baselines=(), selection=None,
                                 listeners=[stop_after_m4])
         holder["sweep"].run()
     store = Store(db)
