@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -103,6 +104,7 @@ class Audit:
     fallback: list = field(default_factory=list)  # (file, folder it is read from)
     missing_files: list = field(default_factory=list)  # (shape label, file name)
     missing_sizes: dict = field(default_factory=dict)  # file -> [batch sizes of SGLang's default list it lacks]
+    interrupted: bool = False  # stopped by Ctrl-C: ``entries`` are the ones timed before it, the rest never were
 
     @property
     def slower(self) -> list:
@@ -111,6 +113,25 @@ class Audit:
     @property
     def wrong(self) -> list:
         return [e for e in self.entries if e.status in ("WRONG", "ERROR")]
+
+
+class AuditInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an audit, carrying what was timed before it (``audit``, marked ``interrupted``): an audit keeps
+    no store to resume from, so without this its caller could report none of it. A KeyboardInterrupt, so that code
+    which stops on an interrupt stops on this one too."""
+
+    def __init__(self, audit: "Audit"):
+        super().__init__()
+        self.audit = audit
+
+
+@contextmanager
+def _kept_on_interrupt(result: "Audit"):
+    try:
+        yield
+    except KeyboardInterrupt:
+        result.interrupted = True
+        raise AuditInterrupted(result) from None
 
 
 def device_files(root: Path, device_name: str, triton_version: str) -> dict[str, tuple[Path, str]]:
@@ -191,7 +212,7 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
     found = device_files(root, device.name, triton.__version__)
     running = files.version_dir(triton.__version__)
     # the down entries run with the BLOCK_SIZE_M of the up file a server reading ``root`` runs, as SGLang pins it
-    with files.serving_from(root):
+    with files.serving_from(root), _kept_on_interrupt(result):
         for name, (path, folder) in found.items():
             meta = files.parse_name(name)
             if folder != running:
@@ -303,7 +324,7 @@ def _us(v) -> str:
 
 def to_markdown(a: Audit) -> str:
     n_files = len({e.file for e in a.entries})
-    if not (a.entries or a.skipped or a.fallback):
+    if not (a.entries or a.skipped or a.fallback or a.interrupted):  # (interrupted: files may have been left untimed)
         return "\n".join([f"# SGLang fused-MoE configs on {a.device}: audit", "",
                           f"SGLang {a.sglang}, Triton {a.triton}, {a.dtype}; folder `{a.root}`. SGLang ships no "
                           f"fused-MoE config file for {a.device} there (file names carry `device_name={a.device}`): "
@@ -322,6 +343,10 @@ def to_markdown(a: Audit) -> str:
              f"- {len(a.fallback)} files read from another Triton version's folder than the running "
              f"`{files.version_dir(a.triton)}`; {len(a.missing_files)} asked-for shapes with no file for this GPU; "
              f"{len(a.skipped)} files not timed.", ""]
+    if a.interrupted:
+        lines[4:4] = [f"**Interrupted (Ctrl-C) after {len(a.entries)} entries: a partial audit.** Entries and files "
+                      f"after the last row below were not timed, and shapes asked for with --shape were not checked "
+                      f"for a missing file; run the audit again for all of them.", ""]
     if a.slower or a.wrong:
         lines += ["## Entries slower than SGLang's default, or failing", "",
                   "| file | M | shipped (us) | default (us) | default / shipped | shipped config | default config | "

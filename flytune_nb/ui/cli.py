@@ -746,7 +746,7 @@ def _audit_shapes(texts: list[str]) -> dict:
 def cmd_audit_sglang(args) -> int:
     from pathlib import Path
 
-    from flytune_nb.artifacts.sglang_audit import audit, to_json, to_markdown
+    from flytune_nb.artifacts.sglang_audit import AuditInterrupted, audit, to_json, to_markdown
 
     def progress(e):
         print(f"  {e.status:6} {e.file} M={e.M}: shipped {e.shipped_us or float('nan'):.1f} us, default "
@@ -754,8 +754,19 @@ def cmd_audit_sglang(args) -> int:
 
     args.md = _report_path("--md", args.md)
     args.json = args.json and _report_path("--json", args.json)
-    result = audit(args.dir, shapes=_audit_shapes(args.shape), dtype=args.dtype, search=args.search or 0,
-                   listener=progress, timing=args.timing)
+    try:
+        result = audit(args.dir, shapes=_audit_shapes(args.shape), dtype=args.dtype, search=args.search or 0,
+                       listener=progress, timing=args.timing)
+    except AuditInterrupted as e:
+        # an audit keeps no results store (main's generic message would promise one): what was timed goes into the
+        # report, marked partial, and nothing resumes it
+        result = e.audit
+        Path(args.md).write_text(to_markdown(result))
+        if args.json:
+            Path(args.json).write_text(to_json(result))
+        print(f"flytune audit-sglang: interrupted; the {len(result.entries)} entries timed before it are in {args.md}"
+              f" (a partial report); running it again times every entry afresh", file=sys.stderr)
+        return 130
     md = to_markdown(result)
     Path(args.md).write_text(md)
     if args.json:

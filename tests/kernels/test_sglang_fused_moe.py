@@ -590,6 +590,38 @@ def test_audit_cli_times_real_entries_and_writes_the_report(tmp_path, capsys):
     assert "--shape takes" in capsys.readouterr().err
 
 
+def test_ctrl_c_mid_audit_writes_the_entries_timed_so_far_as_a_partial_report(tmp_path, monkeypatch, capsys):
+    """An audit keeps no results store: Ctrl-C after the first entry must leave that entry in the report, marked
+    partial, and must not send the user to a store that does not exist."""
+    from flytune_nb.artifacts import sglang_audit
+    from flytune_nb.measure.trial import Trial
+    from flytune_nb.ui.cli import main
+
+    root = tmp_path / "sglang"
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter.json",
+                  {1: _entry(1), 4: _entry(4), 8: _entry(8)})
+    calls = []
+
+    def measure(spec, shape, dtype, config):  # M=1's shipped and default entries tie; Ctrl-C on M=4's first launch
+        calls.append(shape["M"])
+        if shape["M"] == 4:
+            raise KeyboardInterrupt
+        return Trial(spec.name, shape, dtype, config, "ok", p50=0.1)
+
+    monkeypatch.setattr(sglang_audit, "default_measure", lambda device, timing="graph": measure)
+    md, js = tmp_path / "audit.md", tmp_path / "audit.json"
+    rc = main(["audit-sglang", "--dir", str(root), "--shape", "E=4 N=64 K=32 topk=2", "--dtype", "fp16",
+               "--md", str(md), "--json", str(js)])
+    err = capsys.readouterr().err
+    assert rc == 130 and calls == [1, 1, 4]
+    assert "results store" not in err and "1 entries timed before it are in" in err
+    report = md.read_text()
+    assert "Interrupted (Ctrl-C) after 1 entries: a partial audit" in report
+    assert "| `E=4,N=64,device_name=CPU_interpreter.json` | --shape: K=32 topk=2 | 1 | OK | 100.0 | 100.0 |" in report
+    data = json.loads(js.read_text())
+    assert data["interrupted"] is True and [e["M"] for e in data["entries"]] == [1]
+
+
 # A CUDA build of torch on a machine without a GPU: importing flytune_nb cannot choose the interpreter early there
 # (it would cost every import a driver initialisation), so the audit itself must choose it before importing Triton.
 AS_CUDA_BUILD = ("import runpy, sys, torch; torch.version.cuda = torch.version.cuda or '12.8'; "
