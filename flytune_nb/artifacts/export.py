@@ -233,6 +233,7 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
             merged = _merge(entry, table, prov, replace_stale)[0]
             text = render_for(entry["spec"], merged)
             _warn_far(entry["spec"], path.name, merged)
+            _warn_shipped(entry, merged)
         except ArtifactError as e:
             text = f"(not written: {e})\n"
         out.append((path, text, old))
@@ -282,6 +283,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
         if path.exists():
             merged = _merge(entry, read_table(path), old, replace_stale)[0]
         _warn_far(entry["spec"], path.name, merged)
+        _warn_shipped(entry, merged)
     flydsl.check_sidecars(fly)
     for folder in sorted({e["path"].parent for e in plan + fly}):
         check_writable(folder)
@@ -328,6 +330,40 @@ def _warn_far(spec, name: str, table: dict) -> None:
         _warn(f"{name}: entries M={','.join(map(str, sorted(table, key=int)))}; lookup would serve batch sizes "
               f"{served} an entry more than {FAR_FROM_ENTRY}x away, tuned for another regime; sweep those batch "
               f"sizes too, or delete the file to leave the shape to the heuristic default", stacklevel=4)
+
+
+def _warn_shipped(entry: dict, table: dict) -> None:
+    """A file in SGLang's fused-MoE format (written by its render) whose name SGLang's own package also ships is
+    not read at all by a server pointed at the export's folder (SGLANG_MOE_CONFIG_DIR replaces SGLang's folder): each
+    of its batch sizes the exported file lacks would run this file's nearest entry instead of the one SGLang ships,
+    and nothing else would say so. (Recognised by the renderer, not by a field of the kernel's spec: an edit inside
+    a kernel folder changes its tuning key, and every stored trial of it would have to be measured again.)"""
+    from flytune_nb.artifacts import sglang
+
+    if entry["spec"].artifact_render is not sglang.render:
+        return
+    versions = sorted({str((p.get("toolchain") or {}).get("triton") or "") for p in entry["prov"].values()} - {""})
+    if not versions:
+        import triton
+
+        versions = [triton.__version__]
+    found = sglang.shipped_file(entry["path"].name, versions[-1])
+    if found is None:
+        return
+    where, shipped = found
+    mine = sorted(int(m) for m in table)
+    lost = [m for m in sorted(shipped) if m not in mine]
+    if not lost:
+        return
+    by_entry: dict[int, list[int]] = {}
+    for m in lost:  # lookup's rule on a file written ascending: a tie to the smaller
+        by_entry.setdefault(min(mine, key=lambda e: (abs(e - m), e)), []).append(m)
+    served = "; ".join(f"M={e}'s for {','.join(map(str, ms))}" for e, ms in sorted(by_entry.items()))
+    _warn(f"{entry['path'].name}: SGLang ships a file of this name ({where.parent.name} in its package) with batch "
+          f"sizes {','.join(map(str, lost))}, which this export lacks; a server reading this folder "
+          f"(SGLANG_MOE_CONFIG_DIR) never reads SGLang's file, and runs them with this file's nearest entry "
+          f"({served}). Sweep them too (--grid \"M={','.join(map(str, sorted(set(mine) | set(lost))))} ...\"), or copy "
+          f"{where} to {entry['path']} before exporting (export keeps a file's other batch sizes)", stacklevel=4)
 
 
 def far_batch_sizes(table: dict) -> list[tuple[int, int]]:

@@ -122,6 +122,20 @@ def shipped_entry(shape, device_name: str, *, down: bool = False, triton_version
     return Config.from_dict(knobs), path, m
 
 
+def shipped_file(name: str, triton_version: str) -> tuple[Path, dict[int, dict]] | None:
+    """(path, {M: knobs}) of the file named ``name`` that SGLang's own package folder serves under ``triton_version``
+    (its folder, else the newest that has the file, as SGLang looks), or None: sglang not installed, no such file, or
+    one SGLang could not read either. Reads files only."""
+    root = package_root()
+    if root is None:
+        return None
+    try:
+        path, _ = resolve(root, name, triton_version)
+        return (path, read_table(path)) if path is not None else None
+    except ArtifactError:
+        return None
+
+
 # Set by ``serving_from`` for the length of an audit: the root a server under audit would read.
 _AUDITED_ROOT: ContextVar[Path | None] = ContextVar("sglang_audited_root", default=None)
 

@@ -434,6 +434,39 @@ def test_shipped_entry_is_measured_beside_the_default(spec, tmp_path, monkeypatc
     assert one.named == want and len(one.trials) == 2  # measured even past the budget
 
 
+def test_export_warns_of_the_shipped_batch_sizes_a_server_would_no_longer_read(tmp_path, monkeypatch):
+    """SGLANG_MOE_CONFIG_DIR replaces SGLang's folder: an export of M=1,5 for a shape SGLang ships M=1,5,64,512 for
+    would serve 64 and 512 with the M=5 entry. Export says so, naming them; copied into the folder first, SGLang's
+    entries are kept and nothing is lost."""
+    from flytune_nb.artifacts.export import export
+    from flytune_nb.engine.store import Store
+    from flytune_nb.engine.sweep import Sweep
+    from flytune_nb.serve.lookup import ArtifactWarning
+
+    shipped = {m: _entry(m, bn=32 if m >= 64 else 64) for m in (1, 5, 64, 512)}
+    name = "E=4,N=64,device_name=CPU_interpreter.json"
+    theirs = _fake_shipped(tmp_path / "pkg", running(), name, shipped)
+    monkeypatch.setattr(files, "package_root", lambda: tmp_path / "pkg")
+    store = Store(tmp_path / "moe.db")
+    Sweep("sglang_fused_moe", "M=1,5 E=4 N=64 K=32 topk=2", ["fp16"], db=store, isolate=False, budget=1,
+          baselines=()).run()
+    with pytest.warns(ArtifactWarning) as caught:
+        (path,) = export(store, tmp_path / "out")
+    said = [str(w.message) for w in caught if "SGLang ships" in str(w.message)]
+    assert len(said) == 1 and "batch sizes 64,512, which this export lacks" in said[0], said
+    assert "M=5's for 64,512" in said[0] and str(theirs) in said[0]
+    assert sorted(json.loads(path.read_text()), key=int) == ["1", "5"]
+
+    # the remedy it names: SGLang's file copied over first keeps 64 and 512 as SGLang ships them
+    path.write_text(theirs.read_text())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export(store, tmp_path / "out")
+    assert not [w for w in caught if "SGLang ships" in str(w.message)]
+    table = json.loads(path.read_text())
+    assert sorted(table, key=int) == ["1", "5", "64", "512"] and table["512"] == files.ordered(shipped[512])
+
+
 def _entry(m, bn=64):
     return {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
             "num_stages": 2}
