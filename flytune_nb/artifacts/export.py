@@ -27,7 +27,7 @@ FAR_FROM_ENTRY = 8
 
 
 def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
-                cut_off: set[str] | None = None) -> list[dict]:
+                cut_off: set[str] | None = None, dtype: str | None = None) -> list[dict]:
     """What an export would write: per file {"path", "by_m": {M: config dict}, "prov": {M: provenance},
     "stale": [M whose kernel source is not the kernel's current one], "left_out": [M the store has only on an
     older kernel source, toolchain or timing mode than the file's newest rows], "unfinished": [M a stopped sweep left
@@ -35,11 +35,11 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
 
     Each entry is the shape's winner: the selection stage's (strategies/selection.py), whose latencies are the
     medians of its interleaved re-timing, or for a store without one the search's fastest median. ``cut_off``: the
-    store's unfinished_keys, when the caller has them already."""
+    store's unfinished_keys, when the caller has them already. ``dtype``: only that dtype's rows."""
     from flytune_nb.core.key import source_fingerprint
     from flytune_nb.core.registry import get_kernel, kernel_paths
 
-    df = store.frame(kernel)
+    df = _of_dtype(store.frame(kernel), dtype)
     if df.empty:
         return []
     sels = store.frame(kernel, table="selections")
@@ -115,14 +115,26 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
             # differ only there would land in one file and the later would silently win.
             seen = entry["prov"].get(c["m"])
             if seen and (seen["shape"], seen["dtype"]) != (c["prov"]["shape"], c["prov"]["dtype"]):
+                # --kernel cannot part them (both are this file's kernel); --dtype can where only the dtype differs
+                how = (f"export one dtype (flytune export --dtype {seen['dtype']}, or --dtype {c['prov']['dtype']})"
+                       if seen["shape"] == c["prov"]["shape"] else
+                       "sweep each model into a store of its own and export each to its own config dir (--out)")
                 raise ArtifactError(
                     f"{path.name}: batch size {c['m']} was measured for {seen['shape']} {seen['dtype']} and for "
-                    f"{c['prov']['shape']} {c['prov']['dtype']}; the file name cannot tell them apart. Export them "
-                    f"to separate config dirs (flytune export --kernel, or one store per model).")
+                    f"{c['prov']['shape']} {c['prov']['dtype']}; the file name cannot tell them apart: {how}.")
             entry["by_m"][c["m"]], entry["prov"][c["m"]] = c["config"], c["prov"]
             if c["stale"] and c["m"] not in entry["stale"]:
                 entry["stale"].append(c["m"])
     return [groups[p] for p in sorted(groups)]
+
+
+def _of_dtype(df, dtype: str | None):
+    """The rows of one dtype (every row for None); UsageError for a name flytune does not know."""
+    if dtype is None or df.empty:
+        return df
+    from flytune_nb.core import dtypes
+
+    return df[df["dtype"] == dtypes.canonical(dtype)]
 
 
 def _without_unfinished(plan: list[dict]) -> list[dict]:
@@ -209,12 +221,12 @@ def _warn(message: str, stacklevel: int = 3) -> None:
 
 
 def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
-            replace_stale: bool = False) -> list[tuple[Path, str, str]]:
+            replace_stale: bool = False, dtype: str | None = None) -> list[tuple[Path, str, str]]:
     """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
     ``export``, FlyDSL offline configs included (a file the export would refuse to mix previews as the error's
     message), and the same warnings about entries left out or batch sizes whose nearest entry is far away."""
     out, cut_off = [], unfinished_keys(store, kernel)  # read once for both plans
-    for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off):
+    for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off, dtype=dtype):
         path = entry["path"]
         try:  # export refuses to merge into a sidecar it cannot read (flydsl.check_sidecars)
             flydsl.read_sidecar(path.parent / flydsl.PROVENANCE)
@@ -222,7 +234,8 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
         except ArtifactError as e:
             text = f"(not written: {e})\n"
         out.append((path, text, path.read_text() if path.exists() else ""))
-    for entry in _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off)):
+    for entry in _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off,
+                                                 dtype=dtype)):
         path = entry["path"]
         old = path.read_text() if path.exists() else ""
         try:
@@ -248,7 +261,8 @@ def refuse_interpreter_timings(out_dir: str | Path, devices) -> None:
                             f"committed GPU configs; choose a scratch folder (flytune export --out DIR)")
 
 
-def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), replace_stale: bool = False) -> list[Path]:
+def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), replace_stale: bool = False,
+           dtype: str | None = None) -> list[Path]:
     """Write the winners of every (kernel, non-batch shape, device, dtype) found in ``store``. Returns the files.
     Entries already in a file for other batch sizes are kept (merged); the same batch size is replaced; entries of
     another kernel source, toolchain or timing mode are never mixed in (``_merge``). Interpreter timings are refused
@@ -256,12 +270,13 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
     writes there by default. Entries measured on a kernel source that is no longer the kernel's are written, with a
     warning: `flytune check` will call them stale. A FlyDSL kernel's winners also become FlyDSL offline configs, one
     per exact key, under ``<out_dir>/flydsl_autotune/`` (flytune_nb.artifacts.flydsl); those are refused unless they
-    were timed on an AMD GPU. Everything is checked before anything is written."""
+    were timed on an AMD GPU. ``dtype``: only that dtype's winners (bf16 and fp16 share SGLang's MoE file name, so a
+    store holding both exports one at a time). Everything is checked before anything is written."""
     refuse_installed_copy(out_dir)
     cut_off = unfinished_keys(store, kernel)  # read once for both plans
-    plan = _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off))
+    plan = _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off, dtype=dtype))
     refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})
-    fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off)
+    fly = flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off, dtype=dtype)
     stale = [f"{e['path'].name} (M={','.join(map(str, e['stale']))})" for e in plan if e["stale"]]
     if stale:
         _warn(f"exported entries measured on an older source of the kernel than its current one: "

@@ -191,15 +191,17 @@ def read(path) -> dict:
 
 
 # -- from a results store ------------------------------------------------------------------------------------------
-def plan(store, out_dir, *, kernel: str | None = None, paths=(), cut_off: set[str] | None = None) -> list[dict]:
+def plan(store, out_dir, *, kernel: str | None = None, paths=(), cut_off: set[str] | None = None,
+         dtype: str | None = None) -> list[dict]:
     """What an export writes for the store's FlyDSL kernels: per file {"path", "text", "prov"}. ArtifactError
     (nothing written) when a winner was not timed on an AMD GPU, when the store does not say which GPU it was, or when
     two different winners would share one identity (the kernel's key cannot tell their shapes apart). ``cut_off``:
-    the store's unfinished_keys, when the caller has them already."""
+    the store's unfinished_keys, when the caller has them already; ``dtype``: only that dtype's rows."""
     from flytune_nb import backends
+    from flytune_nb.artifacts.export import _of_dtype
     from flytune_nb.core.registry import get_kernel, kernel_paths
 
-    df = store.frame(kernel)
+    df = _of_dtype(store.frame(kernel), dtype)
     if df.empty:
         return []
     devices, specs, entries = None, {}, {}  # entries: path -> candidates

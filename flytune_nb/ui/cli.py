@@ -135,6 +135,8 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the package's "
                                                "committed flytune_nb/exports/, where lookup and check read)")
     e.add_argument("--kernel", default=None, help="only this kernel")
+    e.add_argument("--dtype", default=None, help="only this dtype (bf16 and fp16 share SGLang's MoE file names: a "
+                                                 "store holding both exports one)")
     e.add_argument("--replace-stale", action="store_true",
                    help="drop a file's entries of another kernel source, toolchain or timing mode that this export "
                         "does not cover (by default export refuses to mix them)")
@@ -503,7 +505,7 @@ def cmd_export(args) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             written = export(store, args.out or config_dir(), kernel=args.kernel, paths=args.path,
-                             replace_stale=args.replace_stale)
+                             replace_stale=args.replace_stale, dtype=args.dtype)
     finally:
         store.close()
         # export checks every file's merge before it writes any, so a merge's warning comes twice: print it once
@@ -511,7 +513,7 @@ def cmd_export(args) -> int:
             print(f"warning: {message}", file=sys.stderr)
     if not written:
         print(f"flytune: nothing to export from {args.db} (no finished shape with passing trials"
-              f"{' for ' + args.kernel if args.kernel else ''})")
+              f"{' for ' + args.kernel if args.kernel else ''}{' in ' + args.dtype if args.dtype else ''})")
         return 1
     for p in written:
         print(p)

@@ -143,6 +143,28 @@ def test_two_models_that_would_share_a_file_are_refused(spec, tmp_path):
 
 
 
+def test_bf16_and_fp16_of_one_shape_are_exported_one_dtype_at_a_time(spec, tmp_path, capsys):
+    """SGLang's MoE file name has no dtype part for bf16 and fp16, so a store holding both cannot export them into
+    one file. The refusal names the way out that works (--dtype; --kernel cannot part them), and --dtype exports
+    each."""
+    from flytune_nb.ui.cli import main
+
+    db = tmp_path / "moe.db"
+    Sweep(spec, "M=1 E=4 N=32 K=48 topk=2", ["bf16", "fp16"], db=db, isolate=False, baselines=(), strategy="random",
+          budget=1).run()
+    with pytest.raises(ArtifactError, match="cannot tell them apart") as refused:
+        export(Store(db), tmp_path / "both")
+    assert "--dtype bf16" in str(refused.value) and "--kernel" not in str(refused.value)
+    assert not (tmp_path / "both").exists()
+    for dtype in ("bf16", "fp16"):
+        out = tmp_path / dtype
+        assert main(["export", "--db", str(db), "--out", str(out), "--dtype", dtype]) == 0
+        (path,) = sorted(out.rglob("E=4,N=32,*.json"))
+        prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
+        assert list(prov) == ["1"] and prov["1"]["dtype"] == dtype
+    capsys.readouterr()
+
+
 def test_a_second_model_exported_into_the_same_file_is_refused_not_merged(spec, tmp_path):
     """Following the advice above (one store per model) into the same config dir: the file already holds K=48's
     batch sizes; K=64's would be served for K=48's model, or replace them, so the export is refused and the file kept."""
