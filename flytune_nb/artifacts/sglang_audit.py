@@ -206,6 +206,11 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
     measure = measure or default_measure(device, timing)
     known = known_shapes()
     asked = {tuple(k): (dict(v), "--shape") for k, v in (shapes or {}).items()}
+    for (E, N), (v, _) in asked.items():  # refused before anything is timed, not at that file mid-audit
+        up.check_shape({"M": 1, "E": E, "N": N, **v})
+        if v["topk"] > E:  # torch.topk, making the inputs, would raise "selected index k out of range"
+            raise UsageError(f"--shape E={E} N={N} K={v['K']} topk={v['topk']}: topk is more than E (each token is "
+                             f"routed to topk distinct experts of the E on this rank)")
     table_of = {**known, **asked}
     result = Audit(device.name, triton.__version__, up.extra.get("sglang_version", "?"), str(root), dtype,
                    "given" if given else timing, backend=device.backend)

@@ -655,6 +655,24 @@ def test_ctrl_c_mid_audit_writes_the_entries_timed_so_far_as_a_partial_report(tm
     assert data["interrupted"] is True and [e["M"] for e in data["entries"]] == [1]
 
 
+@pytest.mark.parametrize("shape, said", [("E=4 N=64 K=32 topk=8", "topk is more than E"),
+                                         ("E=4 N=64 K=0 topk=2", "axis K must be a positive integer")])
+def test_an_audit_shape_that_cannot_run_is_one_line_before_anything_is_timed(shape, said, tmp_path, capsys):
+    """topk=8 of E=4 experts cannot be routed (torch.topk raised "selected index k out of range" out of the CLI as a
+    traceback); K=0 is no hidden size. Both are refused before the first entry is timed, the report left unwritten."""
+    from flytune_nb.ui.cli import main
+
+    root = tmp_path / "sglang"
+    _fake_shipped(root, running(), "E=4,N=32,device_name=CPU_interpreter.json", {1: _entry(1)})  # timed first
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1)})
+    md = tmp_path / "audit.md"
+    rc = main(["audit-sglang", "--dir", str(root), "--shape", "E=4 N=32 K=32 topk=2", "--shape", shape,
+               "--dtype", "fp16", "--md", str(md)])
+    out = capsys.readouterr()
+    assert rc == 2 and said in out.err and not md.exists()
+    assert "E=4,N=32" not in out.out  # nothing was timed first
+
+
 # A CUDA build of torch on a machine without a GPU: importing flytune_nb cannot choose the interpreter early there
 # (it would cost every import a driver initialisation), so the audit itself must choose it before importing Triton.
 AS_CUDA_BUILD = ("import runpy, sys, torch; torch.version.cuda = torch.version.cuda or '12.8'; "
