@@ -113,15 +113,20 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         for c in sorted((c for c in mine if c["version"] == newest), key=lambda c: c["last_id"]):
             # A file name may leave axes or the dtype out (SGLang's MoE names show E and N only): two shapes that
             # differ only there would land in one file and the later would silently win.
-            seen = entry["prov"].get(c["m"])
+            # At another batch size too: the server would serve one's configs to the other, measured for neither.
+            m_seen = c["m"] if c["m"] in entry["prov"] else next(iter(entry["prov"]), None)
+            seen = entry["prov"].get(m_seen)
             if seen and (seen["shape"], seen["dtype"]) != (c["prov"]["shape"], c["prov"]["dtype"]):
                 # --kernel cannot part them (both are this file's kernel); --dtype can where only the dtype differs
                 how = (f"export one dtype (flytune export --dtype {seen['dtype']}, or --dtype {c['prov']['dtype']})"
                        if seen["shape"] == c["prov"]["shape"] else
                        "sweep each model into a store of its own and export each to its own config dir (--out)")
-                raise ArtifactError(
-                    f"{path.name}: batch size {c['m']} was measured for {seen['shape']} {seen['dtype']} and for "
-                    f"{c['prov']['shape']} {c['prov']['dtype']}; the file name cannot tell them apart: {how}.")
+                what = (f"batch size {c['m']} was measured for {seen['shape']} {seen['dtype']} and for "
+                        if m_seen == c["m"] else
+                        f"batch size {m_seen} was measured for {seen['shape']} {seen['dtype']} and batch size "
+                        f"{c['m']} for ")
+                raise ArtifactError(f"{path.name}: {what}{c['prov']['shape']} {c['prov']['dtype']}; the file name "
+                                    f"cannot tell them apart: {how}.")
             entry["by_m"][c["m"]], entry["prov"][c["m"]] = c["config"], c["prov"]
             if c["stale"] and c["m"] not in entry["stale"]:
                 entry["stale"].append(c["m"])

@@ -165,6 +165,24 @@ def test_bf16_and_fp16_of_one_shape_are_exported_one_dtype_at_a_time(spec, tmp_p
     capsys.readouterr()
 
 
+def test_bf16_and_fp16_at_different_batch_sizes_of_one_file_are_refused_not_mixed(spec, tmp_path):
+    """bf16 swept at M=1 and fp16 at M=2 of one MoE shape: SGLang reads the one file for both dtypes, so a mixed file
+    would serve fp16's M=2 config to a bf16 server and bf16's M=1 to an fp16 one, measured for neither. Refused with
+    both batch sizes named; --dtype exports one dtype's entries."""
+    db = tmp_path / "moe.db"
+    for m, dtype in ((1, "bf16"), (2, "fp16")):
+        Sweep(spec, f"M={m} E=4 N=32 K=48 topk=2", [dtype], db=db, isolate=False, baselines=(), strategy="random",
+              budget=1).run()
+    with pytest.raises(ArtifactError, match=r"batch size \d was measured for .* (bf16|fp16) and batch size \d for "
+                                            r".*cannot tell them apart: export one dtype") as refused:
+        export(Store(db), tmp_path / "mixed")
+    assert "--dtype bf16" in str(refused.value) and "--dtype fp16" in str(refused.value)
+    assert not (tmp_path / "mixed").exists()
+    [path] = export(Store(db), tmp_path / "bf16", dtype="bf16")
+    prov = json.loads((path.parent / "provenance.json").read_text())[path.name]
+    assert {m: e["dtype"] for m, e in prov.items()} == {"1": "bf16"}
+
+
 def test_a_second_model_exported_into_the_same_file_is_refused_not_merged(spec, tmp_path):
     """Following the advice above (one store per model) into the same config dir: the file already holds K=48's
     batch sizes; K=64's would be served for K=48's model, or replace them, so the export is refused and the file kept."""
