@@ -101,6 +101,7 @@ class Audit:
     backend: str = ""  # the device's: cuda | hip | interpreter ("" when not known)
     entries: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # (file, why)
+    unreadable: list = field(default_factory=list)  # (file, why): malformed, SGLang's own load of it fails
     fallback: list = field(default_factory=list)  # (file, folder it is read from)
     missing_files: list = field(default_factory=list)  # (shape label, file name)
     missing_sizes: dict = field(default_factory=dict)  # file -> [batch sizes of SGLang's default list it lacks]
@@ -241,8 +242,8 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
             extra, label = (recorded, "provenance") if recorded else table_of[(meta["E"], meta["N"])]
             try:
                 table = files.read_table(path)
-            except files.ArtifactError as e:
-                result.skipped.append((name, str(e)))
+            except files.ArtifactError as e:  # a failing finding, not a file this audit chose to leave out
+                result.unreadable.append((name, str(e)))
                 continue
             lacking = [m for m in files.BATCH_SIZES if m not in table]
             if lacking:
@@ -329,7 +330,7 @@ def _us(v) -> str:
 
 def to_markdown(a: Audit) -> str:
     n_files = len({e.file for e in a.entries})
-    if not (a.entries or a.skipped or a.fallback or a.interrupted):  # (interrupted: files may have been left untimed)
+    if not (a.entries or a.skipped or a.unreadable or a.fallback or a.interrupted):  # (interrupted: files may have been left untimed)
         return "\n".join([f"# SGLang fused-MoE configs on {a.device}: audit", "",
                           f"SGLang {a.sglang}, Triton {a.triton}, {a.dtype}; folder `{a.root}`. SGLang ships no "
                           f"fused-MoE config file for {a.device} there (file names carry `device_name={a.device}`): "
@@ -347,11 +348,16 @@ def to_markdown(a: Audit) -> str:
              f"tied, {len(a.wrong)} failing (wrong result or error).",
              f"- {len(a.fallback)} files read from another Triton version's folder than the running "
              f"`{files.version_dir(a.triton)}`; {len(a.missing_files)} asked-for shapes with no file for this GPU; "
-             f"{len(a.skipped)} files not timed.", ""]
+             f"{len(a.skipped)} files not timed"
+             + (f"; **{len(a.unreadable)} files SGLang cannot read**." if a.unreadable else "."), ""]
     if a.interrupted:
         lines[4:4] = [f"**Interrupted (Ctrl-C) after {len(a.entries)} entries: a partial audit.** Entries and files "
                       f"after the last row below were not timed, and shapes asked for with --shape were not checked "
                       f"for a missing file; run the audit again for all of them.", ""]
+    if a.unreadable:
+        lines += ["## Files SGLang cannot read", "",
+                  "SGLang reads a config file with json.load and int() on every key, which raise on these: a "
+                  "server that looks one up fails there. Nothing in them was timed.", ""] + [f"- `{name}`: {why}" for name, why in a.unreadable] + [""]
     if a.slower or a.wrong:
         lines += ["## Entries slower than SGLang's default, or failing", "",
                   "| file | M | shipped (us) | default (us) | default / shipped | shipped config | default config | "

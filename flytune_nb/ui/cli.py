@@ -775,7 +775,7 @@ def cmd_audit_sglang(args) -> int:
         Path(args.json).write_text(to_json(result))
     print(md)
     print(f"flytune audit-sglang: report in {args.md}")
-    return 1 if result.wrong else 0
+    return 1 if result.wrong or result.unreadable else 0
 
 
 def cmd_demo(quiet: bool = False) -> int:

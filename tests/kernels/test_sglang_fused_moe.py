@@ -512,6 +512,31 @@ def test_audit_reports_slower_missing_fallback_and_broken_entries(tmp_path):
     assert "pass --shape \"E=9 N=96 K=... topk=...\"" in md
 
 
+def test_a_shipped_file_sglang_cannot_read_is_a_failing_finding(tmp_path, capsys):
+    """A malformed file in the audited folder is what a server would fail on: the report names it under its own
+    heading and the command exits 1, where a file the audit chose not to time leaves the exit status 0."""
+    from flytune_nb.ui.cli import main
+
+    root = tmp_path / "sglang"
+    broken = root / "configs" / running() / "E=4,N=64,device_name=CPU_interpreter.json"
+    broken.parent.mkdir(parents=True)
+    broken.write_text('{"1": {"BLOCK_SIZE_M": 16,}}')
+    md = tmp_path / "a.md"
+    assert main(["audit-sglang", "--dir", str(root), "--dtype", "fp16", "--shape", "E=4 N=64 K=32 topk=2",
+                 "--md", str(md)]) == 1
+    report = md.read_text()
+    assert "**1 files SGLang cannot read**" in report and "## Files SGLang cannot read" in report
+    assert f"- `{broken.name}`: {broken}: not a SGLang MoE config file (JSONDecodeError: " in report
+    assert "0 entries of 0 files timed" in report
+    broken.write_text("{}")
+    (root / "configs" / running() / "E=9,N=96,device_name=CPU_interpreter.json").write_text(
+        files.render({1: _entry(1)}))  # no --shape for it: not timed, not failing
+    broken.unlink()
+    assert main(["audit-sglang", "--dir", str(root), "--dtype", "fp16", "--md", str(md)]) == 0
+    assert "cannot read" not in md.read_text() and "1 files not timed" in md.read_text()
+    capsys.readouterr()
+
+
 def test_an_audit_runs_down_entries_with_the_up_block_m_of_the_audited_folder(tmp_path, monkeypatch):
     """A server started with SGLANG_MOE_CONFIG_DIR=<audited dir> pins the down GEMM's BLOCK_SIZE_M to that dir's up
     file. The process's own $SGLANG_MOE_CONFIG_DIR naming another folder (up BLOCK_SIZE_M 64 there, 32 in the
