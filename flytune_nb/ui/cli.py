@@ -572,6 +572,12 @@ def cmd_lookup(args) -> int:
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     print(f"{config}  (source: {source}, device: {device.name})")
+    shipped = spec.extra.get("shipped_entry") if source == "default" else None
+    found = shipped(shapes[0], device, dtype=dtype) if shipped else None
+    if found:  # what this command answers is the export's view; the engine's own server reads its own file first
+        shipped_config, path, m = found
+        print(f"note: no export is read for this shape, and a SGLang server started without SGLANG_MOE_CONFIG_DIR "
+              f"runs the entry SGLang ships instead of this default: {shipped_config}  (batch size {m} of {path})")
     return 0
 
 

@@ -308,6 +308,36 @@ def _sglangs_choice(sg, E, M):
         sg.config.get_moe_configs.cache_clear()
 
 
+def test_lookup_without_an_export_names_the_entry_sglang_ships(spec, tmp_path, monkeypatch, capsys):
+    """No export for the shape: lookup's answer is the heuristic default, but a SGLang server without
+    SGLANG_MOE_CONFIG_DIR reads the file SGLang ships in its package; the command says which entry that server runs."""
+    import triton
+
+    from flytune_nb.serve.lookup import LOOKUP
+    from flytune_nb.ui.cli import main
+
+    package = tmp_path / "pkg"
+    shipped = {1: _entry(1), 16: _entry(16, bn=32)}
+    _fake_shipped(package, files.version_dir(triton.__version__), "E=4,N=64,device_name=CPU_interpreter.json", shipped)
+    monkeypatch.setattr(files, "package_root", lambda: package)
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    LOOKUP.clear()
+    empty = tmp_path / "no_exports"
+    empty.mkdir()
+    assert main(["lookup", "sglang_fused_moe", "M=12 E=4 N=64 K=32 topk=2", "--dtype", "fp16", "--dir",
+                 str(empty)]) == 0
+    out = capsys.readouterr().out
+    assert "(source: default," in out
+    note = next(line for line in out.splitlines() if line.startswith("note: "))
+    assert "SGLang server started without SGLANG_MOE_CONFIG_DIR" in note and "batch size 16 of " in note
+    assert "BLOCK_SIZE_N=32," in note
+    (package / "configs").rename(tmp_path / "gone")  # SGLang ships nothing for the shape: no note
+    assert main(["lookup", "sglang_fused_moe", "M=12 E=4 N=64 K=32 topk=2", "--dtype", "fp16", "--dir",
+                 str(empty)]) == 0
+    assert "note:" not in capsys.readouterr().out
+    LOOKUP.clear()
+
+
 @pytest.mark.parametrize("layout", ["running and older", "newer and older"])
 def test_lookup_takes_each_file_from_the_folder_sglang_takes_it_from(layout, spec, sg, tmp_path, monkeypatch, dev):
     """Per file, the running Triton's folder if it holds it, else the newest other folder that does (3_10_0 is newer
