@@ -18,8 +18,8 @@ def _results():
 
 
 def test_a_rule_returning_triton_config_is_told_which_config_to_return():
-    """triton.Config is what a Triton user writes first; "returned Config ..., not a Config" named the type by its
-    bare name, the same as ours, and so said nothing."""
+    """triton.Config is what a Triton user writes first, and its bare name is the same as ours: the message names it
+    with its module and says which Config to return."""
     triton = pytest.importorskip("triton")
     spec = get_kernel("toy", [PLUGINS])
     dev, results = _results()
@@ -63,8 +63,8 @@ def _noisy_shape():
 
 
 def test_the_editor_calls_ties_and_wins_with_the_band_the_selection_decided_the_shape_with():
-    """The editor called a config a win at a fixed 2% where the selection, on noisy rounds, had judged it a tie
-    (band 16%): a rule picking it looked better than the shape's own decision."""
+    """A win or a loss is beyond the band the shape's selection decided with (16% on these noisy rounds), not a fixed
+    2%: a rule picking a config the selection judged a tie does not look better than the shape's own decision."""
     r, dev, c, others = _noisy_shape()
     assert r.selection.chose_default and r.selection.deciding.band == pytest.approx(0.1595, abs=1e-4)
     assert "band 16.0%" in r.selection.reason

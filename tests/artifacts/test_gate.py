@@ -519,8 +519,8 @@ def test_a_file_whose_kernel_cannot_load_here_fails_the_gate_and_says_to_install
 
 def test_a_file_of_an_adopted_kernel_checked_without_its_path_says_to_name_it(tmp_path, capsys, monkeypatch):
     """An exports folder names its kernel, not the module that adopts it: checked without --path, the file is not
-    timed and fails, and what to do is to name that module, in full (the registry's list of every known kernel,
-    cut to the row's width, used to end mid-word and tell the user to export again)."""
+    timed and fails, and what to do is to name that module, in full (not the registry's list of every known kernel,
+    which exporting again would not change)."""
     from flytune_nb.core import registry
 
     ref = f"{Path(__file__).parent.parent / 'kit' / 'adopted.py'}:AXPY"

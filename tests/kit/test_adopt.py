@@ -380,5 +380,5 @@ def test_a_spec_whose_functions_come_from_a_shared_module_is_named_by_the_module
     assert spec.make_inputs.__module__ == "tests.kit.adopted"  # the functions' module holds no such SPEC
     assert load_name(spec) == "adopt_from_shared:SPEC"
     assert get_kernel("adopt_from_shared:SPEC") is spec
-    sweep = Sweep(spec, "M=2 N=64", ["fp32"], db=tmp_path / "r.db")  # isolated: refused before, naming the wrong module
+    sweep = Sweep(spec, "M=2 N=64", ["fp32"], db=tmp_path / "r.db")  # isolated: workers load it by that name
     assert sweep.spec is spec and sweep._load_name == "adopt_from_shared:SPEC"

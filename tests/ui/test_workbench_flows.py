@@ -127,9 +127,9 @@ def _write_kernel(root):
 
 def test_measure_missing_scores_the_edit_without_replacing_the_shapes_decision(tmp_path, monkeypatch):
     """Measure missing times an edited rule's picks to score the edit. The shape's winner, decided by re-timing its
-    shortlist against the default, stays the store's decision: before, the few configs measured for the editor ran
-    a selection of their own, which replaced the stored one, so one slow timing of the pick handed the shape (and
-    the exported file) to the default without any re-timing."""
+    shortlist against the default, stays the store's decision: the few configs measured for the editor run no
+    selection of their own, which would replace the stored one, and one slow timing of the pick would hand the shape
+    (and the exported file) to the default without any re-timing."""
     kernels = _write_kernel(tmp_path / "kernels")
     db = tmp_path / "m.db"
     wb = Workbench("pickme", {"N": "16"}, ["fp32"], db=str(db), isolate=False, paths=[str(kernels)])
@@ -159,8 +159,8 @@ def test_measure_missing_scores_the_edit_without_replacing_the_shapes_decision(t
 
 
 def test_stop_cutting_off_a_trial_counts_only_what_it_stored(tmp_path, monkeypatch):
-    """A trial that Stop kills is started but never stored: the finish line counted it as measured, which made
-    "2 measured now, -1 from the store" for a store that held nothing before."""
+    """A trial that Stop kills is started but never stored: the finish line does not count it as measured (which
+    would read "2 measured now, -1 from the store" for a store that held nothing before)."""
     monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0,3")  # the default, then a config that hangs
     monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
     hanging = threading.Event()
@@ -202,9 +202,9 @@ def test_a_grid_typo_stays_shown_when_the_previous_grids_estimate_arrives_late(t
 
 
 def test_re_running_the_cell_mid_sweep_leaves_the_store_free_for_the_new_workbench(tmp_path, monkeypatch):
-    """Re-running the workbench cell closes the previous workbench, which stops its sweep. Its Run on the same store
-    was refused ("being written by another sweep (in this process ...)") while the closed one's sweep was still
-    ending, a sweep the user could no longer see or stop."""
+    """Re-running the workbench cell closes the previous workbench, which stops its sweep and waits for it to end:
+    the new workbench's Run on the same store is not refused as "being written by another sweep" by a sweep the user
+    can no longer see or stop."""
     monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0,3")  # the default, then a config that hangs until it is killed
     monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
     hanging = threading.Event()
@@ -227,9 +227,9 @@ def test_re_running_the_cell_mid_sweep_leaves_the_store_free_for_the_new_workben
 
 
 def test_a_store_deleted_or_moved_while_open_is_refused_and_nothing_measured_is_lost(tmp_path):
-    """SQLite keeps writing to the file it opened after it is deleted or moved: Run went on into a file no one could
-    open again ("finished ... 16 from the store" with the store gone from disk). Run refuses instead and lets go
-    of the store, so a moved store gets its last rows and Run again starts a new store at the path."""
+    """SQLite keeps writing to the file it opened after it is deleted or moved, into a file no one can open again.
+    Run refuses instead and lets go of the store, so a moved store gets its last rows and Run again starts a new
+    store at the path."""
     db = tmp_path / "mid.db"
     wb = Workbench("toy", {"N": "64"}, ["fp32"], db=str(db), isolate=False, paths=[PLUGINS])
     assert wb.wait_ready(60)
@@ -281,8 +281,8 @@ def test_a_store_deleted_mid_sweep_stops_it_with_what_happened(tmp_path):
 
 
 def test_stop_ends_measure_missing_and_run_says_why_it_waits(tmp_path, monkeypatch):
-    """Measure missing runs in the workbench's thread like a sweep: Run was ignored without a word while it ran, and
-    Stop stayed disabled, so a pick that hangs could not be stopped from the page."""
+    """Measure missing runs in the workbench's thread like a sweep: while it runs Run says why it waits and Stop
+    stops it, so a pick that hangs can be stopped from the page."""
     monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")  # the sweep: the default alone
     monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
     wb = Workbench("evil", {"N": "16"}, ["fp32"], db=str(tmp_path / "e.db"), paths=[PLUGINS], timeout=120)
