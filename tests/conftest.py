@@ -174,6 +174,22 @@ def flydsl_compiler(flydsl_installed, request):
             os.environ[k] = v
 
 
+class DeleteAfterFirstTrial:
+    """A sweep listener that deletes the store file ``db`` once the first trial is done (the store still open), and
+    keeps the TrialDone events it saw in ``done``."""
+
+    def __init__(self, db) -> None:
+        self.db, self.done = Path(db), []
+
+    def __call__(self, event) -> None:
+        from flytune_nb.engine.events import TrialDone
+
+        if isinstance(event, TrialDone):
+            self.done.append(event)
+            if len(self.done) == 1:
+                self.db.unlink()
+
+
 def count_rows(db, table: str = "trials") -> int:
     """How many rows ``table`` of the results store at ``db`` holds."""
     import sqlite3

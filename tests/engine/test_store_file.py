@@ -7,12 +7,11 @@ import sqlite3
 import pytest
 
 from flytune_nb.core.config import Config
-from flytune_nb.engine.events import TrialDone
 from flytune_nb.engine.store import Store, StoreGone
 from flytune_nb.engine.sweep import Sweep
 from flytune_nb.errors import FlytuneError, RunError, UsageError
 from flytune_nb.measure.trial import Trial
-from tests.conftest import PLUGINS
+from tests.conftest import PLUGINS, DeleteAfterFirstTrial
 
 
 def _trial(n):
@@ -30,14 +29,7 @@ def _count(db):
 
 def test_a_sweep_whose_store_is_deleted_mid_run_stops_at_its_next_write(tmp_path):
     db = tmp_path / "runs.db"
-    done = []
-
-    def delete_after_the_first(event):
-        if isinstance(event, TrialDone):
-            done.append(event)
-            if len(done) == 1:
-                db.unlink()
-
+    delete_after_the_first = DeleteAfterFirstTrial(db)
     sweep = Sweep("toy", "N=64", ["fp32"], db=db, paths=[PLUGINS], isolate=False, baselines=(),
                   listeners=[delete_after_the_first])
     with pytest.raises(StoreGone) as e:
@@ -46,7 +38,7 @@ def test_a_sweep_whose_store_is_deleted_mid_run_stops_at_its_next_write(tmp_path
     assert isinstance(e.value, RunError) and not isinstance(e.value, UsageError) and isinstance(e.value, FlytuneError)
     assert str(e.value) == (f"results store {db} was deleted or moved after it was opened: nothing more is written "
                             f"to it, since rows written now would go into a file no one can open")
-    assert len(done) == 1  # the next trial was measured but refused, not stored into the deleted file
+    assert len(delete_after_the_first.done) == 1  # the next trial was measured but refused, not stored
 
 
 def test_a_store_replaced_by_another_file_refuses_writes(tmp_path):

@@ -16,11 +16,11 @@ pytest.importorskip("plotly")
 
 from flytune_nb.artifacts.export import export  # noqa: E402
 from flytune_nb.core.config import Config  # noqa: E402
-from flytune_nb.engine.events import ShapeDone, TrialDone, TrialStarted  # noqa: E402
+from flytune_nb.engine.events import ShapeDone, TrialStarted  # noqa: E402
 from flytune_nb.ui.notebook import Workbench  # noqa: E402
 from flytune_nb.ui.notebook.controls import GridEditor, KernelPicker  # noqa: E402
 from flytune_nb.ui.notebook.slots import load_plotly  # noqa: E402
-from tests.conftest import PLUGINS  # noqa: E402
+from tests.conftest import PLUGINS, DeleteAfterFirstTrial  # noqa: E402
 
 load_plotly(background=False)
 
@@ -260,21 +260,14 @@ def test_a_store_deleted_or_moved_while_open_is_refused_and_nothing_measured_is_
 
 def test_a_store_deleted_mid_sweep_stops_it_with_what_happened(tmp_path):
     db = tmp_path / "mid.db"
-    done = []
-
-    def delete_after_the_first(event):
-        if isinstance(event, TrialDone):
-            done.append(event)
-            if len(done) == 1:
-                db.unlink()
-
+    delete_after_the_first = DeleteAfterFirstTrial(db)
     wb = Workbench("toy", {"N": "64"}, ["fp32"], db=str(db), isolate=False, paths=[PLUGINS],
                    listeners=[delete_after_the_first])
     assert wb.wait_ready(60)
     wb.run().join(120)
     label = html.unescape(wb.control.label.value)
     assert f"⚠ sweep stopped: results store {db} was deleted or moved after it was opened" in label, label
-    assert f"Run again starts a new store at {db}" in label and len(done) == 1
+    assert f"Run again starts a new store at {db}" in label and len(delete_after_the_first.done) == 1
     assert wb.store is None and not wb.control.run_button.disabled
     wb.run().join(120)
     assert html.unescape(wb.control.label.value).startswith("finished: 1 shape(s)") and len(_rows(db, "trials")) > 1
