@@ -8,7 +8,8 @@ shape is unfinished when all of these hold:
   selection says nothing there; a run that recorded its rule says it would have made one (the first shape of a fresh
   store, cut off mid-search or mid-selection, has no other shape's selection to vouch for the store);
 - it has no selection under its tuning key;
-- every run that timed it is recorded as never finished (killed, or stopped: a stopped run is not marked finished);
+- every run that timed it or had it in its grid is recorded as never finished (killed, or stopped: a stopped run
+  is not marked finished);
 - no finished run of its kernel had it in its grid (a run that resumed it and finished, with selection off).
 Running the same sweep again resumes such a shape, finishes it, and clears every condition but the first.
 
