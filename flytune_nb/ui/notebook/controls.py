@@ -260,8 +260,7 @@ class GridEditor(W.VBox):
         """Off the cell: the time estimate (it reads the store, and pandas) and memory.check_fits on meta tensors
         (the kernel's real input sizes; its first call imports torch's symbolic machinery, ~5 s on 2 cores), which
         the Run button must not wait for. A shape found too large is shown and refused like a typo; a newer preview
-        supersedes an older check."""
-        self._fits_gen += 1
+        supersedes an older check (``_preview`` counted this one's generation)."""
         gen = self._fits_gen
 
         def work():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import threading
-import warnings
 import weakref
 
 import ipywidgets as W
@@ -22,7 +21,7 @@ from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
 from flytune_nb.core.registry import drop_unusable_env_paths, kernel_paths, search_path
-from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.engine.events import Emitter, ShapeDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.engine.store import StoreGone
 from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
@@ -570,26 +569,18 @@ class Workbench(W.VBox):
         return self
 
 
-class _Relay:
+class _Relay(Emitter):
     """Hands one sweep's events to the progress bar and the views until ``cut`` (a kernel switch): once ``cut``
-    returns, none of that sweep's later events reaches them."""
+    returns, none of that sweep's later events reaches them. A view that raises is detached, as by any Emitter."""
 
     def __init__(self, targets) -> None:
-        self.targets = list(targets)
-        self._lock = threading.Lock()
+        super().__init__(targets)
         self.was_cut = False
 
     def __call__(self, event) -> None:
         with self._lock:
-            if self.was_cut:
-                return
-            for target in list(self.targets):
-                try:
-                    target(event)
-                except Exception as e:  # noqa: BLE001 - as the sweep's Emitter does: a broken view, not the sweep
-                    warnings.warn(f"event listener {target!r} raised {e!r}; it is detached", RuntimeWarning,
-                                  stacklevel=2)
-                    self.targets.remove(target)
+            if not self.was_cut:
+                self._emit(event)
 
     def cut(self) -> None:
         with self._lock:
