@@ -389,7 +389,10 @@ class RunControl(W.VBox):
         self.spent = 0.0  # seconds of measured trials (TrialStarted -> done)
         self.shapes_done = 0
         self.shape_index = 0
-        self.in_flight: tuple | None = None  # (label, config, i, n, monotonic start)
+        self.in_flight: tuple | None = None  # the latest started: (label, config, i, n, monotonic start)
+        # every trial started and not yet done, (label, config) -> monotonic start: a multi-GPU sweep has one per GPU,
+        # and a trial Stop cuts off is started but never done (nor stored), so it is never counted as measured
+        self._started: dict = {}
         self.best_text = "-"
         self._t0 = time.monotonic()
 
@@ -450,13 +453,15 @@ class RunControl(W.VBox):
                 if event.index == 0 or self.in_flight is None or self.in_flight[0] != label:
                     self.shape_index = max(self.shape_index, self.shapes_done + 1)
                 self.in_flight = (label, event.config, event.index, event.total, time.monotonic())
+                self._started[(label, event.config)] = self.in_flight[4]
             elif isinstance(event, (TrialDone, TrialFailed)):
                 t = event.trial
-                flight = self.in_flight
-                if flight is not None and flight[1] == t.config:
+                started = self._started.pop((f"{shape_text(t.shape)} {t.dtype}", t.config), None)
+                if started is not None:  # measured in this run; else replayed from the store
                     self.measured += 1
-                    self.spent += time.monotonic() - flight[4]
-                    self.in_flight = None
+                    self.spent += time.monotonic() - started
+                    if self.in_flight is not None and self.in_flight[1] == t.config:
+                        self.in_flight = None
                 else:
                     self.replayed += 1
                     if event.index == 0:

@@ -67,8 +67,6 @@ class Workbench(W.VBox):
         self._stop_asked = threading.Event()  # Stop: measuring runs one sweep per shape, and starts no more after it
         self._finish_lock = threading.Lock()  # a run's finish line against a kernel switch clearing it
         self._relay: _Relay | None = None  # the running sweep's events to the progress bar and the views
-        self._started: set = set()
-        self._measured = 0
         self._store_lock = threading.Lock()
         self.live = LiveResults()
         self.picker = KernelPicker(kernel, self.paths)
@@ -313,10 +311,8 @@ class Workbench(W.VBox):
                 self.message.value = error_html(str(e))
                 return None
             self._relay = relay
-            self._started, self._measured = set(), 0
             self._measuring = False
             self._stop_asked.clear()
-            self.sweep.emit.listeners.append(self._count)
             if self.views_ready.is_set():
                 if not self.explorer.pinned:
                     self.explorer.selected = None
@@ -326,17 +322,6 @@ class Workbench(W.VBox):
             return self._thread
         finally:
             self._run_lock.release()
-
-    def _count(self, event) -> None:
-        # measured now: trials that started and finished in this run; one that Stop cut off was started but is not
-        # stored, and counting it would leave "-1 from the store"
-        if isinstance(event, TrialStarted):
-            self._started.add((shape_label(event.shape, event.dtype), event.config))
-        elif isinstance(event, (TrialDone, TrialFailed)):
-            key = (shape_label(event.trial.shape, event.trial.dtype), event.trial.config)
-            if key in self._started:
-                self._started.discard(key)
-                self._measured += 1
 
     def _problems(self) -> list[str]:
         return [p for p in (self.picker.problem, *self.grid.problems(), self.settings.problem) if p]
@@ -432,7 +417,7 @@ class Workbench(W.VBox):
         partial = sum(r.stopped for r in mine)
         line = (f"{'stopped' if stopped else 'finished'}: {len(mine)} shape(s)"
                 + (f" ({partial} partial)" if partial else "") + f", {len(trials)} trials "
-                f"({self._measured} measured now, {len(trials) - self._measured} from the store) in "
+                f"({self.control.measured} measured now, {len(trials) - self.control.measured} from the store) in "
                 f"<code>{self.db_path}</code>; ")
         if fails.failed:
             line += (f"<b style='color:#b00020'>{fails.line()}</b>; tick <i>retry failed</i> and Run to measure "
@@ -510,7 +495,6 @@ class Workbench(W.VBox):
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
                            isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
                            remeasure=fresh, selection=None, listeners=[_KeepSelection(relay, r)])
-                sw.emit.listeners.append(self._count)
                 self.sweep = sw
                 if stop_asked.is_set():  # Stop pressed while this sweep was being made: it stopped the previous one
                     break
@@ -525,8 +509,8 @@ class Workbench(W.VBox):
             elif error is not None and not (cut and "stopped before the first trial" in str(error)):
                 line = error_html(f"measuring failed: {first_line(error)}")
             else:
-                line = (f"{'measuring stopped' if cut else 'measured'} for the heuristic editor: {self._measured} "
-                        f"trial(s) measured now, stored in <code>{html.escape(str(self.db_path))}</code>"
+                line = (f"{'measuring stopped' if cut else 'measured'} for the heuristic editor: "
+                        f"{self.control.measured} trial(s) measured now, stored in <code>{html.escape(str(self.db_path))}</code>"
                         + ("; Measure missing measures the rest" if cut else ""))
             with self._finish_lock:
                 if relay.was_cut:  # the kernel was switched: the editor shows the new kernel's rule now
@@ -539,7 +523,6 @@ class Workbench(W.VBox):
             self.editor.result.value = f"<p>{line}</p>" + self.editor.result.value
 
         self._measuring = True
-        self._started, self._measured = set(), 0
         stop_asked.clear()
         self.control.start(planned)
         self.editor.result.value = f"<i>measuring {len(items)} config(s) beside the defaults and bests...</i>"
