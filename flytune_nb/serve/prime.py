@@ -150,17 +150,8 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
     if not tc.tunes(at):
         report.note = "the decorator has a single config: the autotuner never searches"
         return report
-    tuned = _exported(spec, root, device, report)
-    groups: dict[tuple, list] = {}
-    for shape, dtype, config, weight in tuned:
-        inputs = _planning_inputs(spec, shape, dtype, device)
-        groups.setdefault((adopted.key(inputs), dtype), []).append((shape, config, weight, inputs))
-    entries = {}
-    for (key, dtype), members in groups.items():
-        chosen, winners = _reduce([(shape, config, weight) for shape, config, weight, _ in members], spec)
-        entries[key] = adopted.to_triton(chosen)
-        report.keys.append(PrimedKey(key, dtype, chosen, [m[0] for m in members], winners))
-    tc.prime_cache(at, entries)
+    groups = _plan(spec, root, device, report)
+    tc.prime_cache(at, {pk.key: adopted.to_triton(pk.config) for pk in report.keys})
     for pk in list(report.keys):
         members = groups[(pk.key, pk.dtype)]
         if not tc.hits_cache(at, lambda: adopted.launch(adopted.kernel, members[0][3])):
@@ -187,6 +178,40 @@ def prime(kernel, exports_dir=None, *, device=None, disk: bool | str = "auto") -
     if problems:
         warnings.warn(f"prime {spec.name}: " + "; ".join(problems), ArtifactWarning, stacklevel=2)
     return report
+
+
+def _plan(spec, root: Path, device, report: PrimeReport) -> dict:
+    """Fill ``report.keys`` with the config each autotuner key gets from the exports, touching no cache; returns
+    {(key, dtype): [(shape, config, weight, planning inputs)]}."""
+    adopted = spec.extra["adopted"]
+    groups: dict[tuple, list] = {}
+    for shape, dtype, config, weight in _exported(spec, root, device, report):
+        inputs = _planning_inputs(spec, shape, dtype, device)
+        groups.setdefault((adopted.key(inputs), dtype), []).append((shape, config, weight, inputs))
+    for (key, dtype), members in groups.items():
+        chosen, winners = _reduce([(shape, config, weight) for shape, config, weight, _ in members], spec)
+        report.keys.append(PrimedKey(key, dtype, chosen, [m[0] for m in members], winners))
+    return groups
+
+
+def served(kernel, shape: dict, dtype: str, exports_dir=None, *, device=None) -> tuple[tuple, PrimedKey | None]:
+    """(the autotuner key of this call, the PrimedKey that serves it or None) in a process that ran ``prime`` on
+    these exports: nothing is primed or launched. None means the decorator benchmarks this key at its first call,
+    even where lookup's nearest batch size answers with an exported config: the autotuner keeps one config per key
+    and prime fills only the keys of exported shapes (a key coarser than the axes may still cover this shape)."""
+    from flytune_nb.core.device import current_device
+    from flytune_nb.serve.lookup import config_dir
+
+    root = Path(config_dir(exports_dir))
+    spec = adopted_spec(kernel, root)
+    device = device or current_device()
+    shape, dtype = spec.check_shape(shape), spec.check_dtype(dtype)
+    key = spec.extra["adopted"].key(_planning_inputs(spec, shape, dtype, device))
+    report = PrimeReport(spec.name, device.name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lookup, beside this, already warns about the files it cannot read
+        _plan(spec, root, device, report)
+    return key, next((pk for pk in report.keys if pk.key == key and pk.dtype == dtype), None)
 
 
 def _exported(spec, root: Path, device, report: PrimeReport) -> list:

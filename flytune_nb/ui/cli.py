@@ -578,7 +578,32 @@ def cmd_lookup(args) -> int:
         shipped_config, path, m = found
         print(f"note: no export is read for this shape, and a SGLang server started without SGLANG_MOE_CONFIG_DIR "
               f"runs the entry SGLang ships instead of this default: {shipped_config}  (batch size {m} of {path})")
+    if "adopted" in spec.extra:
+        note = primed_note(spec, shapes[0], dtype, device, args.dir, config)
+        if note:
+            print(note)
     return 0
+
+
+def primed_note(spec, shape: dict, dtype: str, device, directory, answered) -> str:
+    """What a process that primes an adopted kernel launches for this call, where that is not lookup's answer:
+    lookup serves the nearest exported batch size, while the autotuner keeps one config per key and prime fills the
+    keys of exported shapes only."""
+    from flytune_nb._compat import triton as tc
+    from flytune_nb.serve.prime import served
+
+    if not tc.tunes(spec.extra["adopted"].autotuner):
+        return ""
+    key, primed = served(spec, shape, dtype, directory, device=device)
+    if primed is None:
+        return (f"note: a process that runs flytune_nb.prime on these exports has no entry for this call's autotuner "
+                f"key {key}: the decorator benchmarks its configs at that key's first call (export this shape to "
+                f"serve it)")
+    if primed.config != answered:
+        shapes = ", ".join(shape_text(s) for s in primed.shapes)
+        return (f"note: a process that runs flytune_nb.prime on these exports launches {primed.config} for this "
+                f"call: its autotuner key {key} is shared by the exported {shapes}")
+    return ""
 
 
 def cmd_check(args) -> int:

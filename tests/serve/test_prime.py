@@ -268,3 +268,33 @@ def test_a_process_that_never_imports_flytune_reads_the_primed_entry_from_triton
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"calls": 0, "best": "BLOCK: 256, num_warps: 2, num_ctas: 1, num_stages: 3, maxnreg: None",
                    "ok": True}, out.stderr[-2000:]
+
+
+def test_lookup_says_what_a_primed_process_launches_where_that_is_not_the_nearest_entry(tmp_path, dev, capsys):
+    from flytune_nb.ui.cli import main
+
+    spec = load("AXPY")
+    space = spec.configs({"N": 64}, "fp32", dev)
+    write_export(tmp_path / "one", spec, {}, "fp32", dev, {64: space[1]})
+    ask = ["lookup", f"{ADOPTED}:AXPY", "--dtype", "fp32", "--dir", str(tmp_path / "one")]
+    assert main(ask + ["N=64"]) == 0
+    out = capsys.readouterr().out
+    assert f"{space[1]}  (source: artifact" in out and "note" not in out
+    # lookup answers N=50 with the nearest entry, but prime filled only N=64's key: the decorator tunes N=50
+    assert main(ask + ["N=50"]) == 0
+    out = capsys.readouterr().out
+    assert f"{space[1]}  (source: artifact" in out
+    assert "has no entry for this call's autotuner key (50, 'torch.float32', 'torch.float32')" in out
+
+    spec = load("SCALE")  # keyed on NB = cdiv(M*N, 1024): M=1, 2, 4 at N=64 share one key
+    space = spec.configs({"M": 1, "N": 64}, "fp32", dev)
+    a, b = space[0], space[1]
+    write_export(tmp_path / "coarse", spec, {"N": 64}, "fp32", dev, {1: a, 2: a, 4: b},
+                 p50={1: 0.001, 2: 0.001, 4: 0.005})
+    ask = ["lookup", f"{ADOPTED}:SCALE", "--dtype", "fp32", "--dir", str(tmp_path / "coarse")]
+    assert main(ask + ["M=1", "N=64"]) == 0
+    out = capsys.readouterr().out
+    assert f"{a}  (source: artifact" in out
+    assert f"launches {b} for this call: its autotuner key" in out and "M=4 N=64" in out
+    assert main(ask + ["M=4", "N=64"]) == 0
+    assert "note" not in capsys.readouterr().out
