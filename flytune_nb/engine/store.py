@@ -329,6 +329,8 @@ class Store:
         # changes folder (a notebook's %cd), while the connection still writes the file it opened.
         self._file = None if str(path) == ":memory:" else Path(os.path.abspath(self.path))
         self._file_id = None if self._file is None else _file_id(self._file)
+        self._rescued: Path | str | None = None  # where a deleted file's rows were saved ("": nowhere)
+        self._rescued_rows = 0
 
     def _migrate(self) -> None:
         """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
@@ -371,8 +373,40 @@ class Store:
         if now == self._file_id:
             return
         what = "was deleted or moved" if now is None else "was replaced by another file"
+        if self._rescued is None:
+            self._rescued = self._rescue() or ""
+        saved = (f"; the {self._rescued_rows} trial(s) it held are saved in {self._rescued} (delete that file if "
+                 f"you meant to throw them away)" if self._rescued else "")
         raise StoreGone(f"results store {self.path} {what} after it was opened: nothing more is written to it, "
-                        f"since rows written now would go into a file no one can open")
+                        f"since rows written now would go into a file no one can open" + saved)
+
+    def _rescue(self) -> Path | None:
+        """A copy of a store whose file was deleted while open (unlinked: this process still reads it through
+        SQLite's open descriptor, and closing it loses every row), beside where it was: ``runs.db`` ->
+        ``runs.rescued.db`` (``runs.rescued-2.db``, ... where that is taken). None for a file that was moved or
+        replaced (its rows are in the file where it went; closing checkpoints the last of them there), and where
+        this process cannot tell (no /proc) or cannot write the copy: then the message says nothing was saved."""
+        if _links(self._file_id) != 0:
+            return None
+        stem, suffix = self._file.stem, self._file.suffix
+        for i in range(1, 100):
+            target = self._file.with_name(f"{stem}.rescued{'' if i == 1 else f'-{i}'}{suffix}")
+            if not target.exists():
+                break
+        else:
+            return None
+        with self._lock:  # another thread's write, already checked, must not land between the pages copied
+            try:
+                dst = sqlite3.connect(target)
+                try:
+                    self._db.backup(dst)
+                    self._rescued_rows = dst.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+                finally:
+                    dst.close()
+            except (sqlite3.Error, OSError):  # the folder went too, or is read-only: nothing could be saved
+                _remove_made([target])
+                return None
+        return target
 
     # -- runs ----------------------------------------------------------------------------------------------------
     def start_run(self, kernel: str, grid, dtypes, strategy: str, budget, device: str,
@@ -643,6 +677,25 @@ def _cannot_write(path: Path, e: Exception) -> bool:
 def _file_id(path: Path) -> tuple[int, int]:
     st = os.stat(path)
     return st.st_dev, st.st_ino
+
+
+def _links(file_id: tuple[int, int]) -> int | None:
+    """How many names the file this process has open as ``file_id`` has left: 0 once it was deleted, while open
+    descriptors keep its data. None where no open descriptor of it is found (no /proc: not Linux). Read through
+    /proc/self/fd without opening the file: closing any descriptor of a database file drops every POSIX lock this
+    process holds on it, SQLite's included (see SweepClaim)."""
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == file_id:
+            return st.st_nlink
+    return None
 
 
 def _now() -> str:

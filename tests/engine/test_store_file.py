@@ -1,6 +1,7 @@
 """A store whose file is deleted, moved or replaced while it is open: SQLite goes on writing to the file it opened,
 which no one opening the path sees again. Every write is refused instead, with what happened, and closing the store
 puts a moved file's last rows into it."""
+import json
 import os
 import sqlite3
 
@@ -36,9 +37,39 @@ def test_a_sweep_whose_store_is_deleted_mid_run_stops_at_its_next_write(tmp_path
         sweep.run()
     # what went wrong mid-run after trials were stored, not bad input: the CLI exits 1, as for a full disk
     assert isinstance(e.value, RunError) and not isinstance(e.value, UsageError) and isinstance(e.value, FlytuneError)
+    rescued = tmp_path / "runs.rescued.db"
     assert str(e.value) == (f"results store {db} was deleted or moved after it was opened: nothing more is written "
-                            f"to it, since rows written now would go into a file no one can open")
+                            f"to it, since rows written now would go into a file no one can open; the 1 trial(s) "
+                            f"it held are saved in {rescued} (delete that file if you meant to throw them away)")
     assert len(delete_after_the_first.done) == 1  # the next trial was measured but refused, not stored
+    # the row stored before the deletion, which closing the store would have lost with the file
+    kept = Store(rescued).frame()
+    assert len(kept) == 1 and json.loads(kept["config"][0]) == delete_after_the_first.done[0].trial.config.to_dict()
+
+
+def test_a_deleted_store_is_saved_once_beside_where_it_was_and_a_moved_one_is_not_copied(tmp_path):
+    db = tmp_path / "runs.db"
+    (tmp_path / "runs.rescued.db").write_text("someone's file")  # taken: the copy goes to the next free name
+    store = Store(db)
+    for n in range(16, 24):
+        store.add(_trial(n), key=f"k{n}", run_id="r")
+    db.unlink()
+    for _ in range(2):  # every write is refused; the rows are copied at the first
+        with pytest.raises(StoreGone, match=r"the 8 trial\(s\) it held are saved in .*runs\.rescued-2\.db"):
+            store.add(_trial(99), key="k99", run_id="r")
+    store.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.rescued-2.db", "runs.rescued.db"]
+    assert _count(tmp_path / "runs.rescued-2.db") == 8
+    assert (tmp_path / "runs.rescued.db").read_text() == "someone's file"
+
+    store = Store(db)
+    store.add(_trial(16), key="k16", run_id="r")
+    db.rename(tmp_path / "kept.db")  # moved: its rows are in the file where it went
+    with pytest.raises(StoreGone) as e:
+        store.add(_trial(99), key="k99", run_id="r")
+    assert "are saved in" not in str(e.value)
+    store.close()
+    assert _count(tmp_path / "kept.db") == 1 and not list(tmp_path.glob("runs.rescued-3*"))
 
 
 def test_a_store_replaced_by_another_file_refuses_writes(tmp_path):
