@@ -203,8 +203,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         _drop_stdout()
-        return rc or EXIT_PIPE
+        rc = rc or EXIT_PIPE
+    if argv is None:  # the program itself (`flytune`, `python -m flytune_nb`), not a caller in its own process
+        _ignore_ctrl_c_in_teardown()
     return rc
+
+
+def _ignore_ctrl_c_in_teardown() -> None:
+    """The command is done and its output flushed, but tearing the interpreter down takes seconds once SGLang and
+    FlyDSL are imported (about 3 s of `flytune kernels`' 10 on 2 CPU cores). Python restores SIGINT's default action
+    before that teardown, so a Ctrl-C meeting it killed the process by signal (status -2, as if the command had
+    failed, after its output) and no Python handler can run then. Ignored from the first exit handler on, it lets the
+    teardown finish with the command's own status; a thread still running at exit is waited for before that, and a
+    Ctrl-C still interrupts that wait."""
+    import atexit
+    import signal
+
+    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)  # registered last: runs first
 
 
 def _drop_stdout() -> None:

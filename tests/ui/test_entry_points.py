@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -187,6 +188,38 @@ def test_ctrl_c_while_the_command_imports_is_one_line_and_status_130(tmp_path):
             assert out == "", (cmd, delay, out[-500:])  # nothing listed: interrupted before the command ran
             inside += err == "flytune: interrupted before anything ran\n"
     assert inside >= len(commands), inside  # at least the interrupts sent as torch started loading
+
+
+def test_ctrl_c_after_the_command_is_done_ends_it_at_once_with_its_status(tmp_path):
+    """Once the command's output is out, tearing the interpreter down takes seconds where SGLang and FlyDSL were
+    imported; a Ctrl-C then must not turn a finished command into one killed by SIGINT (status -2). A kernel folder
+    whose module takes 20 s to tear down stands in for them, and says when its teardown has begun."""
+    import shutil
+
+    plugins = tmp_path / "plugins"
+    shutil.copytree(Path(PLUGINS) / "toy", plugins / "toy")
+    marker = tmp_path / "tearing-down"
+    with open(plugins / "toy" / "kernel.py", "a") as f:
+        f.write(textwrap.dedent(f"""
+
+            class _SlowTeardown:
+                def __del__(self, _open=open, _sleep=__import__("time").sleep):  # no imports at shutdown
+                    _open({str(marker)!r}, "w").close()
+                    _sleep(20)
+
+
+            _SLOW_TEARDOWN = _SlowTeardown()
+            """))
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", "kernels", "--path", str(plugins)],
+                            env=clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    _wait_for(lambda: marker.exists() or proc.poll() is not None, 120, "the module's teardown never began")
+    assert proc.poll() is None, proc.communicate()
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, (proc.returncode, err[-2000:])  # after the teardown's 20 s: it was not cut
+    assert "toy" in out and "Traceback" not in err, (out[-1000:], err[-2000:])
 
 
 def test_ctrl_c_during_a_hang_ends_at_once_and_names_the_trial_it_cut(tmp_path):
