@@ -158,6 +158,131 @@ def test_measure_missing_scores_the_edit_without_replacing_the_shapes_decision(t
     assert json.loads(path.read_text())["16"]["SLEEP_MS"] == 10
 
 
+def _write_named_kernel(root):
+    """A kernel whose configs sleep SLEEP_MS, with a named reference config ("shipped": 40 ms) beside its 20 ms
+    default and the 10 ms config that wins. A launch of the 2 ms config, when $NAMED_GATE is set, touches
+    $NAMED_GATE.reached and waits for $NAMED_GATE.open: a test looks at the workbench while that trial runs."""
+    folder = root / "reffed"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(textwrap.dedent("""
+        import torch
+
+        from flytune_nb.core.config import Config
+        from flytune_nb.core.dtypes import to_torch
+        from flytune_nb.core.spec import KernelSpec
+
+        from .configs import configs
+        from .heuristic import default
+        from .kernel import launch
+
+
+        def make_inputs(shape, dtype, device):
+            n = shape["N"]
+            return {"x": torch.randn(n, dtype=to_torch(dtype)), "out": torch.empty(n, dtype=to_torch(dtype))}
+
+
+        def named_configs(shape, dtype, device):
+            return {"shipped": Config({"SLEEP_MS": 40}, num_warps=1)}
+
+
+        SPEC = KernelSpec(name="reffed", axes=("N",), batch_axis="N", dtypes=("fp32",), make_inputs=make_inputs,
+                          run=lambda i, c: launch(i["x"], i["out"], c), reference=lambda i: i["x"].double() * 2,
+                          configs=configs, default=default, shape_of=lambda i: {"N": i["x"].numel()},
+                          outputs=("out",), named_configs=named_configs, baseline=lambda i: i["x"] * 2)
+    """))
+    (folder / "configs.py").write_text(textwrap.dedent("""
+        from flytune_nb.core.config import Config
+
+
+        def configs(shape, dtype, device):
+            return [Config({"SLEEP_MS": s}, num_warps=1) for s in (10, 20, 40)]
+    """))
+    (folder / "heuristic.py").write_text(textwrap.dedent("""
+        from flytune_nb.core.config import Config
+
+
+        def default(shape, dtype, device):
+            return Config({"SLEEP_MS": 20}, num_warps=1)
+    """))
+    (folder / "kernel.py").write_text(textwrap.dedent("""
+        import os
+        import time
+        from pathlib import Path
+
+
+        def launch(x, out, config):
+            gate = os.environ.get("NAMED_GATE")
+            if gate and config["SLEEP_MS"] == 2:
+                Path(gate + ".reached").touch()
+                deadline = time.monotonic() + 120
+                while not Path(gate + ".open").exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            time.sleep(config["SLEEP_MS"] / 1000)
+            out.copy_(x * 2)
+            return out
+    """))
+    (folder / "reference.py").write_text("")
+    return root
+
+
+def test_measure_missing_keeps_the_shapes_named_configs_and_decision_while_it_runs_and_when_it_fails(
+        tmp_path, monkeypatch):
+    """The configs Measure missing times are added to a finished shape, they do not start a new search of it: while
+    they are timed, and after a measuring that ends without finishing (its store moved away mid-shape), the shape
+    stays among the finished ones with its default, its named reference configs and its decision, so the default
+    against the best, and against the shipped config, reads as before."""
+    from flytune_nb.analysis.explore import trials_frame
+    from flytune_nb.analysis.overview import overview_frame
+
+    kernels = _write_named_kernel(tmp_path / "kernels")
+    db = tmp_path / "n.db"
+    wb = Workbench("reffed", {"N": "16"}, ["fp32"], db=str(db), isolate=False, paths=[str(kernels)])
+    assert wb.wait_ready(60)
+    wb.run().join(120)
+    label, shipped = "N=16 fp32", Config({"SLEEP_MS": 40}, num_warps=1)
+    [before] = wb.live.finished_results()
+    assert before.named == {"shipped": shipped} and before.selection is not None
+    assert before.default == Config({"SLEEP_MS": 20}, num_warps=1)
+    assert before.pick.config == Config({"SLEEP_MS": 10}, num_warps=1)
+    was = overview_frame([before], "N").iloc[0]
+    assert was["speedup"] > 1.2 and math.isfinite(was["named:shipped_ms"])
+
+    gate = str(tmp_path / "gate")
+    monkeypatch.setenv("NAMED_GATE", gate)
+    wb.editor.code.value = ("from flytune_nb.core.config import Config\n"
+                            "def default(shape, dtype, device):\n    return Config({'SLEEP_MS': 2}, num_warps=1)\n")
+    assert [c for _, _, c in wb.editor.last.unmeasured] == [Config({"SLEEP_MS": 2}, num_warps=1)]
+    th = wb.editor._measure_missing()
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "gate.reached").exists():  # the default and the pick timed again, the new pick next
+        assert th.is_alive() and time.monotonic() < deadline
+        time.sleep(0.02)
+
+    def same_shape(r):
+        assert r.named == {"shipped": shipped} and r.default == before.default
+        assert r.selection is before.selection and r.pick.config == before.pick.config and not r.stopped
+        assert r.default_trial is not before.default_trial  # the default's fresh timing is in
+        frame = trials_frame([r])
+        assert list(frame.loc[frame["named"] != "", "config"]) == [str(shipped)]
+        row = overview_frame([r], "N").iloc[0]
+        assert row["default"] == was["default"] and row["best"] == was["best"]
+        assert row["speedup"] == pytest.approx(was["speedup"]) and math.isfinite(row["named:shipped_ms"])
+
+    assert label in wb.live.finished  # timed while the trial of the new pick runs
+    [mid] = wb.live.finished_results()
+    same_shape(mid)
+
+    db.unlink()  # the store goes away: the pick's trial cannot be stored, and the measuring ends there
+    (tmp_path / "gate.open").touch()
+    th.join(120)
+    assert not th.is_alive()
+    said = html.unescape(wb.control.label.value)
+    assert f"⚠ measuring stopped: results store {db} was deleted or moved" in said, said
+    [after] = wb.live.finished_results()
+    same_shape(after)
+    assert "SLEEP_MS=2" not in str([t.config for t in after.trials])  # never stored, never shown
+
+
 def test_stop_cutting_off_a_trial_counts_only_what_it_stored(tmp_path, monkeypatch):
     """A trial that Stop kills is started but never stored: the finish line does not count it as measured (which
     would read "2 measured now, -1 from the store" for a store that held nothing before)."""
@@ -289,8 +414,8 @@ def test_stop_ends_measure_missing_and_run_says_why_it_waits(tmp_path, monkeypat
     assert [c for _, _, c in wb.editor.last.unmeasured] == [hangs]
     th = wb.editor._measure_missing()
     deadline = time.monotonic() + 240
-    while "N=16 fp32" in wb.live.finished:  # until the default is timed again: the hanging pick is next
-        assert th.is_alive() and time.monotonic() < deadline
+    while wb.live.get("N=16 fp32").default_trial is before.default_trial:  # until the default is timed again:
+        assert th.is_alive() and time.monotonic() < deadline                 # the hanging pick is next
         time.sleep(0.05)
     assert wb.control.run_button.disabled and not wb.control.stop_button.disabled
     assert wb.run() is None

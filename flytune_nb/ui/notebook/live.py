@@ -53,7 +53,7 @@ class LiveResults:
             return None if r is None else dataclasses.replace(r, trials=list(r.trials))
 
     def merge(self, result: SearchResult) -> None:
-        """A finished result from elsewhere (the store, a measure-missing run): its trials replace those of the same
+        """A finished result from elsewhere (the store, a sweep's ShapeDone): its trials replace those of the same
         config and fidelity, the others are kept."""
         label = shape_label(result.shape, result.dtype)
         with self._lock:
@@ -67,6 +67,22 @@ class LiveResults:
             self.finished.add(label)
         self._changed(label, now=True)
 
+    def add(self, trial) -> None:
+        """A trial measured beside a finished shape's search (the heuristic editor's picks, with the shape's default
+        and pick timed again): it takes the place of that config's trial, and the shape stays finished with all
+        else it has (default, named reference configs, baselines, the selection's decision). Timings added are not
+        a new search of the shape, which a sweep's trials of a finished shape are (``__call__``). A shape not shown
+        (cleared by a kernel switch) is not brought back."""
+        label = shape_label(trial.shape, trial.dtype)
+        with self._lock:
+            entry = self.entries.get(label)
+            if entry is None:
+                return
+            key = (trial.config, trial.fidelity)
+            self.entries[label] = dataclasses.replace(
+                entry, trials=[x for x in entry.trials if (x.config, x.fidelity) != key] + [trial])
+        self._changed(label)
+
     def __call__(self, event) -> None:
         if isinstance(event, (TrialDone, TrialFailed)):
             t = event.trial
@@ -74,7 +90,7 @@ class LiveResults:
             with self._lock:
                 entry = self.entries.get(label)
                 new = entry is None
-                if new or label in self.finished:  # a shape measured again (resumed, re-run, measure-missing)
+                if new or label in self.finished:  # a shape searched again (resumed, re-run)
                     device = entry.device if entry is not None else _device(t.device)
                     # the engine measures (or replays) the heuristic default first: index 0 names it
                     default = t.config if event.index == 0 else (entry.default if entry is not None else t.config)

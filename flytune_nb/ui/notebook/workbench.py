@@ -9,7 +9,6 @@ models (~205 MB of widget state), enough to crash the browser.
 """
 from __future__ import annotations
 
-import dataclasses
 import html
 import threading
 import weakref
@@ -474,7 +473,7 @@ class Workbench(W.VBox):
         for shape, dtype, config in items:
             jobs.setdefault((tuple(shape.items()), dtype), []).append(config)
         current = {shape_label(r.shape, r.dtype): r for r in self.live.finished_results()}
-        relay = self._relay = _Relay([self.control, self.live])
+        relay = self._relay = _Relay([self.control, _AddedTimings(self.live)])
         stop_asked = self._stop_asked
         planned = []
         for (shape, dtype), configs in jobs.items():
@@ -494,7 +493,7 @@ class Workbench(W.VBox):
                 # shape to the default without any re-timing.
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
                            isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
-                           remeasure=fresh, selection=None, listeners=[_KeepSelection(relay, r)])
+                           remeasure=fresh, selection=None, listeners=[relay])
                 self.sweep = sw
                 if stop_asked.is_set():  # Stop pressed while this sweep was being made: it stopped the previous one
                     break
@@ -570,21 +569,20 @@ class _Relay(Emitter):
             self.was_cut = True
 
 
-class _KeepSelection:
-    """A measure-missing sweep's events, its finished shape carrying the shape's own selection (the sweep's
-    decision) instead of none, and the shape's own completeness: Stop cuts off the measuring, not the shape's
-    search, which a partial mark would leave out of regret."""
+class _AddedTimings:
+    """A measure-missing run's events for the live results: its trials are timings added to finished shapes
+    (``LiveResults.add``), never a new search of them. Its ShapeDone is not the shape's result: it holds none of the
+    search's trials, no selection (the run makes no decision) and none of the shape's baselines, and a run that
+    fails mid-shape sends none, so the shape must not depend on it."""
 
-    def __init__(self, target, result) -> None:
-        self.target, self.result = target, result
+    def __init__(self, live: LiveResults) -> None:
+        self.live = live
 
     def __call__(self, event) -> None:
-        if isinstance(event, ShapeDone) and self.result is not None:
-            keep = {"stopped": self.result.stopped}
-            if event.result.selection is None and self.result.selection is not None:
-                keep["selection"] = self.result.selection
-            event = ShapeDone(event.kernel, dataclasses.replace(event.result, **keep))
-        self.target(event)
+        if isinstance(event, (TrialDone, TrialFailed)):
+            self.live.add(event.trial)
+        elif not isinstance(event, ShapeDone):
+            self.live(event)
 
 
 def _stem(db: str) -> str:
