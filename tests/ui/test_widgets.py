@@ -17,7 +17,7 @@ import ipywidgets as W  # noqa: E402
 from flytune_nb.core.config import Config  # noqa: E402
 from flytune_nb.core.device import current_device  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
-from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted  # noqa: E402
+from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted  # noqa: E402
 from flytune_nb.engine.sweep import Sweep  # noqa: E402
 from flytune_nb.measure.trial import Trial  # noqa: E402
 from flytune_nb.strategies.loop import SearchResult  # noqa: E402
@@ -568,6 +568,28 @@ def test_measure_missing_times_picks_beside_fresh_default_and_best_and_plots_the
     measured = [str(c) for c in wb.sweep.configs]
     assert str(wb.sweep.spec.canonical(entry.default)) in measured and str(best) in measured  # measured again
     assert wb.sweep.remeasure == {entry.default, best}
+
+
+def test_measure_missing_hands_its_trial_events_to_the_users_listeners(tmp_path):
+    """A listener given to the workbench (a logger, a progress feed) hears every trial the workbench times: the
+    editor's Measure missing as well as Run."""
+    heard, later = [], []
+    wb = _wb(tmp_path, {"N": "64"}, name="l.db", listeners=[heard.append])
+    wb.run().join(60)
+    swept = [e.config for e in heard if isinstance(e, TrialStarted)]
+    assert len(swept) == 8 and isinstance(heard[-1], SweepDone)
+    heard.clear()
+    wb.extra_listeners.append(later.append)  # added after the workbench was made
+    wb.editor.code.value = ("from flytune_nb.core.config import Config\n"
+                            "def default(shape, dtype, device):\n    return Config({'BLOCK': 64, 'MODE': 0}, num_warps=2)\n")
+    pick = Config({"BLOCK": 64, "MODE": 0}, num_warps=2)
+    assert [c for _, _, c in wb.editor.last.unmeasured] == [pick]
+    wb.editor._measure_missing().join(60)
+    for events in (heard, later):
+        started = [e.config for e in events if isinstance(e, TrialStarted)]
+        done = [e.trial.config for e in events if isinstance(e, (TrialDone, TrialFailed))]
+        assert pick in started and set(started) == set(wb.sweep.configs) and len(started) == wb.control.measured
+        assert done == started and isinstance(events[-1], SweepDone)
 
 
 def test_workbench_reports_bad_parameters_inline(tmp_path):

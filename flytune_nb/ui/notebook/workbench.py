@@ -305,7 +305,7 @@ class Workbench(W.VBox):
                 relay = _Relay([self.control, self.live])
                 self.sweep = Sweep(self.picker.dropdown.value, shapes, list(self.grid.dtypes.value),
                                    db=self._store(), paths=self.paths, isolate=self.isolate, timer=timer,
-                                   listeners=[relay, *self.extra_listeners], **opts)
+                                   listeners=self._listeners(relay), **opts)
             except Exception as e:  # noqa: BLE001 - bad grid / dtype / kernel / setting: one inline line
                 self.message.value = error_html(str(e))
                 return None
@@ -321,6 +321,11 @@ class Workbench(W.VBox):
             return self._thread
         finally:
             self._run_lock.release()
+
+    def _listeners(self, relay) -> list:
+        """Every sweep this workbench starts (Run, the editor's Measure missing) speaks to its views through
+        ``relay`` and to the user's own listeners as they are when it starts."""
+        return [relay, *self.extra_listeners]
 
     def _problems(self) -> list[str]:
         return [p for p in (self.picker.problem, *self.grid.problems(), self.settings.problem) if p]
@@ -493,7 +498,7 @@ class Workbench(W.VBox):
                 # shape to the default without any re-timing.
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
                            isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
-                           remeasure=fresh, selection=None, listeners=[relay])
+                           remeasure=fresh, selection=None, listeners=self._listeners(relay))
                 self.sweep = sw
                 if stop_asked.is_set():  # Stop pressed while this sweep was being made: it stopped the previous one
                     break
