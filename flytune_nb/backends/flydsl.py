@@ -29,6 +29,7 @@ machine needs only an LLVM linker (``linker_root``; ``use_linker`` points ROCM_P
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import re
@@ -285,6 +286,9 @@ class Resources:
     sgpr_spill: int
     max_workgroup: int  # max_flat_workgroup_size
     code_object: str  # sha256 of the code object's text (configs differing only in a hint often share one)
+    # static instruction counts of its body (triton_resources.amd_instruction_counts), from the assembly FlyDSL
+    # writes beside the object; None where none was written
+    insn: dict | None = None
 
 
 _META = re.compile(r'#gpu\.kernel_metadata<"([^"]+)".*?metadata = \{([^}]*)\}', re.S)
@@ -436,17 +440,23 @@ def compile_report(spec, shape: dict, dtype: str, config: Config, arch: str) -> 
         raise RunError(f"{spec.name}: make_inputs cannot build meta tensors, so nothing can compile without a GPU")
     collected: list = []
     failed, t0 = [], time.perf_counter()
-    with target(arch), _without_disk_cache():
-        _COLLECT.append(collected)
-        try:
-            spec.run(inputs, config)
-        except Exception as e:  # noqa: BLE001 - the config's failure is the report
-            failed.append(compile_error_line(e))
-        finally:
-            _COLLECT.pop()
+    isa_dir = tempfile.mkdtemp(prefix="flytune-isa-")
+    try:
+        with target(arch), _without_disk_cache(), compat.final_isa(isa_dir):
+            _COLLECT.append(collected)
+            try:
+                spec.run(inputs, config)
+            except Exception as e:  # noqa: BLE001 - the config's failure is the report
+                failed.append(compile_error_line(e))
+            finally:
+                _COLLECT.pop()
+        isa = "".join(p.read_text(errors="replace") for p in sorted(Path(isa_dir).rglob("*.s")))
+    finally:
+        shutil.rmtree(isa_dir, ignore_errors=True)
     stderr = "".join(text for _, text, _ in collected)
     errors = tuple(llvm_errors(stderr))
-    kernels = tuple(r for entry, _, _ in collected for r in resources(entry.compiled))
+    kernels = tuple(dataclasses.replace(r, insn=kernel_instructions(isa, r.kernel))
+                    for entry, _, _ in collected for r in resources(entry.compiled))
     failed += list(errors)
     failed += [f"{r.kernel} was compiled for {r.arch or 'an unknown target'}, not {arch}" for r in kernels
                if r.arch != arch]
@@ -467,12 +477,22 @@ def compile_report(spec, shape: dict, dtype: str, config: Config, arch: str) -> 
 _REPORTS: dict[tuple, CompileReport] = {}
 
 
+def kernel_instructions(isa: str, kernel: str) -> dict | None:
+    """Instruction counts of ``kernel``'s body in the assembly of the module(s) compiled (from its label to its
+    kernel descriptor; a module may hold several kernels), or None where it is not there."""
+    from flytune_nb.backends.triton_resources import amd_instruction_counts
+
+    start = re.search(rf"^{re.escape(kernel)}:", isa, re.M)
+    end = isa.find(f".amdhsa_kernel {kernel}\n", start.end()) if start else -1
+    return amd_instruction_counts(isa[start.start():end]) if end > 0 else None
+
+
 def census_record(report: CompileReport, device) -> dict:
     """A census process's record (flytune_nb.engine.census_worker) of one report, for ``device`` (the target's
     DeviceInfo): per kernel the figures a Triton AMD kernel's row has (flytune_nb.backends.triton_resources),
-    read from the code object's metadata, and a digest of the code objects, so configs that build the same object
-    count once (it holds the workgroup size: reqd_workgroup_size). No instruction counts: the object is not
-    disassembled here. A spill or an LDS figure over the target's is a row that compiled, as for Triton."""
+    read from the code object's metadata, its instruction counts from the assembly FlyDSL wrote of it, and a digest
+    of the code objects, so configs that build the same object count once (it holds the workgroup size:
+    reqd_workgroup_size). A spill or an LDS figure over the target's is a row that compiled, as for Triton."""
     import hashlib
 
     from flytune_nb.backends.triton_resources import amd_occupancy
@@ -493,6 +513,8 @@ def census_record(report: CompileReport, device) -> dict:
              "sgpr_spills": r.sgpr_spill, "scratch_bytes": r.scratch, "vgpr_alloc": r.vgpr,
              "waves_per_eu": report.config.waves_per_eu, "code_object": r.code_object}
         k.update(amd_occupancy(k, rules))
+        if r.insn is not None:
+            k["insn"] = r.insn
         k["smem_over_limit"] = bool(device.smem_bytes) and r.lds > device.smem_bytes
         kernels.append(k)
     objects = "".join(dict.fromkeys(k["code_object"] for k in kernels))  # one module's kernels share one object

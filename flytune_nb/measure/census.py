@@ -295,7 +295,7 @@ def format_summary(s: CensusSummary, *, examples: int = 3) -> str:
     if s.spilled_in_registers:
         lines.append(f"  spill VGPRs into AGPRs only (no scratch): {len(s.spilled_in_registers)}"
                      f"{some(s.spilled_in_registers, lambda r: f'{r.spilled_registers} VGPRs')}")
-    if any(r._insn("load_bytes") for r in s.rows) or not s.rows:  # a FlyDSL object is not disassembled
+    if any(r._insn("load_bytes") for r in s.rows) or not s.rows:  # a census stored before FlyDSL's were read
         lines.append(f"  no 16-byte loads (narrow): {len(s.narrow)}{some(s.narrow, widest)}")
     else:
         lines.append("  load widths: not read for these binaries")

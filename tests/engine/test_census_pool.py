@@ -236,8 +236,8 @@ def test_a_flydsl_census_reads_its_code_objects_with_no_rocm_path(tmp_path, monk
     """A FlyDSL kernel builds no Triton kernel: its census compiles through FlyDSL, reads what compile_report reads
     and links with a folder of its own (ROCM_PATH unset). waves_per_eu=2 builds BLOCK_THREADS=256's object again:
     counted once. A target FlyDSL does not compile for is one line."""
-    def cfg(bt, wpe=None):
-        return Config({"BLOCK_THREADS": bt, "VEC": 8}, num_warps=None, num_stages=None, waves_per_eu=wpe)
+    def cfg(bt, wpe=None, vec=8):
+        return Config({"BLOCK_THREADS": bt, "VEC": vec}, num_warps=None, num_stages=None, waves_per_eu=wpe)
 
     shape = {"M": 8, "N": 4096}
     (want,) = flydsl_compiler.compile_report(get_kernel("flydsl_rmsnorm"), shape, "bf16", cfg(256), "gfx942").kernels
@@ -245,17 +245,22 @@ def test_a_flydsl_census_reads_its_code_objects_with_no_rocm_path(tmp_path, monk
     monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", str(tmp_path / "cache"))
     db = tmp_path / "c.db"
     s, = Census("flydsl_rmsnorm", "M=8 N=4096", ["bf16"], target="mi300x", db=db, jobs=1,
-                configs=[cfg(256), cfg(256, 2), cfg(128)]).run()
-    assert s.configs == s.compiled == 3, s.errors
+                configs=[cfg(256), cfg(256, 2), cfg(128), cfg(256, vec=4)]).run()
+    assert s.configs == s.compiled == 4, s.errors
     rows = {r.config: r for r in s.rows}
     assert s.default is rows[cfg(256)]
     assert (s.default.registers, s.default.shared_bytes) == (want.vgpr, want.lds)
     assert rows[cfg(256)].binary == rows[cfg(256, 2)].binary != rows[cfg(128)].binary
-    assert s.distinct_binaries == 2 and s.duplicates == 1
+    assert s.distinct_binaries == 3 and s.duplicates == 1
+    # the instructions of the assembly FlyDSL wrote: 4096 / (256 threads x 8) = 2 vectors of 16 bytes a thread, of
+    # x and of the weight loaded, of the output stored; VEC=4 loads 8 bytes
+    assert want.insn["loads"] == {"buffer_load_dwordx4": 4} and want.insn["stores"] == {"buffer_store_dwordx4": 2}
+    assert rows[cfg(256)].widest_load == 16 and not rows[cfg(256)].narrow
+    assert rows[cfg(256, vec=4)].widest_load == 8 and rows[cfg(256, vec=4)].narrow
     from flytune_nb.measure.census import format_summary
 
-    summary = format_summary(s)  # a FlyDSL object is not disassembled: no claim about its loads
-    assert "load widths: not read for these binaries" in summary and "narrow" not in summary
+    summary = format_summary(s)
+    assert "no 16-byte loads (narrow): 1: BLOCK_THREADS=256,VEC=4 [widest 8 B]" in summary, summary
     table = Store(db, readonly=True).frame(table="census").set_index("config").loc[cfg(256).to_json()]
     assert (table["vgprs"], table["sgprs"], table["binary"]) == (want.vgpr, want.sgpr, rows[cfg(256)].binary)
     assert (tmp_path / "cache" / "flydsl-rocm" / "llvm" / "bin" / "ld.lld").exists()
