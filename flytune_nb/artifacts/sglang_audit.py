@@ -27,6 +27,7 @@ from typing import Callable
 
 from flytune_nb.artifacts import sglang as files
 from flytune_nb.artifacts.files import PROVENANCE, read_provenance
+from flytune_nb.core.shapes import ShapeRuleError, shape_text
 from flytune_nb.errors import UsageError
 
 TIE = 0.03  # within 3% of the default is a tie: run-to-run spread of one config on the H200 was up to ~2%
@@ -208,10 +209,10 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
     known = known_shapes()
     asked = {tuple(k): (dict(v), "--shape") for k, v in (shapes or {}).items()}
     for (E, N), (v, _) in asked.items():  # refused before anything is timed, not at that file mid-audit
-        up.check_shape({"M": 1, "E": E, "N": N, **v})
-        if v["topk"] > E:  # torch.topk, making the inputs, would raise "selected index k out of range"
-            raise UsageError(f"--shape E={E} N={N} K={v['K']} topk={v['topk']}: topk is more than E (each token is "
-                             f"routed to topk distinct experts of the E on this rank)")
+        try:
+            up.check_shape({"M": 1, "E": E, "N": N, **v})
+        except ShapeRuleError as e:  # the kernel's rule (topk <= E), said of the --shape given, which has no M
+            raise UsageError(f"--shape {shape_text({'E': E, 'N': N, **v})} {e.reason}") from None
     table_of = {**known, **asked}
     result = Audit(device.name, triton.__version__, up.extra.get("sglang_version", "?"), str(root), dtype,
                    "given" if given else timing, backend=device.backend)

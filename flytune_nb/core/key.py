@@ -55,7 +55,8 @@ def source_fingerprint(folder: Path | None) -> str:
     """A hash of the code under the kernel folder: every .py file's relative path and its tokens, without comments,
     docstrings, blank lines or spacing. Editing a line of code changes it (the kernel, its space, its heuristic:
     any of them can change which config is best, or what a config does); rewording a comment does not, so the trials
-    and exports keyed by it stay valid."""
+    and exports keyed by it stay valid. Files other than .py are data, not hashed: a folder's shape_rules.json only
+    refuses shapes the kernel cannot run, before anything is compiled, and changes nothing for the shapes it admits."""
     if folder is None:
         return "none"
     return _fingerprint(str(Path(folder).resolve()), _mtimes(Path(folder)))

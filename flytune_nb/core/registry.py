@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
 import re
 import sys
@@ -26,10 +27,11 @@ from flytune_nb.core.resources import KERNELS
 from flytune_nb.errors import KernelUnavailable, UsageError
 from flytune_nb.core.device import ensure_backend
 from flytune_nb.core.key import code_tokens, source_fingerprint
-from flytune_nb.core.spec import KernelSpec
+from flytune_nb.core.spec import KernelSpec, check_shape_rules
 
 BUILTIN_DIR = KERNELS  # shipped as package data
 PARTS = ("__init__.py", "kernel.py", "configs.py", "heuristic.py", "reference.py")
+SHAPE_RULES = "shape_rules.json"  # optional beside the parts: the shapes the kernel refuses (KernelSpec.shape_rules)
 _PACKAGE = "flytune_kernels"
 # A folder's module is in sys.modules while it executes: a second thread loading the same folder then would find
 # it without its SPEC yet (the census runs one thread per target). One import at a time.
@@ -309,4 +311,29 @@ def _load_folder(folder: Path) -> KernelSpec:
         object.__setattr__(kspec, "source_dir", folder)
     if not kspec.fingerprint:
         object.__setattr__(kspec, "fingerprint", fingerprint)
+    # read at every load (an edit of the file alone imports nothing afresh), over the rules the spec itself declares
+    declared = kspec.__dict__.setdefault("_declared_shape_rules", dict(kspec.shape_rules))
+    object.__setattr__(kspec, "shape_rules", {**_folder_shape_rules(folder, kspec), **declared})
     return kspec
+
+
+def _folder_shape_rules(folder: Path, kspec: KernelSpec) -> dict[str, str]:
+    """{rule: why} from the folder's shape_rules.json ({} without one). A data file, not code: the source fingerprint
+    hashes the folder's .py files only, and a rule changes nothing about a shape it lets through (it only refuses,
+    before anything runs, shapes the kernel cannot run), so a kernel with stored trials and exports can gain one and
+    keep them."""
+    path = folder / SHAPE_RULES
+    if not path.is_file():
+        return {}
+    try:
+        rules = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise RegistryError(f"{path}: not readable as JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(rules, dict):
+        raise RegistryError(f'{path}: must hold one object of rule -> reason, e.g. {{"topk <= E": "each token is '
+                            f'routed to topk distinct experts"}}')
+    try:
+        check_shape_rules(kspec.name, rules, kspec.axes)
+    except UsageError as e:
+        raise RegistryError(f"{path}: {e}") from None
+    return rules

@@ -2,12 +2,17 @@
 
 Presets: ``M=sglang`` expands to SGLang's default tuning batch sizes. Any mistake gives one GridError line that says
 what was expected.
+
+Shape rules: what a kernel cannot run whatever its config (``topk <= E``: a token is routed to topk distinct
+experts), declared by the kernel (KernelSpec.shape_rules) and checked with its axes, before anything is compiled.
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import itertools
 import json
+import operator
 import re
 from collections.abc import Mapping
 
@@ -130,3 +135,69 @@ def grid_shapes(grid, axes: tuple[str, ...], batch_axis: str | None = None) -> l
     if not all(isinstance(s, Mapping) for s in shapes):
         raise GridError(what)
     return [dict(s) for s in shapes]
+
+
+# A shape rule compares sizes of the kernel's axes: "topk <= E", "N % 16 == 0", "M * topk >= E". Read by this small
+# evaluator, never by eval(): a rule comes from a kernel folder's data file and must not be able to run code.
+_RULE_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+             ast.Mod: operator.mod}
+_RULE_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+                 ast.Eq: operator.eq, ast.NotEq: operator.ne}
+
+
+class ShapeRuleError(UsageError):
+    """A shape that breaks one of its kernel's shape rules: ``shape``, ``rule``, ``why`` kept apart, so that a caller
+    with a context of its own (the audit's ``--shape``) can say it in its words."""
+
+    def __init__(self, kernel: str, shape: dict, rule: str, why: str):
+        self.kernel, self.shape, self.rule, self.why = kernel, dict(shape), rule, why
+        super().__init__(f"{kernel}: shape {shape_text(shape)} {self.reason}")
+
+    @property
+    def reason(self) -> str:
+        return f"breaks the rule {self.rule}" + (f": {self.why}" if self.why else "")
+
+
+def parse_rule(rule: str, axes: tuple[str, ...]) -> ast.Expression:
+    """A rule's syntax tree, checked: one comparison (chains allowed, ``1 <= topk <= E``) of integers and the
+    kernel's axes under + - * // %. Anything else is a UsageError naming the rule."""
+    if not isinstance(rule, str) or not rule.strip():
+        raise UsageError(f"a shape rule is text such as 'topk <= E', got {rule!r}")
+    try:
+        tree = ast.parse(rule.strip(), mode="eval")
+    except SyntaxError:
+        raise UsageError(f"shape rule {rule!r} is not a comparison such as 'topk <= E'") from None
+    if not isinstance(tree.body, ast.Compare):
+        raise UsageError(f"shape rule {rule!r} is not a comparison such as 'topk <= E'")
+    for node in ast.walk(tree.body):
+        if isinstance(node, ast.Name):
+            if node.id not in axes:
+                raise UsageError(f"shape rule {rule!r} names {node.id!r}, not one of the axes {list(axes)}")
+        elif isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, int):
+                raise UsageError(f"shape rule {rule!r}: {node.value!r} is not a whole number")
+        elif not isinstance(node, (ast.Compare, ast.BinOp, ast.Load, *_RULE_OPS, *_RULE_COMPARE)):
+            raise UsageError(f"shape rule {rule!r} may only compare axes and whole numbers under + - * // %")
+    return tree
+
+
+def rule_holds(tree: ast.Expression, shape: Mapping[str, int]) -> bool:
+    """Whether a shape (every axis present) meets a rule parsed by ``parse_rule``. A // or % by zero breaks it."""
+    def value(node):
+        if isinstance(node, ast.Name):
+            return int(shape[node.id])
+        if isinstance(node, ast.Constant):
+            return node.value
+        return _RULE_OPS[type(node.op)](value(node.left), value(node.right))
+
+    body = tree.body
+    try:
+        left = value(body.left)
+        for op, node in zip(body.ops, body.comparators):
+            right = value(node)
+            if not _RULE_COMPARE[type(op)](left, right):
+                return False
+            left = right
+    except ZeroDivisionError:
+        return False
+    return True

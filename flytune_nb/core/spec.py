@@ -14,6 +14,7 @@ from flytune_nb.errors import UsageError
 from flytune_nb.core import dtypes
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import DeviceInfo
+from flytune_nb.core.shapes import ShapeRuleError, parse_rule, rule_holds
 
 Shape = Mapping[str, int]
 Inputs = dict  # name -> torch.Tensor (or scalar)
@@ -85,6 +86,12 @@ class KernelSpec:
     # is one message, not a silent default. Empty: read from the code of run, reference, shape_of, baseline and
     # make_inputs (flytune_nb.core.input_names), which needs nothing declared where they read inputs by literal name.
     input_names: tuple[str, ...] = ()
+    # Shapes the kernel cannot run whatever the config, as {rule: why}: {"topk <= E": "each token is routed to topk
+    # distinct experts"}. A rule compares axes and whole numbers (core.shapes.parse_rule); check_shape refuses a
+    # shape that breaks one, so a sweep, a census or a lookup says so before anything is compiled. A kernel folder
+    # may instead list them in shape_rules.json beside its parts (core.registry): that file is not part of the
+    # folder's source fingerprint, so adding a rule keeps its stored trials and exports valid.
+    shape_rules: Mapping[str, str] = field(default_factory=dict)
 
     def canonical(self, config):
         """``config`` without the optional knobs that are at their default (``TMA=0`` -> no TMA), the name the
@@ -132,6 +139,7 @@ class KernelSpec:
             if undeclared:
                 raise SpecError(f"{self.name}: {sorted(set(undeclared))} missing from input_names "
                                 f"{self.input_names}; a call may pass them")
+        check_shape_rules(self.name, self.shape_rules, self.axes)
         overlap = set(self.outputs) & set(self.mutates)
         if overlap:
             raise SpecError(f"{self.name}: {sorted(overlap)} cannot be both a pure output and mutated in place")
@@ -183,6 +191,9 @@ class KernelSpec:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SpecError(f"{self.name}: axis {a} must be a positive integer, got {v!r}")
             out[a] = v
+        for rule, why in self.shape_rules.items():
+            if not rule_holds(parsed_rule(rule, self.axes), out):
+                raise ShapeRuleError(self.name, out, rule, why)
         return out
 
     @property
@@ -272,7 +283,7 @@ class KernelSpec:
 _NAME_TUPLES = ("axes", "outputs", "mutates", "zeroes", "artifact_axes", "schedule_knobs", "input_names")
 _FUNCTIONS = ("make_inputs", "run", "reference", "configs", "default", "shape_of")
 _OPTIONAL_FUNCTIONS = ("bytes", "flops", "tolerance", "baseline", "named_configs", "artifact_dtype", "artifact_render")
-_MAPPINGS = ("example_shape", "optional_knobs", "extra")
+_MAPPINGS = ("example_shape", "optional_knobs", "extra", "shape_rules")
 
 
 def _check_types(spec: KernelSpec) -> None:
@@ -315,6 +326,23 @@ def _check_types(spec: KernelSpec) -> None:
     for f in ("dtype_from", "description", "artifact_path", "artifact_suffix", "backend"):
         if not isinstance(getattr(spec, f), str):
             raise refuse(f, "text", getattr(spec, f))
+
+
+@functools.lru_cache(maxsize=256)
+def parsed_rule(rule: str, axes: tuple[str, ...]):
+    """parse_rule, once per rule and axes: check_shape runs on every call of a tuned kernel."""
+    return parse_rule(rule, axes)
+
+
+def check_shape_rules(name: str, rules: Mapping[str, str], axes: tuple[str, ...]) -> None:
+    """SpecError naming the kernel unless every rule reads as a comparison of ``axes`` and its why is text."""
+    for rule, why in rules.items():
+        try:
+            parsed_rule(rule, tuple(axes))
+        except UsageError as e:
+            raise SpecError(f"{name}: {e}") from None
+        if not isinstance(why, str):
+            raise SpecError(f"{name}: shape rule {rule!r}: its reason must be text, got {type(why).__name__}")
 
 
 def _canonical_result(fn, canonical):

@@ -86,3 +86,19 @@ def test_committed_h100_matmul_exports_are_found_on_an_h100_and_in_its_space():
             if triton.__version__.startswith("3.6.0"):
                 assert lookup(spec, shape, dtype, device=h100, directory=BUILTIN_DIR) == (Config.from_dict(knobs),
                                                                                           "artifact")
+
+
+def test_fused_moe_refuses_more_experts_per_token_than_experts_and_its_exports_stay_current():
+    """fused_moe's rule topk <= E (top-k 8 of 4 experts failed in the worker, after the sweep started) comes from its
+    folder's shape_rules.json, which leaves the tuning key as it was: the committed H200 files are still of the
+    kernel's current source, not stale."""
+    from flytune_nb.artifacts.files import BUILTIN_DIR
+    from flytune_nb.artifacts.gate import stale_files
+    from flytune_nb.errors import UsageError
+
+    spec = get_kernel("fused_moe")
+    with pytest.raises(UsageError, match=r"^fused_moe: shape M=2 E=4 N=64 K=64 topk=8 breaks the rule topk <= E"):
+        spec.check_shape({"M": 2, "E": 4, "N": 64, "K": 64, "topk": 8})
+    assert spec.check_shape({"M": 2, "E": 8, "N": 64, "K": 64, "topk": 8})["topk"] == 8
+    assert stale_files(BUILTIN_DIR, "NVIDIA_H200", kernels=["fused_moe"]) == []
+    assert len(list(BUILTIN_DIR.glob("fused_moe/triton_3_6_0/*device_name=NVIDIA_H200*.json"))) == 2

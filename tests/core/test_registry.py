@@ -116,3 +116,29 @@ def test_a_kernel_path_this_user_cannot_read_is_a_problem_named_not_an_oserror(t
         search_path()
     problems = drop_unusable_env_paths()
     assert len(problems) == 1 and "cannot be read" in problems[0] and os.environ["FLYTUNE_KERNEL_PATH"] == PLUGINS
+
+
+def test_a_folders_shape_rules_file_is_read_and_keeps_its_source_fingerprint(tmp_path):
+    """shape_rules.json beside the parts adds rules to the folder's spec without changing its source fingerprint
+    (the tuning key of its stored trials and exports); a file that is not an object of rules is one RegistryError
+    naming it."""
+    import json
+
+    from flytune_nb.errors import UsageError
+
+    shutil.copytree(f"{PLUGINS}/toy", tmp_path / "toy")
+    before = get_kernel("toy", [str(tmp_path)]).fingerprint
+    rules = tmp_path / "toy" / "shape_rules.json"
+    rules.write_text(json.dumps({"N >= 32": "one warp's row"}))
+    spec = get_kernel("toy", [str(tmp_path)])
+    assert spec.shape_rules == {"N >= 32": "one warp's row"} and spec.fingerprint == before
+    with pytest.raises(UsageError, match=r"^toy: shape N=16 breaks the rule N >= 32: one warp's row$"):
+        spec.check_shape({"N": 16})
+    rules.write_text(json.dumps({"N >= 8": "a row of eight"}))  # edited in place: the next load reads it
+    assert get_kernel("toy", [str(tmp_path)]).shape_rules == {"N >= 8": "a row of eight"}
+    rules.write_text(json.dumps(["N >= 32"]))
+    with pytest.raises(RegistryError, match=r"shape_rules\.json: must hold one object of rule -> reason"):
+        get_kernel("toy", [str(tmp_path)])
+    rules.write_text(json.dumps({"K >= 32": "no such axis"}))
+    with pytest.raises(RegistryError, match=r"shape_rules\.json: toy: shape rule 'K >= 32' names 'K'"):
+        get_kernel("toy", [str(tmp_path)])

@@ -69,3 +69,42 @@ def test_inputs_made_in_another_dtype_than_asked_are_refused(toy, dev, tmp_path)
 
     with pytest.raises(FlytuneError, match="made fp32 tensors"):
         Sweep(fp32_always, "N=64", ["bf16"], db=tmp_path / "r.db", isolate=False).run()
+
+
+def test_a_shape_breaking_a_shape_rule_is_refused_naming_the_shape_and_the_rule(toy):
+    """A kernel declares what it cannot run whatever the config; check_shape (every sweep, census and lookup calls
+    it first) refuses such a shape with the shape, the rule and its reason in one line, and passes the others."""
+    from flytune_nb.errors import UsageError
+
+    ruled = dataclasses.replace(toy, shape_rules={"N % 16 == 0": "a program reads 16 columns at a time"})
+    assert ruled.check_shape({"N": 64}) == {"N": 64}
+    with pytest.raises(UsageError) as e:
+        ruled.check_shape({"N": 40})
+    assert str(e.value) == "toy: shape N=40 breaks the rule N % 16 == 0: a program reads 16 columns at a time"
+    chained = dataclasses.replace(toy, shape_rules={"64 <= N * 2 <= 256": ""})
+    assert [n for n in (16, 32, 128, 129) if _passes(chained, n)] == [32, 128]
+
+
+def _passes(spec, n: int) -> bool:
+    from flytune_nb.errors import UsageError
+
+    try:
+        spec.check_shape({"N": n})
+    except UsageError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("rule, says", [
+    ("topk <= E", r"names 'topk', not one of the axes \['N'\]"),
+    ("N", "is not a comparison"),
+    ("N <= ", "is not a comparison"),
+    ("__import__('os').getpid() > N", "may only compare axes and whole numbers"),
+    ("N.bit_length() > 2", "may only compare axes and whole numbers"),
+    ("N <= 1.5", "1.5 is not a whole number"),
+])
+def test_a_shape_rule_that_is_not_a_comparison_of_axes_is_refused_at_construction(toy, rule, says):
+    """A rule is read, never run as Python: anything but a comparison of the axes and whole numbers is refused when
+    the spec is made, not when the first shape is checked."""
+    with pytest.raises(SpecError, match=f"^toy: shape rule .*{says}"):
+        dataclasses.replace(toy, shape_rules={rule: "why"})

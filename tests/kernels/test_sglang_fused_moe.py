@@ -710,8 +710,49 @@ def test_ctrl_c_mid_audit_writes_the_entries_timed_so_far_as_a_partial_report(tm
     assert data["interrupted"] is True and [e["M"] for e in data["entries"]] == [1]
 
 
-@pytest.mark.parametrize("shape, said", [("E=4 N=64 K=32 topk=8", "topk is more than E"),
-                                         ("E=4 N=64 K=0 topk=2", "axis K must be a positive integer")])
+@pytest.mark.parametrize("kernel", ["sglang_fused_moe", "sglang_fused_moe_down"])
+def test_a_sweep_of_more_experts_per_token_than_experts_is_refused_before_anything_runs(kernel, tmp_path, capsys):
+    """top-k 8 of E=4 experts cannot be routed (torch.topk, making the inputs, raised "selected index k out of range"
+    in the worker, after the sweep had started): the CLI and the Python API refuse the grid when they read it, naming
+    the shape and the kernel's rule, and nothing is written. The tuning key is the folder's as before: the rule comes
+    from its shape_rules.json, which the source fingerprint leaves out."""
+    from flytune_nb import Sweep
+    from flytune_nb.core.key import source_fingerprint
+    from flytune_nb.errors import UsageError
+    from flytune_nb.ui.cli import main
+
+    spec = get_kernel(kernel)
+    db = tmp_path / "moe.db"
+    grid = "M=4 E=4,16 N=64 K=64 topk=8"  # E=16 could run: the whole grid is refused, none of it measured
+    assert main(["sweep", kernel, "--grid", grid, "--dtype", "fp16", "--db", str(db), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"flytune: error: {kernel}: shape M=4 E=4 N=64 K=64 topk=8 breaks the rule topk <= E: each token is "
+                   f"routed to topk distinct experts of the E on this rank")
+    assert not db.exists()
+    with pytest.raises(UsageError, match=r"shape M=4 E=4 N=64 K=64 topk=8 breaks the rule topk <= E"):
+        Sweep(kernel, grid, ["fp16"], db=str(db))
+    assert not db.exists()
+    Sweep(kernel, "M=4 E=8 N=64 K=64 topk=8", ["fp16"], db=str(db))  # top-k of exactly E is a routing
+    assert spec.source_dir == (Path(REPO) / "flytune_nb" / "kernels" / kernel).resolve()
+    assert source_fingerprint(spec.source_dir) == source_fingerprint_without(spec.source_dir, "shape_rules.json")
+
+
+def source_fingerprint_without(folder, name):
+    """The folder's source fingerprint computed on a copy that lacks ``name``."""
+    import shutil
+    import tempfile
+
+    from flytune_nb.core.key import source_fingerprint
+
+    with tempfile.TemporaryDirectory() as d:
+        copy = Path(d) / folder.name
+        shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(name, "__pycache__"))
+        return source_fingerprint(copy)
+
+
+@pytest.mark.parametrize("shape, said", [
+    ("E=4 N=64 K=32 topk=8", "error: --shape E=4 N=64 K=32 topk=8 breaks the rule topk <= E: each token is routed"),
+    ("E=4 N=64 K=0 topk=2", "axis K must be a positive integer")])
 def test_an_audit_shape_that_cannot_run_is_one_line_before_anything_is_timed(shape, said, tmp_path, capsys):
     """topk=8 of E=4 experts cannot be routed (torch.topk raised "selected index k out of range" out of the CLI as a
     traceback); K=0 is no hidden size. Both are refused before the first entry is timed, the report left unwritten."""

@@ -51,12 +51,13 @@ def test_the_wheel_imports_its_own_copy_with_its_data(installed):
     p = _run(installed, "-c", "import flytune_nb, pathlib; from flytune_nb.core import resources as r; "
                               "print(flytune_nb.__file__); print(sorted(p.name for p in r.KERNELS.iterdir() "
                               "if (p / '__init__.py').exists())); print((r.EXPORTS / 'fused_moe').is_dir(), "
-                              "(r.NOTEBOOKS / 'workbench.ipynb').is_file())")
+                              "(r.NOTEBOOKS / 'workbench.ipynb').is_file(), "
+                              "(r.KERNELS / 'fused_moe' / 'shape_rules.json').is_file())")
     assert p.returncode == 0, p.stderr
     where, kernels, data = p.stdout.splitlines()[:3]
     assert "site-packages" in where and not where.startswith(str(REPO))
     assert {"fused_add_rmsnorm", "fused_moe", "matmul", "rmsnorm", "softmax"} <= set(eval(kernels))
-    assert data == "True True"
+    assert data == "True True True"  # shape_rules.json: the MoE kernels' topk <= E is data, not code
 
 
 def test_the_wheel_carries_the_license_its_metadata_names(installed):

@@ -634,6 +634,18 @@ def test_workbench_bad_grid_is_one_inline_message(tmp_path):
     assert wb.run() is None and "not a positive integer" in wb.message.value
 
 
+def test_a_shape_breaking_the_kernels_shape_rule_is_shown_in_the_preview_and_not_run(tmp_path):
+    """fused_moe routes each token to topk distinct experts: a grid with top-k 8 of E=4 is named in the preview as it
+    is typed (it counted trials and then failed in the worker), and Run refuses it with the same line."""
+    wb = Workbench("fused_moe", "M=4 E=8 N=64 K=64 topk=8", ["fp16"], db=str(tmp_path / "m.db"), isolate=False)
+    assert "<b>1</b> shape" in wb.grid.preview.value
+    wb.grid.axis_boxes["E"].value = "4,8"
+    said = "fused_moe: shape M=4 E=4 N=64 K=64 topk=8 breaks the rule topk &lt;= E: each token is routed to topk"
+    assert said in wb.grid.preview.value and "trials after pruning" not in wb.grid.preview.value
+    assert wb.run() is None and said in wb.message.value
+    assert not (tmp_path / "m.db").exists()
+
+
 def test_heuristic_editor_loads_unedited_heuristics_with_relative_imports(dev):
     """softmax, matmul and fused_moe heuristics import from their own folder (from .configs import ...): the editor
     must score the file as it is, not reject it."""

@@ -198,9 +198,11 @@ class GridEditor(W.VBox):
             self.axis_boxes[self.picker.spec.batch_axis].value = values
 
     def shapes(self) -> list[dict]:
-        """The grid as shapes; raises GridError with a one-line reason."""
-        return parse_grid({a: b.value for a, b in self.axis_boxes.items()}, self.picker.spec.axes,
-                          batch_axis=self.picker.spec.batch_axis)
+        """The grid as shapes; raises GridError (or the kernel's shape rule broken, a UsageError) with a one-line
+        reason, as the sweep would refuse it."""
+        spec = self.picker.spec
+        return [spec.check_shape(s) for s in parse_grid({a: b.value for a, b in self.axis_boxes.items()}, spec.axes,
+                                                        batch_axis=spec.batch_axis)]
 
     def update_preview(self, budget: int | None = None) -> tuple[int, int] | None:
         if budget is not None:
