@@ -17,6 +17,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from flytune_nb.core.device import NOT_IN_FILE_NAMES
 from flytune_nb.core.paths import file_in_the_way
 from flytune_nb.core.resources import EXPORTS
 from flytune_nb.errors import UsageError
@@ -26,7 +27,6 @@ try:  # POSIX; Windows has none (export_lock says what stands in there)
 except ImportError:
     fcntl = None
 
-SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
 BUILTIN_DIR = EXPORTS  # the committed configs, shipped as package data
 PROVENANCE = "provenance.json"
 # What to do about a sidecar that cannot be read as a whole. A merge conflict is the likely cause (the file is committed
@@ -75,12 +75,27 @@ def triton_dir_name(version: str) -> str:
     return "triton_" + core.group(1).replace(".", "_")
 
 
+def device_name_problem(device_name) -> str:
+    """Why ``device_name`` cannot be the ``device_name=`` part of a file name, or "". A name goes in as SGLang writes
+    it (core.device.normalise_name: ``Intel(R)_Arc(TM)_A770_Graphics``, parentheses and all), so only what no file
+    name can hold is refused: nothing at all, a path separator (it would point into another folder: ``../../x``) or
+    NUL. normalise_name never makes such a name; one given by hand (``flytune lookup --device``) may be."""
+    if not isinstance(device_name, str) or not device_name:
+        return f"device name {device_name!r} is empty"
+    bad = NOT_IN_FILE_NAMES.search(device_name)
+    if bad:
+        return (f"device name {device_name!r} is not a safe file-name part: it holds {bad.group()!r}, which no file "
+                f"name can")
+    return ""
+
+
 def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
     """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json``: the kernel's file axes (by default every non-batch axis)
     in its order, then the device, then the dtype tag unless the kernel maps it to none (SGLang's bf16 MoE files:
     ``E=8,N=14336,device_name=NVIDIA_H200.json``)."""
-    if not SAFE.match(device_name):
-        raise ArtifactError(f"device name {device_name!r} may only hold letters, digits, '.', '_' and '-'")
+    problem = device_name_problem(device_name)
+    if problem:
+        raise ArtifactError(problem)
     parts = [f"{a}={int(shape[a])}" for a in spec.file_axes] + [f"device_name={device_name}"]
     tag = spec.dtype_tag(dtype)
     return ",".join(parts + ([f"dtype={tag}"] if tag else [])) + spec.artifact_suffix + ".json"

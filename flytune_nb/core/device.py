@@ -43,10 +43,20 @@ class DeviceInfo:
         return f"{self.name} ({self.arch}, {self.backend})"
 
 
+# What a file name cannot hold: "/" separates folders (so does "\" on Windows, where flytune runs too) and NUL ends
+# the name. SGLang replaces spaces only, so for a name holding one of these it looks its file up by a path into a
+# sub-folder, which no export can match; no GPU name torch reports has one. Such a name is made into a file-name part
+# (each replaced by "_") rather than refused: tuning on that GPU still works, and its files never land outside their
+# folder.
+NOT_IN_FILE_NAMES = re.compile(r"[/\\\x00]")
+
+
 def normalise_name(raw: str) -> str:
-    """SGLang's rule: spaces become underscores. Anything outside ``[A-Za-z0-9._-]`` is also replaced, because the
-    name becomes part of a file name and must not carry a path separator."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", raw.strip().replace(" ", "_"))
+    """SGLang's rule, ``get_device_name().replace(" ", "_")``, and nothing more: ``Intel(R) Arc(TM) A770 Graphics``
+    -> ``Intel(R)_Arc(TM)_A770_Graphics``, parentheses kept and nothing stripped, since that is the very name SGLang
+    looks its files up by (it ships some for ``Intel(R)_Arc(TM)_Pro_B60_Graphics``). The one exception: characters
+    no file name can hold (NOT_IN_FILE_NAMES)."""
+    return NOT_IN_FILE_NAMES.sub("_", raw.replace(" ", "_"))
 
 
 def from_properties(props: Any, *, hip: bool, index: int = 0) -> DeviceInfo:

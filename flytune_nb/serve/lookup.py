@@ -7,8 +7,9 @@ only, as FlyDSL's own offline configs serve it (docs/flydsl.md, section 2): anot
 Per file, as SGLang's MoE loader looks (REFERENCE.md): the running Triton's folder (FlyDSL's, for a FlyDSL kernel) if
 it holds the file, else the newest other ``triton_*`` (``flydsl_*``) folder that holds it, with a warning naming that
 folder. A missing, malformed or foreign file, or a config folder this process cannot read -> the heuristic default
-with one warning (per file), never an exception. Device names are restricted to ``[A-Za-z0-9._-]`` and the resolved
-path must stay under the config dir.
+with one warning (per file), never an exception. Device names are SGLang's (spaces as ``_``, parentheses kept:
+``Intel(R)_Arc(TM)_A770_Graphics``); one holding a path separator is refused, and the resolved path must stay under
+the config dir.
 
 Parsed tables are cached per (kernel, non-batch shape, dtype, device, dir), so a hit is a dict lookup plus a bisect.
 """
@@ -24,8 +25,8 @@ from pathlib import Path
 from flytune_nb.artifacts.files import (
     BUILTIN_DIR,
     PROVENANCE,
-    SAFE,
     ArtifactError,
+    device_name_problem,
     file_name,
     kernel_dir,
     read_table,
@@ -155,8 +156,9 @@ class Lookup:
             return None
 
     def _resolve(self, spec, rest: dict, dtype: str, device_name: str, root: Path) -> Path | None:
-        if not SAFE.match(device_name):
-            raise ArtifactError(f"device name {device_name!r} is not a safe file-name part")
+        problem = device_name_problem(device_name)
+        if problem:
+            raise ArtifactError(problem)
         kdir = kernel_dir(spec, root)
         folders, running = version_dirs(kdir, spec.backend)
         if not folders:

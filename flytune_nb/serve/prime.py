@@ -24,6 +24,7 @@ where there is none; ties go to the winner of the largest batch). A key whose sh
 """
 from __future__ import annotations
 
+import glob
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -225,7 +226,9 @@ def _exported(spec, root: Path, device, report: PrimeReport) -> list:
         report.note = f"no exported configs for {spec.name} under {root}"
         return []
     out = []
-    names = set(tdir.glob(f"*device_name={device.name},*.json")) | set(tdir.glob(f"*device_name={device.name}.json"))
+    # escaped: a device name is SGLang's, which may hold glob characters ("[", "*", "?")
+    dev = glob.escape(device.name)
+    names = set(tdir.glob(f"*device_name={dev},*.json")) | set(tdir.glob(f"*device_name={dev}.json"))
     for path in sorted(names):
         try:  # a stray file the glob matched, a hand-broken sidecar: named and left out, start-up goes on
             prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})

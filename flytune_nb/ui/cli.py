@@ -146,7 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument("shape", nargs="+", help="axis values, e.g. M=37 N=4096")
     lk.add_argument("--dtype", default=None, help="default: bf16, or the kernel's first dtype without it")
     lk.add_argument("--device", default=None, help="a named target (mi300x, h200, ...; --list-targets of census) or "
-                                                   "a device name as in file names (default: this machine's)")
+                                                   "a device name, as torch reports it or as in file names (default: "
+                                                   "this machine's)")
     lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the package's "
                                                 "committed flytune_nb/exports/)")
     lk.add_argument("--path", action="append", default=[], help=PATH_HELP)
@@ -578,9 +579,13 @@ def cmd_lookup(args) -> int:
         try:  # a named GPU: its backend and arch decide which knobs and configs are valid (AMD's waves_per_eu, ...)
             device = get_target(args.device).device()
         except UsageError as e:  # "unknown target 'mi300'. Did you mean 'mi300x'? Known: ..."
-            print(f"note: {e}; files named for {args.device} are checked against this machine's space "
+            from flytune_nb.core.device import normalise_name
+
+            # torch's name as a user copies it ("Intel(R) Arc(TM) A770 Graphics") or the file names' (spaces as _)
+            name = normalise_name(args.device)
+            print(f"note: {e}; files named for {name} are checked against this machine's space "
                   f"({device.name})", file=sys.stderr)
-            device = dataclasses.replace(device, name=args.device)
+            device = dataclasses.replace(device, name=name)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config, source = lookup(spec, shapes[0], dtype, device=device, directory=args.dir)

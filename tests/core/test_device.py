@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -36,9 +37,18 @@ def test_interpreter_label():
     assert (d.backend, d.name, d.is_gpu) == ("interpreter", "CPU_interpreter", False)
 
 
-def test_names_are_safe_file_name_parts():
+def test_names_are_sglangs_spaces_as_underscores_and_nothing_else_but_path_separators():
+    """SGLang names its files after get_device_name().replace(" ", "_") and ships files for Intel's
+    "Intel(R)_Arc(TM)_Pro_B60_Graphics": the name must be exactly that, parentheses kept. Only a path separator,
+    which no file name can hold, is replaced."""
     assert normalise_name("NVIDIA H100 80GB HBM3") == "NVIDIA_H100_80GB_HBM3"
+    assert normalise_name("Intel(R) Arc(TM) A770 Graphics") == "Intel(R)_Arc(TM)_A770_Graphics"
+    assert normalise_name("NVIDIA A100-SXM4-80GB") == "NVIDIA_A100-SXM4-80GB"
+    assert normalise_name(" AMD Radeon Graphics ") == "_AMD_Radeon_Graphics_"  # SGLang does not strip either
     assert normalise_name("../evil/name") == ".._evil_name"
+    assert normalise_name("a\\b\0c") == "a_b_c"
+    intel = from_properties(SimpleNamespace(**{**vars(H200), "name": "Intel(R) Arc(TM) A770 Graphics"}), hip=False)
+    assert (intel.name, intel.raw_name) == ("Intel(R)_Arc(TM)_A770_Graphics", "Intel(R) Arc(TM) A770 Graphics")
 
 
 def test_hip_space_has_amd_knobs_and_cuda_space_has_none():

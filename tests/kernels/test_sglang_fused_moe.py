@@ -9,6 +9,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ import torch
 pytest.importorskip("sglang")
 
 from flytune_nb.artifacts import sglang as files  # noqa: E402
+from flytune_nb.core.config import Config  # noqa: E402
 from flytune_nb.core.device import current_device, from_properties  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
 from flytune_nb.errors import UsageError  # noqa: E402
@@ -229,6 +231,57 @@ def test_file_rules_are_sglangs(sg, monkeypatch):
         except Exception:  # noqa: BLE001 - older hand-written files with other knobs
             pass
     assert same > 0.8 * len(shipped)  # the rest: indent=2 or other knob orders, not written by the current tuner
+
+
+def test_a_device_name_with_parentheses_is_named_read_and_audited_as_sglang_does(spec, sg, tmp_path, monkeypatch,
+                                                                                 capsys):
+    """SGLang ships files for "Intel(R)_Arc(TM)_Pro_B60_Graphics": its name is get_device_name() with spaces as '_',
+    parentheses kept. flytune's device name, its export's file name, its lookup, `flytune check` and the audit must
+    all use that very name, or SGLang never reads what flytune exported for such a GPU."""
+    import dataclasses
+    import random
+
+    import triton
+
+    from flytune_nb.artifacts import files as artifact_files
+    from flytune_nb.artifacts.gate import files_for
+    from flytune_nb.artifacts.sglang_audit import device_files
+    from flytune_nb.serve.lookup import LOOKUP, lookup
+
+    raw = "Intel(R) Arc(TM) A770 Graphics"
+    intel = from_properties(SimpleNamespace(**{**vars(H200_PROPS), "name": raw}), hip=False)
+    # the interpreter's space, as `flytune lookup --device NAME` checks another device's files against this machine's
+    dev = dataclasses.replace(current_device(), name=intel.name, raw_name=raw)
+    _device_named(monkeypatch, sg, raw)
+    name = artifact_files.file_name(spec, {"E": 4, "N": 64}, dev.name, "fp16")  # the name export writes
+    assert name == sg.config.get_config_file_name(4, 64, None)
+    assert name == "E=4,N=64,device_name=Intel(R)_Arc(TM)_A770_Graphics.json"
+    shape = {"M": 5, "E": 4, "N": 64, "K": 32, "topk": 2}
+    space = spec.configs(shape, "fp16", dev)
+    table = {m: random.choice(space).to_dict() for m in (1, 16)}  # any configs of the space, drawn afresh
+    root = tmp_path / "out" / "sglang_fused_moe"
+    _fake_shipped(root, running(), name, table)
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(root))
+    sg.config.get_moe_configs.cache_clear()
+    try:
+        assert sg.config.get_moe_configs(4, 64, None) == table  # SGLang reads flytune's file
+    finally:
+        sg.config.get_moe_configs.cache_clear()
+    LOOKUP.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "not a safe file-name part" fallback
+        assert lookup(spec, {**shape, "M": 12}, "fp16", device=dev, directory=tmp_path / "out") == (
+            Config.from_dict(table[16]), "artifact")
+    LOOKUP.clear()
+    from flytune_nb.ui.cli import main
+
+    # as a user asks for it, by torch's name
+    assert main(["lookup", "sglang_fused_moe", "M=12 E=4 N=64 K=32 topk=2", "--dtype", "fp16", "--device", raw,
+                 "--dir", str(tmp_path / "out")]) == 0
+    assert f"{Config.from_dict(table[16])}  (source: artifact, device: {dev.name})" in capsys.readouterr().out
+    LOOKUP.clear()
+    assert [(k, p.name) for k, p in files_for(tmp_path / "out", dev.name)] == [("sglang_fused_moe", name)]
+    assert list(device_files(root, dev.name, triton.__version__)) == [name]
 
 
 def _sweep_and_export(kernel, tmp_path, budget=2, dtype="fp16"):

@@ -113,6 +113,21 @@ def axpy_export_with_provenance(root, dev, **fields):
     return spec, cfg, folder
 
 
+@pytest.mark.parametrize("name", ["Intel(R)_Arc(TM)_A770_Graphics", "Lab_GPU_[rev_2]"])
+def test_a_device_name_with_parentheses_or_brackets_is_primed_from_its_files(name, tmp_path, dev):
+    """Device names go into file names as SGLang writes them (torch's name, spaces as '_'), parentheses and brackets
+    kept: the export of such a device is found, not read as a pattern ('[rev_2]' is a glob character class)."""
+    import dataclasses
+
+    spec = load("AXPY")
+    named = dataclasses.replace(dev, name=name)
+    cfg = spec.configs({"N": 64}, "fp32", dev)[-1]
+    write_export(tmp_path, spec, {}, "fp32", named, {64: cfg})
+    report = flytune_nb.prime(spec, tmp_path, device=named)
+    assert [k.config for k in report.keys] == [cfg] and [p.name for p in report.files] == [
+        f"device_name={name},dtype=fp32.json"]
+
+
 def test_a_stale_or_unservable_file_is_reported_and_start_up_goes_on(tmp_path, dev):
     # tuned for an older source of the kernel
     spec, cfg, folder = axpy_export_with_provenance(tmp_path, dev, source="0123456789abcdef")
