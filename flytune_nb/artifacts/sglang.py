@@ -122,6 +122,44 @@ def shipped_entry(shape, device_name: str, *, down: bool = False, triton_version
     return Config.from_dict(knobs), path, m
 
 
+def served_instead(spec, shape, dtype: str, device) -> tuple | None:
+    """(Config, path, batch size) that a SGLang server started without SGLANG_MOE_CONFIG_DIR runs at this shape, read
+    from the file of this kernel's own name in SGLang's package (the up table of sglang_fused_moe, the ``…_down``
+    table of its down GEMM), or None: SGLang ships no such file, or the kernel does not write SGLang's fused-MoE
+    files. A ``_down`` entry runs with the BLOCK_SIZE_M of the up config that server runs (both GEMMs read one
+    alignment; SGLang overrides a mismatch): the down kernel's default, which is that up config, read from SGLang's
+    package as such a server reads it.
+
+    The kernel is recognised by its renderer, not by a field of its spec, as export's _warn_shipped is: a field added
+    in the kernel's folder would change its tuning key and leave every stored trial of it to be measured again."""
+    from flytune_nb.artifacts import files as artifact_files
+    from flytune_nb.core.config import Config
+
+    root = package_root()
+    if spec.artifact_render is not render or root is None:
+        return None
+    import triton
+
+    rest = {a: v for a, v in shape.items() if a != spec.batch_axis}
+    try:
+        name = artifact_files.file_name(spec, rest, device.name, dtype)
+    except ArtifactError:  # a device name no file can carry: lookup has said so already
+        return None
+    found = shipped_file(name, triton.__version__)
+    if found is None:
+        return None
+    path, table = found
+    m = nearest(table, shape[spec.batch_axis])
+    try:
+        config = Config.from_dict({k: v for k, v in table[m].items() if k != "USE_TMA"})
+    except ValueError:  # an entry SGLang could not run either: nothing to name
+        return None
+    if parse_name(name)["down"]:
+        with serving_from(root):
+            config = config.replace(BLOCK_SIZE_M=spec.default(shape, dtype, device)["BLOCK_SIZE_M"])
+    return config, path, m
+
+
 def shipped_file(name: str, triton_version: str) -> tuple[Path, dict[int, dict]] | None:
     """(path, {M: knobs}) of the file named ``name`` that SGLang's own package folder serves under ``triton_version``
     (its folder, else the newest that has the file, as SGLang looks), or None: sglang not installed, no such file, or

@@ -592,12 +592,16 @@ def cmd_lookup(args) -> int:
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     print(f"{config}  (source: {source}, device: {device.name})")
-    shipped = spec.extra.get("shipped_entry") if source == "default" else None
-    found = shipped(shapes[0], device, dtype=dtype) if shipped else None
+    from flytune_nb.artifacts.sglang import served_instead
+
+    found = served_instead(spec, shapes[0], dtype, device) if source == "default" else None
     if found:  # what this command answers is the export's view; the engine's own server reads its own file first
         shipped_config, path, m = found
+        # SGLang's down tables often repeat the up entry, which is the down GEMM's default: "instead of" would be false
+        what = (", which is this default" if shipped_config == config else
+                f" instead of this default: {shipped_config}")
         print(f"note: no export is read for this shape, and a SGLang server started without SGLANG_MOE_CONFIG_DIR "
-              f"runs the entry SGLang ships instead of this default: {shipped_config}  (batch size {m} of {path})")
+              f"runs the entry SGLang ships{what}  (batch size {m} of {path})")
     if "adopted" in spec.extra:
         note = primed_note(spec, shapes[0], dtype, device, args.dir, config)
         if note:

@@ -391,6 +391,51 @@ def test_lookup_without_an_export_names_the_entry_sglang_ships(spec, tmp_path, m
     LOOKUP.clear()
 
 
+def test_lookup_of_the_down_gemm_without_an_export_names_the_down_entry_sglang_ships(tmp_path, monkeypatch, capsys):
+    """As for the up GEMM: with no export, a SGLang server without SGLANG_MOE_CONFIG_DIR runs the ``_down`` entry
+    SGLang ships, with the BLOCK_SIZE_M of the up entry it runs (both GEMMs share one alignment), not lookup's
+    default; the command names it. Without a shipped ``_down`` file that server reuses the up config, which is the
+    default: no note."""
+    import triton
+
+    from flytune_nb.serve.lookup import LOOKUP
+    from flytune_nb.ui.cli import main
+
+    package = tmp_path / "pkg"
+    folder = files.version_dir(triton.__version__)
+    _fake_shipped(package, folder, "E=4,N=64,device_name=CPU_interpreter.json",
+                  {1: _entry(1), 16: {**_entry(16), "BLOCK_SIZE_M": 32}})
+    down = _fake_shipped(package, folder, "E=4,N=64,device_name=CPU_interpreter_down.json",
+                         {1: _entry(1), 16: {**_entry(16, bn=128), "BLOCK_SIZE_M": 64, "num_warps": 8}})
+    monkeypatch.setattr(files, "package_root", lambda: package)
+    # this shell points at another folder, whose up file pins another BLOCK_SIZE_M: the note is of a server without it
+    _fake_shipped(tmp_path / "mine", folder, "E=4,N=64,device_name=CPU_interpreter.json",
+                  {16: {**_entry(16), "BLOCK_SIZE_M": 128}})
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(tmp_path / "mine"))
+    LOOKUP.clear()
+    empty = tmp_path / "no_exports"
+    empty.mkdir()
+    args = ["lookup", "sglang_fused_moe_down", "M=12 E=4 N=64 K=32 topk=2", "--dtype", "fp16", "--dir", str(empty)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "(source: default," in out
+    note = next(line for line in out.splitlines() if line.startswith("note: "))
+    assert "SGLang server started without SGLANG_MOE_CONFIG_DIR" in note and f"batch size 16 of {down}" in note
+    assert ("instead of this default: BLOCK_SIZE_K=64,BLOCK_SIZE_M=32,BLOCK_SIZE_N=128,GROUP_SIZE_M=1,num_stages=2,"
+            "num_warps=8  " in note)  # the shipped down entry, BLOCK_SIZE_M from the shipped up entry
+    # a down entry equal to the up entry this shell's server runs (its default) is named as that default
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR")
+    assert main([*args[:2], "M=1 E=4 N=64 K=32 topk=2", *args[3:]]) == 0
+    out = capsys.readouterr().out
+    assert f"{Config.from_dict(_entry(1))}  (source: default," in out
+    assert f"runs the entry SGLang ships, which is this default  (batch size 1 of {down})" in out
+    down.unlink()
+    LOOKUP.clear()
+    assert main(args) == 0
+    assert "note:" not in capsys.readouterr().out
+    LOOKUP.clear()
+
+
 @pytest.mark.parametrize("layout", ["running and older", "newer and older"])
 def test_lookup_takes_each_file_from_the_folder_sglang_takes_it_from(layout, spec, sg, tmp_path, monkeypatch, dev):
     """Per file, the running Triton's folder if it holds it, else the newest other folder that does (3_10_0 is newer
