@@ -261,7 +261,7 @@ def test_measure_missing_keeps_the_shapes_named_configs_and_decision_while_it_ru
     def same_shape(r):
         assert r.named == {"shipped": shipped} and r.default == before.default
         assert r.selection is before.selection and r.pick.config == before.pick.config and not r.stopped
-        assert r.default_trial is not before.default_trial  # the default's fresh timing is in
+        assert r.default_trial == before.default_trial  # the search's: the clock its other configs are on
         frame = trials_frame([r])
         assert list(frame.loc[frame["named"] != "", "config"]) == [str(shipped)]
         row = overview_frame([r], "N").iloc[0]
@@ -403,20 +403,24 @@ def test_stop_ends_measure_missing_and_run_says_why_it_waits(tmp_path, monkeypat
     stops it, so a pick that hangs can be stopped from the page."""
     monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0")  # the sweep: the default alone
     monkeypatch.setenv("FLYTUNE_EVIL_SLEEPS", "0")
-    wb = Workbench("evil", {"N": "16"}, ["fp32"], db=str(tmp_path / "e.db"), paths=[PLUGINS], timeout=120)
+    hangs = Config({"MODE": 3, "SLEEP_MS": 0}, num_warps=1)
+    hanging = threading.Event()
+
+    def watch(event):
+        if isinstance(event, TrialStarted) and event.config == hangs:
+            hanging.set()
+
+    wb = Workbench("evil", {"N": "16"}, ["fp32"], db=str(tmp_path / "e.db"), paths=[PLUGINS], timeout=120,
+                   listeners=[watch])
     assert wb.wait_ready(60)
     wb.run().join(240)
     [before] = wb.live.finished_results()
-    hangs = Config({"MODE": 3, "SLEEP_MS": 0}, num_warps=1)
     wb.editor.code.value = ("from flytune_nb.core.config import Config\n"
                             "def default(shape, dtype, device):\n    return Config({'MODE': 3, 'SLEEP_MS': 0}, "
                             "num_warps=1)\n")
     assert [c for _, _, c in wb.editor.last.unmeasured] == [hangs]
     th = wb.editor._measure_missing()
-    deadline = time.monotonic() + 240
-    while wb.live.get("N=16 fp32").default_trial is before.default_trial:  # until the default is timed again:
-        assert th.is_alive() and time.monotonic() < deadline                 # the hanging pick is next
-        time.sleep(0.05)
+    assert hanging.wait(240) and th.is_alive()
     assert wb.control.run_button.disabled and not wb.control.stop_button.disabled
     assert wb.run() is None
     assert "not run: the heuristic editor is measuring its picks; Stop it" in html.unescape(wb.message.value)

@@ -8,6 +8,7 @@ next to the trials (the live view measured -1.4% of sweep time on the H200, i.e.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 
@@ -28,6 +29,7 @@ class LiveResults:
         self._last = 0.0
         self._timer: threading.Timer | None = None
         self._pending: str | None = None
+        self._footing: dict[str, float] = {}  # label -> search default / re-measured default (LiveResults.add)
 
     def clear(self) -> None:
         """Forget every shape, and the redraw a trial left buffered: fired after a kernel switch, it would bring the
@@ -35,6 +37,7 @@ class LiveResults:
         with self._lock:
             self.entries.clear()
             self.finished.clear()
+            self._footing.clear()
             if self._timer is not None:
                 self._timer.cancel()
             self._timer, self._pending = None, None
@@ -78,6 +81,18 @@ class LiveResults:
             entry = self.entries.get(label)
             if entry is None:
                 return
+            if trial.config == entry.default and trial.fidelity == "full" and entry.default_trial is not None:
+                # SearchResult.time_of puts a config the selection never re-timed on the selection's clock by the
+                # default's re-timed / search ratio: the search's default trial must stay, or every such config of
+                # the search would be scaled by a default timed later, under another load (a 6.2 ms config read
+                # as 1.6 ms after a Measure missing on a busy CPU). The fresh timing sets the footing of the timings
+                # this run adds instead.
+                old = entry.default_trial.p50
+                self._footing[label] = old / trial.p50 if trial.ok and 0 < trial.p50 < math.inf else math.nan
+                return
+            f = self._footing.get(label, math.nan)
+            if trial.ok and math.isfinite(f):  # on the search's clock, as measured beside the default
+                trial = dataclasses.replace(trial, p20=trial.p20 * f, p50=trial.p50 * f, p80=trial.p80 * f)
             key = (trial.config, trial.fidelity)
             self.entries[label] = dataclasses.replace(
                 entry, trials=[x for x in entry.trials if (x.config, x.fidelity) != key] + [trial])
@@ -99,6 +114,7 @@ class LiveResults:
                                          dict(entry.baselines) if entry is not None else {})
                     self.entries[label] = entry
                     self.finished.discard(label)
+                    self._footing.pop(label, None)
                 entry.trials = [x for x in entry.trials if (x.config, x.fidelity) != (t.config, t.fidelity)] + [t]
             if new and self.on_new_shape is not None:
                 self.on_new_shape(label)
