@@ -170,6 +170,9 @@ def parse_rule(rule: str, axes: tuple[str, ...]) -> ast.Expression:
     if not isinstance(tree.body, ast.Compare):
         raise UsageError(f"shape rule {rule!r} is not a comparison such as 'topk <= E'")
     for node in ast.walk(tree.body):
+        if isinstance(node, ast.Compare) and node is not tree.body:  # rule_holds reads operands as numbers only
+            raise UsageError(f"shape rule {rule!r} compares inside a comparison; write each comparison as a rule "
+                             f"of its own")
         if isinstance(node, ast.Name):
             if node.id not in axes:
                 raise UsageError(f"shape rule {rule!r} names {node.id!r}, not one of the axes {list(axes)}")

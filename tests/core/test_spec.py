@@ -102,6 +102,9 @@ def _passes(spec, n: int) -> bool:
     ("__import__('os').getpid() > N", "may only compare axes and whole numbers"),
     ("N.bit_length() > 2", "may only compare axes and whole numbers"),
     ("N <= 1.5", "1.5 is not a whole number"),
+    # a comparison is the rule itself, never a number inside it: these would reach check_shape and fail there
+    ("(N >= 16) == 1", "compares inside a comparison"),
+    ("N <= (N > 1) * 64", "compares inside a comparison"),
 ])
 def test_a_shape_rule_that_is_not_a_comparison_of_axes_is_refused_at_construction(toy, rule, says):
     """A rule is read, never run as Python: anything but a comparison of the axes and whole numbers is refused when
