@@ -23,7 +23,8 @@ kernel listing must never pay.
 - ``final_isa(folder)``: FlyDSL writes each module it compiles as AMD assembly (``<kernel>/NN_final_isa.s``) under
   ``folder`` (its debug options ``FLYDSL_DEBUG_DUMP_ASM`` and ``FLYDSL_DUMP_DIR``, read at each compile; the same
   code object, through a second ``gpu-module-to-binary{format=isa}`` on a clone of the module: ~0.2 s for
-  rmsnorm on gfx942). It prints a line per file on stdout, which this keeps off the caller's output.
+  rmsnorm on gfx942). It prints a line per file on stdout, which this keeps off the caller's output. Nothing is
+  written with an external LLVM (``FLYDSL_COMPILE_LLVM_DIR``): FlyDSL raises on every compile asked to dump there.
 """
 from __future__ import annotations
 
@@ -151,6 +152,9 @@ def final_isa(folder):
     import io
     import os
 
+    if os.environ.get("FLYDSL_COMPILE_LLVM_DIR", "").strip():  # as FlyDSL decides (_use_external_binary_codegen)
+        yield
+        return
     names = ("FLYDSL_DEBUG_DUMP_ASM", "FLYDSL_DUMP_DIR", "FLYDSL_DUMP_IR")
     saved = {k: os.environ.get(k) for k in names}
     os.environ.update({"FLYDSL_DEBUG_DUMP_ASM": "1", "FLYDSL_DUMP_DIR": str(folder)})

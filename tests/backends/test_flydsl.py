@@ -324,3 +324,40 @@ def test_a_launch_without_hip_aborts_only_its_worker_and_the_trial_is_crashed(tm
     assert all("SIGABRT" in t.reason for t in trials), [t.reason for t in trials]
     df = Store(db).frame("flydsl_rmsnorm")
     assert set(df["status"]) == {"crashed"} and len(df) == len(trials)
+
+
+_MLIR_OPT = '''#!{python}
+# An external LLVM's mlir-opt, played by FlyDSL's own bundled MLIR: `mlir-opt IN --pass-pipeline=P -o OUT`.
+import sys
+
+from flydsl._mlir import ir
+from flydsl._mlir.passmanager import PassManager
+from flydsl.compiler.jit_function import _create_mlir_context
+
+args = sys.argv[1:]
+pipeline = next(a.split("=", 1)[1] for a in args if a.startswith("--pass-pipeline="))
+with _create_mlir_context():
+    module = ir.Module.parse(open(args[0]).read())
+    PassManager.parse(pipeline).run(module.operation)
+    open(args[args.index("-o") + 1], "w").write(str(module))
+'''
+
+
+def test_a_census_compile_with_an_external_llvm_reads_its_object_without_the_assembly(flydsl_compiler, tmp_path,
+                                                                                      monkeypatch):
+    """FLYDSL_COMPILE_LLVM_DIR hands code generation to an external LLVM, and FlyDSL refuses its assembly dump there
+    (RuntimeError on every compile): the report reads the object's metadata as without the dump, with no
+    instruction counts, rather than failing every config."""
+    spec, shape = get_kernel("flydsl_rmsnorm"), {"M": 4, "N": 2048}
+    config = _cfg(128, 8)
+    (want,) = flydsl_compiler.compile_report(spec, shape, "bf16", config, "gfx942").kernels
+    assert want.insn is not None  # the bundled LLVM: the assembly is read
+    tool = tmp_path / "llvm" / "bin" / "mlir-opt"
+    tool.parent.mkdir(parents=True)
+    tool.write_text(_MLIR_OPT.format(python=sys.executable))
+    tool.chmod(0o755)
+    monkeypatch.setenv("FLYDSL_COMPILE_LLVM_DIR", str(tmp_path / "llvm"))
+    report = flydsl_compiler.compile_report(spec, shape, "bf16", config, "gfx942")
+    assert report.ok, report.problems
+    (got,) = report.kernels
+    assert (got.kernel, got.vgpr, got.sgpr, got.lds, got.insn) == (want.kernel, want.vgpr, want.sgpr, want.lds, None)
