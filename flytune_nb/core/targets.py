@@ -28,7 +28,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, replace
 
-from flytune_nb.core.device import DESCRIBED, DeviceInfo
+from flytune_nb.core.device import DESCRIBED, DeviceInfo, normalise_name
 from flytune_nb.errors import UsageError
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -135,11 +135,12 @@ TARGETS: dict[str, Target] = {t.alias: t for t in (
 
 
 def get_target(name: str) -> Target:
-    """The target called ``name`` (case-insensitive, ``MI300X`` or ``AMD_Instinct_MI300X`` too); a UsageError naming
-    the known ones otherwise."""
+    """The target called ``name`` (case-insensitive, ``MI300X``, ``AMD_Instinct_MI300X`` or torch's
+    ``AMD Instinct MI300X`` too); a UsageError naming the known ones otherwise."""
     key = name.strip().lower()
+    device_name = normalise_name(name.strip()).lower()  # the file names' form of torch's name, as SGLang makes it
     for t in TARGETS.values():
-        if key in (t.alias, t.device_name.lower()):
+        if key == t.alias or device_name == t.device_name.lower():
             return t
     close = difflib.get_close_matches(key, list(TARGETS), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""

@@ -177,6 +177,31 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     assert f"--dir {tmp_path / 'nowhere'} is not a folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("named", ["mi300x", "AMD_Instinct_MI300X", "AMD Instinct MI300X", "amd instinct mi300x"])
+def test_lookup_of_a_target_named_as_torch_or_a_file_names_it_reads_that_targets_export(named, tmp_path, capsys):
+    """--device takes a GPU's name as torch reports it ("AMD Instinct MI300X") as well as a file name's: a name of a
+    known target is that target, whose space (AMD's waves_per_eu) the file's entries are checked against, not this
+    machine's, which would refuse a valid MI300X entry and answer the heuristic default."""
+    import random
+
+    import triton
+
+    from flytune_nb.artifacts.files import file_name, render, triton_dir_name
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.core.targets import get_target
+
+    spec, m = get_kernel("rmsnorm"), random.choice([3, 5, 9, 17])
+    dev = get_target("mi300x").device()
+    amd = random.choice([c for c in spec.configs({"M": m, "N": 4096}, "bf16", dev) if c.waves_per_eu])
+    folder = tmp_path / "rmsnorm" / triton_dir_name(triton.__version__)
+    folder.mkdir(parents=True)
+    (folder / file_name(spec, {"N": 4096}, dev.name, "bf16")).write_text(render({m: amd.to_dict()}))
+    assert main(["lookup", "rmsnorm", f"M={m}", "N=4096", "--device", named, "--dir", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(f"{amd}  (source: artifact, device: AMD_Instinct_MI300X)"), captured
+    assert "unknown target" not in captured.err
+
+
 def test_a_misspelt_kernel_is_one_error_not_an_empty_pass(swept, tmp_path, capsys, monkeypatch):
     """check --kernel rmsnrm would check nothing and exit 0 (a CI gate that always passes); export and cache would
     say there is nothing for it. Each names what is there and the near name, exit 2, and writes nothing."""
