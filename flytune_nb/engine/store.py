@@ -330,6 +330,7 @@ class Store:
         self._file = None if str(path) == ":memory:" else Path(os.path.abspath(self.path))
         self._file_id = None if self._file is None else _file_id(self._file)
         self._rescued: Path | str | None = None  # where a deleted file's rows were saved ("": nowhere)
+        self._rescue_lock = threading.Lock()
         self._rescued_rows = 0
 
     def _migrate(self) -> None:
@@ -373,8 +374,9 @@ class Store:
         if now == self._file_id:
             return
         what = "was deleted or moved" if now is None else "was replaced by another file"
-        if self._rescued is None:
-            self._rescued = self._rescue() or ""
+        with self._rescue_lock:  # the sweep's per-GPU threads may meet it at once: one copy, one path said
+            if self._rescued is None:
+                self._rescued = self._rescue() or ""
         saved = (f"; the {self._rescued_rows} trial(s) it held are saved in {self._rescued} (delete that file if "
                  f"you meant to throw them away)" if self._rescued else "")
         raise StoreGone(f"results store {self.path} {what} after it was opened: nothing more is written to it, "

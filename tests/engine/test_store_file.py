@@ -113,3 +113,35 @@ def test_a_store_opened_by_a_relative_path_keeps_its_file_when_the_process_chang
     store.add(_trial(256), key="k256", run_id="r")
     store.close()
     assert _count(tmp_path / "a" / "runs.db") == 3 and _count(tmp_path / "b" / "runs.db") == 0
+
+
+def test_threads_meeting_a_deleted_store_at_once_save_it_once_and_say_the_same_path(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    store.add(_trial(16), key="k16", run_id="r")
+    real = Store._rescue
+
+    def slow(self):  # widens the window between the check and the copy, as a big store's copy does
+        time.sleep(0.3)
+        return real(self)
+
+    monkeypatch.setattr(Store, "_rescue", slow)
+    db.unlink()
+    said = []
+
+    def write(n):
+        try:
+            store.add(_trial(n), key=f"k{n}", run_id="r")
+        except StoreGone as e:
+            said.append(str(e))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in (32, 64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(said) == 2 and said[0] == said[1] and f"saved in {tmp_path / 'runs.rescued.db'}" in said[0]
+    assert sorted(p.name for p in tmp_path.iterdir() if "rescued" in p.name) == ["runs.rescued.db"]
