@@ -481,11 +481,17 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
 
 def _inputs_for_planning(make_inputs, shape: dict, dtype: str, device: DeviceInfo) -> dict:
     """Inputs to read keys and prune configs from: on the meta device when make_inputs can build them there (a
-    1 GiB shape costs nothing), else on the device."""
+    1 GiB shape costs nothing), else on the CPU (a make_inputs that reads values): nothing is launched on them, and
+    ``device`` may be a GPU this machine does not have (``flytune lookup --device h200``)."""
     try:
         return make_inputs(shape, dtype, dataclasses.replace(device, torch_device="meta"))
     except Exception:  # noqa: BLE001 - e.g. a make_inputs that reads values
-        return make_inputs(shape, dtype, device)
+        pass
+    try:
+        return make_inputs(shape, dtype, dataclasses.replace(device, torch_device="cpu"))
+    except Exception as e:  # noqa: BLE001 - the user's function
+        raise AdoptError(f"make_inputs cannot build inputs for {shape} {dtype} on the meta device or the CPU, to "
+                         f"read the autotuner's key and configs from: {type(e).__name__}: {first_line(e)}") from e
 
 
 def _check(adopted: AdoptedKernel, shape: dict, dtype: str) -> tuple[Layout, tuple, tuple]:

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import re
+import textwrap
 
 import pytest
 import torch
@@ -382,3 +383,42 @@ def test_a_spec_whose_functions_come_from_a_shared_module_is_named_by_the_module
     assert get_kernel("adopt_from_shared:SPEC") is spec
     sweep = Sweep(spec, "M=2 N=64", ["fp32"], db=tmp_path / "r.db")  # isolated: workers load it by that name
     assert sweep.spec is spec and sweep._load_name == "adopt_from_shared:SPEC"
+
+
+def test_lookup_for_a_named_gpu_of_a_kernel_whose_make_inputs_reads_values(tmp_path, capsys):
+    """make_inputs that reads a tensor's value cannot build meta tensors: the autotuner's key and configs are read
+    from inputs built on the CPU, also for a GPU this machine does not have; one that fails there too is one line."""
+    from flytune_nb.ui.cli import main
+
+    (tmp_path / "reads_values.py").write_text(textwrap.dedent('''
+        import torch, triton, triton.language as tl
+        import flytune_nb
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=1) for b in (16, 32)], key=["n"])
+        @triton.jit
+        def twice(x, y, n, BLOCK: tl.constexpr):
+            i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y + i, tl.load(x + i, mask=i < n) * 2, mask=i < n)
+
+        def make_inputs(shape, dtype, device):
+            n = int(torch.tensor([shape["N"]], device=device.torch_device).item())  # no meta tensors
+            if n == 13:
+                raise ValueError("13 is unlucky")
+            return {"x": torch.randn(n, device=device.torch_device), "y": torch.empty(n, device=device.torch_device),
+                    "n": n}
+
+        def launch(kernel, inp):
+            kernel[lambda meta: (triton.cdiv(inp["n"], meta["BLOCK"]),)](inp["x"], inp["y"], inp["n"])
+
+        SPEC = flytune_nb.adopt(twice, make_inputs=make_inputs, launch=launch,
+                                reference=lambda inp: {"y": inp["x"] * 2}, axes=("N",), dtypes=("fp32",))
+        '''))
+    ref = f"{tmp_path / 'reads_values.py'}:SPEC"
+    assert main(["lookup", ref, "N=64", "--dtype", "fp32", "--device", "h200", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "BLOCK=16" in out and "(source: default, device: NVIDIA_H200)" in out
+    assert "autotuner key (64, 'torch.float32', 'torch.float32')" in out
+    assert main(["lookup", ref, "N=13", "--dtype", "fp32", "--device", "h200", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "make_inputs cannot build inputs for {'N': 13} fp32 on the meta device or the CPU" in err
+    assert "ValueError: 13 is unlucky" in err and "Traceback" not in err
