@@ -218,3 +218,29 @@ def wall_clock(kernel_call, quantiles=None, **_):
     kernel_call()
     ms = (time.perf_counter() - t) * 1e3
     return [ms] * len(quantiles) if quantiles else ms
+
+
+@pytest.fixture
+def noisy_shape():
+    """(SearchResult, device, C, {b: config}) of the toy kernel at N=64 fp32, for the heuristic editor's verdicts.
+    Default D and candidate C re-timed over five rounds, C's paired ratios 0.6-1.2 around 0.90: the selection's
+    band is 3 x the median's standard error, 16%, so C's 10% lead is a tie and D is kept. X, Y, Z and W (the
+    configs of BLOCK 88, 80, 110 and 120) were only timed in the search (the default's search and re-timed medians
+    agree, so no rescaling): 0.88, 0.80, 1.10 and 1.20 of D's time."""
+    from flytune_nb.core.config import Config
+    from flytune_nb.core.device import DeviceInfo
+    from flytune_nb.measure.trial import Trial
+    from flytune_nb.strategies.loop import SearchResult
+    from flytune_nb.strategies.selection import Rule, decide
+
+    dev = DeviceInfo(backend="interpreter", name="CPU_interpreter", arch="cpu", sm_count=1, l2_bytes=0,
+                     total_memory=0)
+    d, c = Config({"BLOCK": 128, "MODE": 0}, num_warps=1), Config({"BLOCK": 256, "MODE": 0}, num_warps=1)
+    others = {b: Config({"BLOCK": b, "MODE": 0}, num_warps=2) for b in (88, 80, 110, 120)}
+    ratios = [0.6, 0.836, 0.9, 0.964, 1.2]
+    sel = decide(d, [c], {d: [1.0] * 5, c: ratios}, Rule())
+    trials = [Trial("toy", {"N": 64}, "fp32", d, "ok", p20=1.0, p50=1.0, p80=1.0),
+              Trial("toy", {"N": 64}, "fp32", c, "ok", p20=0.7, p50=0.7, p80=0.7)]
+    trials += [Trial("toy", {"N": 64}, "fp32", cfg, "ok", p20=b / 100, p50=b / 100, p80=b / 100)
+               for b, cfg in others.items()]
+    return SearchResult("toy", {"N": 64}, "fp32", dev, d, trials, selection=sel), dev, c, others

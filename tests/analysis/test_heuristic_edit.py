@@ -41,31 +41,10 @@ def test_a_rule_returning_a_builtin_is_named_plainly():
         rescore(lambda s, d, dv: {"BLOCK": 128}, results, dev, spec.canonical, spec=spec)
 
 
-def _noisy_shape():
-    """Default D and candidate C re-timed over five rounds, C's paired ratios 0.6-1.2 around 0.90: the selection's
-    band is 3 x the median's standard error, 16%, so C's 10% lead is a tie and D is kept. X, Y, Z and W were only
-    timed in the search (the default's search and re-timed medians agree, so no rescaling): 0.88, 0.80, 1.10 and
-    1.20 of D's time."""
-    from flytune_nb.core.device import DeviceInfo
-    from flytune_nb.strategies.selection import Rule, decide
-
-    dev = DeviceInfo(backend="interpreter", name="CPU_interpreter", arch="cpu", sm_count=1, l2_bytes=0,
-                     total_memory=0)
-    d, c = Config({"BLOCK": 128, "MODE": 0}, num_warps=1), Config({"BLOCK": 256, "MODE": 0}, num_warps=1)
-    others = {b: Config({"BLOCK": b, "MODE": 0}, num_warps=2) for b in (88, 80, 110, 120)}
-    ratios = [0.6, 0.836, 0.9, 0.964, 1.2]
-    sel = decide(d, [c], {d: [1.0] * 5, c: ratios}, Rule())
-    trials = [Trial("toy", {"N": 64}, "fp32", d, "ok", p20=1.0, p50=1.0, p80=1.0),
-              Trial("toy", {"N": 64}, "fp32", c, "ok", p20=0.7, p50=0.7, p80=0.7)]
-    trials += [Trial("toy", {"N": 64}, "fp32", cfg, "ok", p20=b / 100, p50=b / 100, p80=b / 100)
-               for b, cfg in others.items()]
-    return SearchResult("toy", {"N": 64}, "fp32", dev, d, trials, selection=sel), dev, c, others
-
-
-def test_the_editor_calls_ties_and_wins_with_the_band_the_selection_decided_the_shape_with():
+def test_the_editor_calls_ties_and_wins_with_the_band_the_selection_decided_the_shape_with(noisy_shape):
     """A win or a loss is beyond the band the shape's selection decided with (16% on these noisy rounds), not a fixed
     2%: a rule picking a config the selection judged a tie does not look better than the shape's own decision."""
-    r, dev, c, others = _noisy_shape()
+    r, dev, c, others = noisy_shape
     assert r.selection.chose_default and r.selection.deciding.band == pytest.approx(0.1595, abs=1e-4)
     assert "band 16.0%" in r.selection.reason
 
@@ -80,10 +59,10 @@ def test_the_editor_calls_ties_and_wins_with_the_band_the_selection_decided_the_
     assert verdicts == {88: "ties", 80: "wins", 110: "ties", 120: "loses"}
 
 
-def test_a_shape_decided_on_quiet_rounds_keeps_the_two_percent_floor():
+def test_a_shape_decided_on_quiet_rounds_keeps_the_two_percent_floor(noisy_shape):
     from flytune_nb.strategies.selection import Rule, decide
 
-    r, dev, c, others = _noisy_shape()
+    r, dev, c, others = noisy_shape
     r.selection = decide(r.default, [c], {r.default: [1.0] * 5, c: [0.95, 0.951, 0.952, 0.953, 0.954]}, Rule())
     assert not r.selection.chose_default and r.selection.deciding.band == 0.02
     [row] = rescore(lambda shape, dtype, device: others[88], [r], dev, lambda x: x).rows

@@ -222,12 +222,10 @@ def test_heuristic_editor_rescores_on_stored_data_and_rejects_bad_edits(tmp_path
     assert ed.last.unmeasured and "never measured" in ed.result.value
 
 
-def test_editor_verdicts_show_the_tie_band_the_shape_was_decided_with(dev):
+def test_editor_verdicts_show_the_tie_band_the_shape_was_decided_with(dev, noisy_shape):
     """A 10% lead on rounds noisy enough for a 16% band is the tie the selection called it, and the editor says which
     band it judged by."""
-    from tests.analysis.test_heuristic_edit import _noisy_shape
-
-    r, _, c, _ = _noisy_shape()
+    r, _, c, _ = noisy_shape
     spec = get_kernel("toy", [PLUGINS])
     ed = HeuristicEditor(lambda: spec, lambda: [r], lambda: dev)
     ed.code.value = ("from flytune_nb.core.config import Config\n"
