@@ -198,14 +198,35 @@ def count_rows(db, table: str = "trials") -> int:
         return c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
 
 
-@pytest.fixture
-def swept(tmp_path):
-    """A results store of rmsnorm M=1,4,16 N=256 fp32, swept in this process (no baselines)."""
-    from flytune_nb.engine.store import Store
+@pytest.fixture(scope="session")
+def _swept_once(tmp_path_factory):
+    """The store behind ``swept``, swept once a session: the sweep costs ~2 s on 2 cores and ~30 tests take it.
+    Swept as a test would be (its own cwd and tuning cache), since no test's _isolated_cache is in place yet."""
     from flytune_nb.engine.sweep import Sweep
 
+    folder = tmp_path_factory.mktemp("swept")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        mp.setenv("FLYTUNE_CACHE_DIR", str(folder / "cache"))
+        mp.delenv("FLYTUNE_AUTOTUNE", raising=False)
+        mp.delenv("FLYTUNE_KERNEL_PATH", raising=False)
+        Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=folder / "s.db", isolate=False, baselines=()).run()
+    return folder / "s.db"
+
+
+@pytest.fixture
+def swept(tmp_path, _swept_once):
+    """A results store of rmsnorm M=1,4,16 N=256 fp32, swept in this process (no baselines): this test's own copy
+    (tmp_path / "s.db"), which it may change or delete."""
+    import sqlite3
+
+    from flytune_nb.engine.store import Store
+
     db = tmp_path / "s.db"
-    Sweep("rmsnorm", "M=1,4,16 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()
+    with sqlite3.connect(_swept_once) as source, sqlite3.connect(db) as copy:
+        source.backup(copy)  # the WAL's rows too, whether or not the sweep checkpointed them
+    source.close()
+    copy.close()
     return Store(db)
 
 
