@@ -155,16 +155,9 @@ def final_isa(folder):
     if os.environ.get("FLYDSL_COMPILE_LLVM_DIR", "").strip():  # as FlyDSL decides (_use_external_binary_codegen)
         yield
         return
-    names = ("FLYDSL_DEBUG_DUMP_ASM", "FLYDSL_DUMP_DIR", "FLYDSL_DUMP_IR")
-    saved = {k: os.environ.get(k) for k in names}
-    os.environ.update({"FLYDSL_DEBUG_DUMP_ASM": "1", "FLYDSL_DUMP_DIR": str(folder)})
-    os.environ.pop("FLYDSL_DUMP_IR", None)  # else every IR stage is written too
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    from flytune_nb.core.environ import environ
+
+    # FLYDSL_DUMP_IR unset: else every IR stage is written too
+    with environ({"FLYDSL_DEBUG_DUMP_ASM": "1", "FLYDSL_DUMP_DIR": str(folder), "FLYDSL_DUMP_IR": None}), \
+            contextlib.redirect_stdout(io.StringIO()):
+        yield

@@ -44,6 +44,7 @@ from pathlib import Path
 from flytune_nb._compat import flydsl as compat
 from flytune_nb._compat.stdlib import environ_bytes
 from flytune_nb.core.config import Config, ConfigError
+from flytune_nb.core.environ import environ
 from flytune_nb.errors import KernelUnavailable, RunError, UsageError, compile_error_line
 
 # -- the backend protocol (flytune_nb.backends) ----------------------------------------------------------------------
@@ -318,16 +319,8 @@ def resources(compiled) -> list[Resources]:
 @contextlib.contextmanager
 def target(arch: str):
     """Compile for ``arch`` in this block (both variables FlyDSL reads, see TARGET_ENV); the previous values after."""
-    saved = {k: os.environ.get(k) for k in ("ARCH", "FLYDSL_GPU_ARCH")}
-    os.environ["ARCH"] = os.environ["FLYDSL_GPU_ARCH"] = arch
-    try:
+    with environ({"ARCH": arch, "FLYDSL_GPU_ARCH": arch}):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def find_lld() -> str | None:
@@ -526,15 +519,8 @@ def census_record(report: CompileReport, device) -> dict:
 def _without_disk_cache():
     """A report compiles for real: a hit in FlyDSL's disk cache (~/.flydsl/cache) would bring back the object
     without LLVM's diagnostics (and FlyDSL caches a module LLVM complained about like any other)."""
-    saved = os.environ.get("FLYDSL_RUNTIME_ENABLE_CACHE")
-    os.environ["FLYDSL_RUNTIME_ENABLE_CACHE"] = "0"
-    try:
+    with environ({"FLYDSL_RUNTIME_ENABLE_CACHE": "0"}):
         yield
-    finally:
-        if saved is None:
-            os.environ.pop("FLYDSL_RUNTIME_ENABLE_CACHE", None)
-        else:
-            os.environ["FLYDSL_RUNTIME_ENABLE_CACHE"] = saved
 
 
 # -- FlyDSL's own autotuner over a flytune FlyDSL kernel ---------------------------------------------------------------

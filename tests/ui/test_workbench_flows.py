@@ -70,14 +70,18 @@ def test_a_kernel_switched_mid_sweep_leaves_none_of_the_old_kernels_results_in_t
     assert all("SLEEP_MS" in t.config.to_dict() for t in r.trials)  # no toy config among evil's trials
 
 
-def _write_kernel(root):
+def _write_kernel(root, name="pickme", named=False):
     """A kernel whose configs sleep SLEEP_MS: the 10 ms config beats the 20 ms default beyond any tie band. A config
-    named in $PICKME_SLOW takes 30 ms more, as a pick timed once during other load would."""
-    folder = root / "pickme"
+    named in $PICKME_SLOW takes 30 ms more, as a pick timed once during other load would. ``named``: a named
+    reference config ("shipped": 40 ms) beside them. A launch of the 2 ms config, when $NAMED_GATE is set, touches
+    $NAMED_GATE.reached and waits for $NAMED_GATE.open: a test looks at the workbench while that trial runs."""
+    folder = root / name
     folder.mkdir(parents=True)
+    extra = ', named_configs=named_configs, baseline=lambda i: i["x"] * 2' if named else ""
     (folder / "__init__.py").write_text(textwrap.dedent("""
         import torch
 
+        from flytune_nb.core.config import Config
         from flytune_nb.core.dtypes import to_torch
         from flytune_nb.core.spec import KernelSpec
 
@@ -91,11 +95,15 @@ def _write_kernel(root):
             return {"x": torch.randn(n, dtype=to_torch(dtype)), "out": torch.empty(n, dtype=to_torch(dtype))}
 
 
-        SPEC = KernelSpec(name="pickme", axes=("N",), batch_axis="N", dtypes=("fp32",), make_inputs=make_inputs,
+        def named_configs(shape, dtype, device):
+            return {"shipped": Config({"SLEEP_MS": 40}, num_warps=1)}
+
+
+        SPEC = KernelSpec(name=NAME, axes=("N",), batch_axis="N", dtypes=("fp32",), make_inputs=make_inputs,
                           run=lambda i, c: launch(i["x"], i["out"], c), reference=lambda i: i["x"].double() * 2,
                           configs=configs, default=default, shape_of=lambda i: {"N": i["x"].numel()},
-                          outputs=("out",))
-    """))
+                          outputs=("out",)EXTRA)
+    """).replace("NAME", repr(name)).replace("EXTRA", extra))
     (folder / "configs.py").write_text(textwrap.dedent("""
         from flytune_nb.core.config import Config
 
@@ -113,9 +121,16 @@ def _write_kernel(root):
     (folder / "kernel.py").write_text(textwrap.dedent("""
         import os
         import time
+        from pathlib import Path
 
 
         def launch(x, out, config):
+            gate = os.environ.get("NAMED_GATE")
+            if gate and config["SLEEP_MS"] == 2:
+                Path(gate + ".reached").touch()
+                deadline = time.monotonic() + 120
+                while not Path(gate + ".open").exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
             slow = 30 if str(config["SLEEP_MS"]) == os.environ.get("PICKME_SLOW") else 0
             time.sleep((config["SLEEP_MS"] + slow) / 1000)
             out.copy_(x * 2)
@@ -158,73 +173,6 @@ def test_measure_missing_scores_the_edit_without_replacing_the_shapes_decision(t
     assert json.loads(path.read_text())["16"]["SLEEP_MS"] == 10
 
 
-def _write_named_kernel(root):
-    """A kernel whose configs sleep SLEEP_MS, with a named reference config ("shipped": 40 ms) beside its 20 ms
-    default and the 10 ms config that wins. A launch of the 2 ms config, when $NAMED_GATE is set, touches
-    $NAMED_GATE.reached and waits for $NAMED_GATE.open: a test looks at the workbench while that trial runs."""
-    folder = root / "reffed"
-    folder.mkdir(parents=True)
-    (folder / "__init__.py").write_text(textwrap.dedent("""
-        import torch
-
-        from flytune_nb.core.config import Config
-        from flytune_nb.core.dtypes import to_torch
-        from flytune_nb.core.spec import KernelSpec
-
-        from .configs import configs
-        from .heuristic import default
-        from .kernel import launch
-
-
-        def make_inputs(shape, dtype, device):
-            n = shape["N"]
-            return {"x": torch.randn(n, dtype=to_torch(dtype)), "out": torch.empty(n, dtype=to_torch(dtype))}
-
-
-        def named_configs(shape, dtype, device):
-            return {"shipped": Config({"SLEEP_MS": 40}, num_warps=1)}
-
-
-        SPEC = KernelSpec(name="reffed", axes=("N",), batch_axis="N", dtypes=("fp32",), make_inputs=make_inputs,
-                          run=lambda i, c: launch(i["x"], i["out"], c), reference=lambda i: i["x"].double() * 2,
-                          configs=configs, default=default, shape_of=lambda i: {"N": i["x"].numel()},
-                          outputs=("out",), named_configs=named_configs, baseline=lambda i: i["x"] * 2)
-    """))
-    (folder / "configs.py").write_text(textwrap.dedent("""
-        from flytune_nb.core.config import Config
-
-
-        def configs(shape, dtype, device):
-            return [Config({"SLEEP_MS": s}, num_warps=1) for s in (10, 20, 40)]
-    """))
-    (folder / "heuristic.py").write_text(textwrap.dedent("""
-        from flytune_nb.core.config import Config
-
-
-        def default(shape, dtype, device):
-            return Config({"SLEEP_MS": 20}, num_warps=1)
-    """))
-    (folder / "kernel.py").write_text(textwrap.dedent("""
-        import os
-        import time
-        from pathlib import Path
-
-
-        def launch(x, out, config):
-            gate = os.environ.get("NAMED_GATE")
-            if gate and config["SLEEP_MS"] == 2:
-                Path(gate + ".reached").touch()
-                deadline = time.monotonic() + 120
-                while not Path(gate + ".open").exists() and time.monotonic() < deadline:
-                    time.sleep(0.01)
-            time.sleep(config["SLEEP_MS"] / 1000)
-            out.copy_(x * 2)
-            return out
-    """))
-    (folder / "reference.py").write_text("")
-    return root
-
-
 def test_measure_missing_keeps_the_shapes_named_configs_and_decision_while_it_runs_and_when_it_fails(
         tmp_path, monkeypatch):
     """The configs Measure missing times are added to a finished shape, they do not start a new search of it: while
@@ -234,7 +182,7 @@ def test_measure_missing_keeps_the_shapes_named_configs_and_decision_while_it_ru
     from flytune_nb.analysis.explore import trials_frame
     from flytune_nb.analysis.overview import overview_frame
 
-    kernels = _write_named_kernel(tmp_path / "kernels")
+    kernels = _write_kernel(tmp_path / "kernels", "reffed", named=True)
     db = tmp_path / "n.db"
     wb = Workbench("reffed", {"N": "16"}, ["fp32"], db=str(db), isolate=False, paths=[str(kernels)])
     assert wb.wait_ready(60)
