@@ -13,8 +13,7 @@ import pytest
 
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.core.targets import TARGETS
-from flytune_nb.engine.census_pool import CensusPool, census_cache_dir, take_census
-from tests.conftest import CENSUS_CACHE
+from flytune_nb.engine.census_pool import take_census
 
 KERNELS = ("rmsnorm", "fused_add_rmsnorm", "softmax", "matmul", "fused_moe")
 SAMPLE = {"rmsnorm": 24, "fused_add_rmsnorm": 24, "softmax": 24, "matmul": 36, "fused_moe": 14}
@@ -23,17 +22,14 @@ TARGET_NAMES = ("mi300x", "mi355x")
 
 
 @pytest.fixture(scope="module")
-def amd_census():
-    """{(target, kernel): CensusSummary of the example shape} and {(target, kernel, M): default's row}: one census
-    process per target, both targets at once."""
-    import os
-
-    os.environ.setdefault("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE))
+def amd_census(census_pools):
+    """{(target, kernel): CensusSummary of the example shape} and {(target, kernel, M): default's row}: both
+    targets at once, on the folder's shared census processes."""
     spaces, defaults, errors = {}, {}, []
+    pools = {alias: census_pools[alias] for alias in TARGET_NAMES}  # started here, not in the threads
 
     def run(alias: str) -> None:
-        dev = TARGETS[alias].device()
-        pool = CensusPool(dev, jobs=1, cache_dir=census_cache_dir(dev))
+        dev, pool = TARGETS[alias].device(), pools[alias]
         try:
             for name in KERNELS:
                 spec = get_kernel(name)
@@ -47,8 +43,6 @@ def amd_census():
                     defaults[alias, name, m] = take_census(pool, name, shape, "bf16", configs=[d], limit=1).default
         except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
             errors.append(e)
-        finally:
-            pool.close()
 
     threads = [threading.Thread(target=run, args=(a,)) for a in TARGET_NAMES]
     for t in threads:
@@ -96,16 +90,13 @@ RESOURCES = ("status", "registers", "spilled_registers", "scratch_bytes", "share
 
 
 @pytest.mark.parametrize("name", ("matmul", "fused_moe"))
-def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp_path, monkeypatch):
+def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp_path, census_pools):
     """A census compiles one config per GROUP_SIZE_M group and gives the rest its resources: compiled one by one
     for gfx942, every sibling has the registers, LDS, occupancy, MFMA and load widths of the config it was given,
     and a stored sibling row says whose they are."""
-    import os
-
     from flytune_nb.engine.census_pool import sibling_groups
     from flytune_nb.engine.store import Store
 
-    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
     spec, dev = get_kernel(name), TARGETS["mi300x"].device()
     shape = spec.example()
     space = spec.configs(shape, "bf16", dev)
@@ -117,13 +108,10 @@ def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp
     chosen = list(dict.fromkeys([eligible[0], eligible[len(eligible) // 2]])) if eligible else []
     configs = [c for r in chosen for c in members[r]]
     assert len(configs) >= 6, f"{name}: too few GROUP_SIZE_M siblings in the space to check"
-    pool = CensusPool(dev, jobs=2, cache_dir=census_cache_dir(dev))
+    pool = census_pools["mi300x"]
     store = Store(tmp_path / "c.db")
-    try:
-        inferred = take_census(pool, name, shape, "bf16", configs=configs, store=store)
-        each = take_census(pool, name, shape, "bf16", configs=configs, siblings=False)
-    finally:
-        pool.close()
+    inferred = take_census(pool, name, shape, "bf16", configs=configs, store=store)
+    each = take_census(pool, name, shape, "bf16", configs=configs, siblings=False)
     assert inferred.siblings == len(configs) - len(chosen) and each.siblings == 0
     by_inferred = {r.config: r for r in inferred.rows}
     by_each = {r.config: r for r in each.rows}
@@ -140,45 +128,30 @@ def test_tile_order_siblings_share_the_resources_they_would_compile_to(name, tmp
     store.close()
 
 
-def test_an_nvidia_census_compiles_every_tile_order_sibling(monkeypatch):
+def test_an_nvidia_census_compiles_every_tile_order_sibling(census_pools):
     """On sm_90 GROUP_SIZE_M=1 changes a GEMM tile's registers and occupancy: no inferred rows for an NVIDIA target."""
-    import os
-
     from flytune_nb.engine.census_pool import sibling_groups
 
-    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
     spec, dev = get_kernel("matmul"), TARGETS["h200"].device()
     shape = {"M": 256, "N": 4096, "K": 4096}
     space = spec.configs(shape, "bf16", dev)
     group = sibling_groups(space, spec.schedule_knobs)
     rep = next(r for r in space if group[r] == r and sum(group[c] == r for c in space) >= 3)
     configs = [c for c in space if group[c] == rep]
-    pool = CensusPool(dev, jobs=2, cache_dir=census_cache_dir(dev))
-    try:
-        s = take_census(pool, "matmul", shape, "bf16", configs=configs)
-    finally:
-        pool.close()
+    s = take_census(census_pools["h200"], "matmul", shape, "bf16", configs=configs)
     assert s.siblings == 0 and s.compiled == len(set(configs) | {s.default.config})
     assert all(r.binary for r in s.rows)
 
 
-def test_a_config_that_does_not_compile_or_cannot_launch_records_why(monkeypatch):
+def test_a_config_that_does_not_compile_or_cannot_launch_records_why(census_pools):
     """Triton's CompilationError reads "at 30:14:" and a source excerpt; the cause is chained, one level per inlined
     function. The census row and the summary must say the cause and the kernel's line, not "at 30:14:". And
     num_warps=32 compiles for gfx942 without a word, 2048 work-items a workgroup, which no launch takes."""
-    import os
-
     from flytune_nb.core.config import Config
     from flytune_nb.measure.census import format_summary
 
-    monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
-    dev = TARGETS["mi300x"].device()
-    pool = CensusPool(dev, jobs=1, cache_dir=census_cache_dir(dev))
-    try:
-        s = take_census(pool, "rmsnorm", {"M": 4, "N": 1024}, "bf16", configs=[
-            Config({"BLOCK_N": 1000}, num_warps=4), Config({"BLOCK_N": 1024}, num_warps=32)])
-    finally:
-        pool.close()
+    s = take_census(census_pools["mi300x"], "rmsnorm", {"M": 4, "N": 1024}, "bf16", configs=[
+        Config({"BLOCK_N": 1000}, num_warps=4), Config({"BLOCK_N": 1024}, num_warps=32)])
     bad = {r.config.num_warps: r for r in s.rows if not r.ok}
     assert sorted(bad) == [4, 32] and s.default.ok
     assert bad[4].error.startswith("CompilationError: ValueError: Shape element 0 must be a power of 2 (line ")

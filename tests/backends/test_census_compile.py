@@ -5,27 +5,19 @@ import pytest
 
 from flytune_nb.core.config import Config
 from flytune_nb.core.targets import TARGETS
-from flytune_nb.engine.census_pool import CensusPool, census_cache_dir, take_census
-from tests.conftest import CENSUS_CACHE, triton_is_pinned
+from flytune_nb.engine.census_pool import take_census
+from tests.conftest import triton_is_pinned
 
 MATMUL = {"M": 4096, "N": 4096, "K": 4096}
 ROWS = {"M": 64, "N": 4096}
 
 
 @pytest.fixture(scope="module")
-def pools():
-    """One census process per target, all started at once (each imports torch and Triton: seconds)."""
-    import os
-
-    os.environ.setdefault("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE))
-    out = {}
+def pools(census_pools):
+    """The folder's census processes of each target, all started at once (each imports torch and Triton: seconds)."""
     for alias in ("mi300x", "mi355x", "h200"):
-        dev = TARGETS[alias].device()
-        out[alias] = CensusPool(dev, jobs=1, cache_dir=census_cache_dir(dev))
-        out[alias].start()
-    yield out
-    for p in out.values():
-        p.close()
+        census_pools[alias].start()
+    return census_pools
 
 
 def census(pool, kernel, shape, *configs):
