@@ -2,6 +2,7 @@
 --help works, and the scripts that need no GPU (stored-sweep replay, heuristic regret, lookup cost) run on tiny
 arguments and write their result files where --out says."""
 import ast
+import functools
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from tests.conftest import FIXTURES, REPO
 BENCH = Path(REPO) / "benchmarks"
 
 
+@functools.cache  # read once: parsing every script costs ~0.09 s, and each of ~40 parametrised tests asks
 def _scripts() -> dict[str, str]:
     """Every benchmarks/*.py but the package's own modules, common.py and helpers: {name: docstring's first line}."""
     out = {}
