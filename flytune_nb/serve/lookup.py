@@ -117,6 +117,11 @@ class Lookup:
         self._tables.clear()
 
     def __call__(self, spec, shape: dict, dtype: str, device, directory=None) -> Config | None:
+        found = self.entry(spec, shape, dtype, device, directory)
+        return None if found is None else found[0]
+
+    def entry(self, spec, shape: dict, dtype: str, device, directory=None) -> tuple[Config, str, int] | None:
+        """(config, the file's path, the batch size of the entry served) for one call, or None (the default)."""
         where = str(directory or os.environ.get("FLYTUNE_CONFIG_DIR") or "")
         rest = tuple((a, shape[a]) for a in spec.axes if a != spec.batch_axis)
         key = (spec.name, spec.fingerprint, rest, dtype, device.name, device.backend, where)
@@ -129,14 +134,16 @@ class Lookup:
         m, ms = shape[spec.batch_axis], table.ms
         i = bisect.bisect_left(ms, m)
         if spec.backend == "flydsl":  # FlyDSL serves its offline configs by exact key: a batch size not swept has none
-            return table.configs[i] if i < len(ms) and ms[i] == m else None
+            if i < len(ms) and ms[i] == m:
+                return table.configs[i], table.path, m
+            return None
         if i == len(ms):
             i -= 1
         elif i > 0:
             below, above = m - ms[i - 1], ms[i] - m
             if below < above or (below == above and table.order[i - 1] < table.order[i]):
                 i -= 1  # nearest by absolute distance; a tie goes to the entry first in the file, as SGLang's min()
-        return table.configs[i]
+        return table.configs[i], table.path, ms[i]
 
     def _load(self, spec, rest: dict, dtype: str, device, root: Path) -> Table | None:
         try:

@@ -592,6 +592,10 @@ def cmd_lookup(args) -> int:
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     print(f"{config}  (source: {source}, device: {device.name})")
+    if source == "artifact":
+        note = stale_note(spec, shapes[0], dtype, device, args.dir)
+        if note:
+            print(note)
     from flytune_nb.artifacts.sglang import served_instead
 
     found = served_instead(spec, shapes[0], dtype, device) if source == "default" else None
@@ -607,6 +611,33 @@ def cmd_lookup(args) -> int:
         if note:
             print(note)
     return 0
+
+
+def stale_note(spec, shape: dict, dtype: str, device, directory) -> str:
+    """A note when the export entry that serves this call was tuned for another source of the kernel than the one
+    installed: it is still served (its knobs are the kernel's), but its timing was taken on code that changed since,
+    so it may no longer be the fastest."""
+    from pathlib import Path
+
+    from flytune_nb.artifacts.files import PROVENANCE, ProvenanceError, read_provenance
+    from flytune_nb.serve.lookup import LOOKUP
+
+    found = LOOKUP.entry(spec, shape, dtype, device, directory)
+    if found is None:
+        return ""
+    _, path, m = found
+    try:
+        record = read_provenance(Path(path).parent / PROVENANCE).get(Path(path).name, {}).get(str(m)) or {}
+    except ProvenanceError:  # what lookup serves does not depend on the sidecar; `flytune check` reports it
+        return ""
+    from flytune_nb.core.key import source_fingerprint
+
+    source, installed = record.get("source"), spec.fingerprint or source_fingerprint(spec.source_dir)
+    if not source or source == installed:
+        return ""
+    return (f"note: stale: batch size {m} of {path} was tuned for another source of {spec.name} (source {source}; "
+            f"installed {installed}): it is served, but may no longer be the fastest; `flytune check` re-times "
+            f"it and prints the command that sweeps its file again")
 
 
 def primed_note(spec, shape: dict, dtype: str, device, directory, answered) -> str:

@@ -177,6 +177,36 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     assert f"--dir {tmp_path / 'nowhere'} is not a folder" in capsys.readouterr().err
 
 
+def test_lookup_says_when_the_entry_it_serves_was_tuned_for_another_source_of_the_kernel(swept, tmp_path, capsys):
+    """An export tuned before the kernel was edited is still served (its knobs are the kernel's), but lookup, the
+    command a user asks what a serving run gets, says so and names the entry; a fresh export says nothing."""
+    import json
+    import random
+
+    from flytune_nb.artifacts.files import PROVENANCE
+
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    m = random.choice([1, 5, 9, 40])
+    argv = ["lookup", "rmsnorm", f"M={m}", "N=256", "--dtype", "fp32", "--dir", str(out)]
+    capsys.readouterr()
+    assert main(argv) == 0
+    fresh = capsys.readouterr().out
+    assert "(source: artifact" in fresh and "stale" not in fresh, fresh
+    (sidecar,) = out.rglob(PROVENANCE)
+    prov = json.loads(sidecar.read_text())
+    (name,) = prov
+    old = f"{random.getrandbits(64):016x}"
+    for record in prov[name].values():
+        record["source"] = old
+    sidecar.write_text(json.dumps(prov))
+    served = min(prov[name], key=lambda k: abs(int(k) - m))  # SGLang's nearest batch size
+    assert main(argv) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == fresh.splitlines()[0], said  # the same config is served
+    assert said[1].startswith(f"note: stale: batch size {served} of ") and name in said[1] and old in said[1], said
+
+
 @pytest.mark.parametrize("named", ["mi300x", "AMD_Instinct_MI300X", "AMD Instinct MI300X", "amd instinct mi300x"])
 def test_lookup_of_a_target_named_as_torch_or_a_file_names_it_reads_that_targets_export(named, tmp_path, capsys):
     """--device takes a GPU's name as torch reports it ("AMD Instinct MI300X") as well as a file name's: a name of a
