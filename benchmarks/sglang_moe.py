@@ -149,7 +149,7 @@ def _report_from_store(args) -> int:
             best = min(own, key=own.get)
             rounds: dict = {}
             for c, p in con.execute("select config, p50 from retimes where kernel='sglang_fused_moe' and shape=? "
-                                    "and status='ok' and timing=?", (key, args.timing)):
+                                    "and status='ok' and timing=? and round >= 0", (key, args.timing)):
                 rounds.setdefault(Config.from_json(c), []).append(p)
             med = {c: statistics.median(v) for c, v in rounds.items()}
             winner = con.execute("select winner from selections where kernel='sglang_fused_moe' and shape=? and "

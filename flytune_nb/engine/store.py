@@ -6,8 +6,9 @@ exactly when re-measuring it would measure the same thing. ``kill -9`` loses at 
 finished trial is its own committed transaction.
 
 Beside the trials: ``retimes`` holds every timing of the selection stage (strategies/selection.py: one row per
-contender per round, never replaced), ``selections`` the decision per key with its evidence. A trial whose config
-compiled to the same binary as one measured before it records that config in ``twin_of`` and shares its numbers.
+contender per round, never replaced; round -1: a stored config timed again beside listed ones, Sweep's ``beside``),
+``selections`` the decision per key with its evidence. A trial whose config compiled to the same binary as one
+measured before it records that config in ``twin_of`` and shares its numbers.
 """
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ class Sweep:
                  timer: dict | None = None, listeners: Iterable[Callable] = (), seed: int = 0,
                  retry_failed: bool = False, configs: Iterable[Config] | None = None, timing: str | None = None,
                  selection: Rule | dict | str | None = "auto", twins: bool = True, prune=None,
-                 remeasure: Iterable[Config] = (), warm_start: bool = True) -> None:
+                 remeasure: Iterable[Config] = (), beside: Iterable[Config] = (), warm_start: bool = True) -> None:
         self.paths = tuple(kernel_paths(paths))
         self.spec = kernel if not isinstance(kernel, str) else get_kernel(kernel, list(self.paths))
         if not isinstance(kernel, str):
@@ -140,9 +140,15 @@ class Sweep:
         # picks this way); each must name exactly the knobs the kernel's configs have.
         # an optional knob written at its default (TMA=0) is the config without it: one name, timed once
         self.configs = None if configs is None else list(dict.fromkeys(map(self.spec.canonical, configs)))
-        # measured again even when stored (the stored row is replaced): the workbench times an edited heuristic's
-        # new picks beside fresh timings of the default and the best, never against minutes-old ones
+        # measured again even when stored (the stored row is replaced by the fresh one)
         self.remeasure = set(map(self.spec.canonical, remeasure))
+        # timed again for comparison only where a trial is stored (the heuristic editor's default and pick, beside an
+        # edit's new picks): the fresh timing is an event and a ``retimes`` row (round -1: no selection round), and
+        # the stored trial stays. It is the timing the search's other configs were taken beside: SearchResult.time_of
+        # scales every config the selection never re-timed by the default's re-timed / stored ratio, so a default
+        # stored again under another load (4x on a busy CPU) would put all of them on that clock in every view
+        # rebuilt from the store, and a pick stored again would change the shortlist, so Run would re-select.
+        self.beside = set(map(self.spec.canonical, beside))
         if baselines is not None:  # text as papermill and a form field pass it ("torch_eager,torch_compile"), or names
             if isinstance(baselines, str):  # "none" as the CLI's --baselines takes it
                 baselines = () if baselines.strip().lower() == "none" else tuple(baselines.replace(",", " ").split())
@@ -446,6 +452,7 @@ class Sweep:
         # shares. Stored trials say which was which, so a resumed sweep keeps both.
         timed_for: dict = {}
         twin_of: dict = {}
+        timed_beside: dict = {}  # (config, fidelity) -> its fresh timing (Sweep's ``beside``), timed once a shape
         for c, (h, rep) in self.store.binaries_for(key).items():
             if rep is not None:
                 twin_of[c] = rep
@@ -469,6 +476,15 @@ class Sweep:
             if self._stop.is_set():
                 raise _Stopped
             i = len(result.trials)
+            if config in self.beside and (config, fidelity) in stored and (config, fidelity) not in timed_beside:
+                self.emit(TrialStarted(spec.name, shape, dtype, config, i, total))
+                trial = timed_beside[(config, fidelity)] = self._measure(lane, shape, dtype, config, fidelity, device)
+                if self._stop.is_set() and trial.status == "crashed":
+                    raise _Stopped
+                self.store.add_retime(trial, key=key, run_id=self.run_id, round=-1, timing=self.timing)
+                result.trials.append(trial)
+                self.emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))
+                return trial
             trial = stored.get((config, fidelity))
             if trial is None:
                 if batch is not None and batch.wait(config.to_dict(), self._stop) == "stopped":

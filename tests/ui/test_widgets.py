@@ -19,6 +19,7 @@ from flytune_nb.core.config import Config  # noqa: E402
 from flytune_nb.core.device import current_device  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
 from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted  # noqa: E402
+from flytune_nb.engine.store import Store  # noqa: E402
 from flytune_nb.engine.sweep import Sweep  # noqa: E402
 from flytune_nb.measure.trial import Trial  # noqa: E402
 from flytune_nb.strategies.loop import SearchResult  # noqa: E402
@@ -571,7 +572,37 @@ def test_measure_missing_times_picks_beside_fresh_default_and_best_and_plots_the
     assert any(str(pick) in c for t in fig.data for c in (t.customdata or ()))  # ... and the plot
     measured = [str(c) for c in wb.sweep.configs]
     assert str(wb.sweep.spec.canonical(entry.default)) in measured and str(best) in measured  # measured again
-    assert wb.sweep.remeasure == {entry.default, best}
+    assert wb.sweep.beside == {entry.default, best}
+
+
+def test_a_view_rebuilt_from_the_store_after_measure_missing_keeps_the_searchs_clock(tmp_path):
+    """Measure missing times the default again beside the edit's picks. The store keeps the search's own timing of
+    it (the one the search's other configs were timed beside), so a view rebuilt from the store (a reopened notebook,
+    Run resuming) gives every config the time the live view gave it, and reuses the stored decision; the fresh timing
+    is kept as a retimes row of its run."""
+    db = tmp_path / "r.db"
+    wb = Workbench("rmsnorm", "M=4 N=256", ["fp32"], db=str(db), isolate=False)
+    assert wb.wait_ready(60)
+    wb.run().join(60)
+    searched = wb.live.finished_results()[0]
+    wb.editor.code.value = ("from flytune_nb.core.config import Config\n"
+                            "def default(shape, dtype, device):\n    return Config({'BLOCK_N': 256}, num_warps=16)\n")
+    assert wb.editor.last.unmeasured
+    wb.editor._measure_missing().join(60)
+    live = wb.live.finished_results()[0]
+    reopened = Workbench("rmsnorm", "M=4 N=256", ["fp32"], db=str(db), isolate=False)
+    assert reopened.wait_ready(60)
+    reopened.run().join(60)
+    rebuilt = reopened.live.finished_results()[0]
+    assert rebuilt.selection.contenders == searched.selection.contenders and reopened.control.measured == 0
+    others = [t.config for t in searched.trials if t.ok and t.config not in searched.selection.timings]
+    assert others
+    for c in others:  # the rebuilt view scaled them by the default's Measure-missing timing (2.73 ms read as 2.87)
+        assert math.isclose(live.time_of(c), searched.time_of(c))
+        assert math.isclose(rebuilt.time_of(c), searched.time_of(c)), c
+    assert rebuilt.default_trial.p50 == searched.default_trial.p50
+    retimes = Store(db).frame("rmsnorm", table="retimes")
+    assert set(retimes.loc[retimes["round"] == -1, "run_id"]) == {wb.sweep.run_id}
 
 
 def test_measure_missing_hands_its_trial_events_to_the_users_listeners(tmp_path):

@@ -498,7 +498,7 @@ class Workbench(W.VBox):
                 # shape to the default without any re-timing.
                 sw = Sweep(self.picker.dropdown.value, [dict(shape)], [dtype], db=self._store(), paths=self.paths,
                            isolate=self.isolate, configs=list(dict.fromkeys(configs + fresh)), baselines=(),
-                           remeasure=fresh, selection=None, listeners=self._listeners(relay))
+                           beside=fresh, selection=None, listeners=self._listeners(relay))
                 self.sweep = sw
                 if stop_asked.is_set():  # Stop pressed while this sweep was being made: it stopped the previous one
                     break
