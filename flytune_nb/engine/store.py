@@ -394,8 +394,15 @@ class Store:
         stem, suffix = self._file.stem, self._file.suffix
         for i in range(1, 100):
             target = self._file.with_name(f"{stem}.rescued{'' if i == 1 else f'-{i}'}{suffix}")
-            if not target.exists():
-                break
+            if target.exists():
+                continue
+            try:  # made here, exclusively: another process with the store open may take the name meanwhile
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:
+                continue
+            except OSError:  # the folder went too, or is read-only: nothing can be saved
+                return None
+            break
         else:
             return None
         with self._lock:  # another thread's write, already checked, must not land between the pages copied

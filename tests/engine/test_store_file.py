@@ -145,3 +145,31 @@ def test_threads_meeting_a_deleted_store_at_once_save_it_once_and_say_the_same_p
         t.join(30)
     assert len(said) == 2 and said[0] == said[1] and f"saved in {tmp_path / 'runs.rescued.db'}" in said[0]
     assert sorted(p.name for p in tmp_path.iterdir() if "rescued" in p.name) == ["runs.rescued.db"]
+
+
+def test_a_rescue_copy_never_writes_over_or_removes_a_file_made_at_its_name_meanwhile(tmp_path, monkeypatch):
+    """Another process with the store open (a census beside a notebook) may make runs.rescued.db between this one's
+    look at the name and its copy: that file is another name's business, never written over, nor removed when this
+    copy fails."""
+    from pathlib import Path
+
+    db = tmp_path / "runs.db"
+    store = Store(db)
+    store.add(_trial(16), key="k16", run_id="r")
+    taken = tmp_path / "runs.rescued.db"
+    real_exists = Path.exists
+
+    def exists(self):  # the other process makes its file just after this one saw the name free
+        if self == taken and not real_exists(self):
+            taken.write_text("the other process's file")
+            return False
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    db.unlink()
+    with pytest.raises(StoreGone, match=r"the 1 trial\(s\) it held are saved in .*runs\.rescued-2\.db"):
+        store.add(_trial(99), key="k99", run_id="r")
+    monkeypatch.undo()
+    store.close()
+    assert taken.read_text() == "the other process's file"
+    assert _count(tmp_path / "runs.rescued-2.db") == 1
