@@ -141,6 +141,10 @@ def grid_shapes(grid, axes: tuple[str, ...], batch_axis: str | None = None) -> l
 # evaluator, never by eval(): a rule comes from a kernel folder's data file and must not be able to run code.
 _RULE_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
              ast.Mod: operator.mod}
+# Parts (axis names, numbers) a rule may have: its tree is read recursively, once per part, and a sum of ~1000
+# parts reaches Python's recursion limit (1000) there, of ~3000 already in ast.parse. A real rule has a handful.
+RULE_PARTS = 100
+_RULE_PART = re.compile(r"\w+")
 _RULE_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
                  ast.Eq: operator.eq, ast.NotEq: operator.ne}
 
@@ -163,9 +167,12 @@ def parse_rule(rule: str, axes: tuple[str, ...]) -> ast.Expression:
     kernel's axes under + - * // %. Anything else is a UsageError naming the rule."""
     if not isinstance(rule, str) or not rule.strip():
         raise UsageError(f"a shape rule is text such as 'topk <= E', got {rule!r}")
+    if len(_RULE_PART.findall(rule)) > RULE_PARTS:
+        raise UsageError(f"shape rule {rule[:40]!r}... has more than {RULE_PARTS} parts; split it into rules of its "
+                         f"own")
     try:
         tree = ast.parse(rule.strip(), mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         raise UsageError(f"shape rule {rule!r} is not a comparison such as 'topk <= E'") from None
     if not isinstance(tree.body, ast.Compare):
         raise UsageError(f"shape rule {rule!r} is not a comparison such as 'topk <= E'")

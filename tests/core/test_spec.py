@@ -105,6 +105,9 @@ def _passes(spec, n: int) -> bool:
     # a comparison is the rule itself, never a number inside it: these would reach check_shape and fail there
     ("(N >= 16) == 1", "compares inside a comparison"),
     ("N <= (N > 1) * 64", "compares inside a comparison"),
+    # a sum of 1200 terms parsed, then raised RecursionError at every check_shape; of 5000, when the spec was made
+    ("N" + " + N" * 1200 + " >= 1", "has more than 100 parts"),
+    ("N" + " + N" * 5000 + " >= 1", "has more than 100 parts"),
 ])
 def test_a_shape_rule_that_is_not_a_comparison_of_axes_is_refused_at_construction(toy, rule, says):
     """A rule is read, never run as Python: anything but a comparison of the axes and whole numbers is refused when
