@@ -11,12 +11,12 @@ def environ(values: dict[str, str | None]):
     """Set each variable of ``values`` (None: unset it) for the block; every one as it was after. Process-wide: not
     for blocks running at once on several threads."""
     saved = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
+    try:  # a value that cannot be set (NUL in it: ValueError) must not leave those set before it
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         yield
     finally:
         for k, v in saved.items():
