@@ -98,7 +98,16 @@ def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
         raise ArtifactError(problem)
     parts = [f"{a}={int(shape[a])}" for a in spec.file_axes] + [f"device_name={device_name}"]
     tag = spec.dtype_tag(dtype)
-    return ",".join(parts + ([f"dtype={tag}"] if tag else [])) + spec.artifact_suffix + ".json"
+    name = ",".join(parts + ([f"dtype={tag}"] if tag else [])) + spec.artifact_suffix + ".json"
+    # Linux and macOS file systems hold at most 255 bytes per name: past it open() fails with ENAMETOOLONG, which
+    # lookup would report as an unreadable folder and export as a failed write
+    if len(os.fsencode(name)) > NAME_MAX:
+        raise ArtifactError(f"the file name for device {device_name!r} would be {len(os.fsencode(name))} bytes, more "
+                            f"than the {NAME_MAX} a file name can hold: give a shorter device name")
+    return name
+
+
+NAME_MAX = 255
 
 
 def kernel_dir(spec, root) -> Path:

@@ -207,6 +207,23 @@ def test_lookup_says_when_the_entry_it_serves_was_tuned_for_another_source_of_th
     assert said[1].startswith(f"note: stale: batch size {served} of ") and name in said[1] and old in said[1], said
 
 
+def test_lookup_for_a_device_name_too_long_for_a_file_name_says_so(tmp_path, capsys):
+    """A file name holds at most 255 bytes: a longer device name is named as the problem, not reported as a config
+    folder this user cannot read."""
+    import random
+
+    import triton
+
+    from flytune_nb.artifacts.files import triton_dir_name
+
+    (tmp_path / "rmsnorm" / triton_dir_name(triton.__version__)).mkdir(parents=True)  # exports, none for this GPU
+    name = "GPU_" + "".join(random.choice("ABCDEFGH") for _ in range(random.randint(260, 400)))
+    assert main(["lookup", "rmsnorm", "M=5", "N=256", "--dtype", "fp32", "--device", name, "--dir", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "(source: default" in captured.out, captured
+    assert "more than the 255 a file name can hold" in captured.err and "not readable" not in captured.err, captured
+
+
 @pytest.mark.parametrize("named", ["mi300x", "AMD_Instinct_MI300X", "AMD Instinct MI300X", "amd instinct mi300x"])
 def test_lookup_of_a_target_named_as_torch_or_a_file_names_it_reads_that_targets_export(named, tmp_path, capsys):
     """--device takes a GPU's name as torch reports it ("AMD Instinct MI300X") as well as a file name's: a name of a
