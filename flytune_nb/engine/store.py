@@ -386,9 +386,10 @@ class Store:
     def _rescue(self) -> Path | None:
         """A copy of a store whose file was deleted while open (unlinked: this process still reads it through
         SQLite's open descriptor, and closing it loses every row), beside where it was: ``runs.db`` ->
-        ``runs.rescued.db`` (``runs.rescued-2.db``, ... where that is taken). None for a file that was moved or
-        replaced (its rows are in the file where it went; closing checkpoints the last of them there), and where
-        this process cannot tell (no /proc) or cannot write the copy: then the message says nothing was saved."""
+        ``runs.rescued.db`` (``runs.rescued-2.db``, ... where that is taken). A file replaced by another
+        (``os.replace`` over it) has no name left either, and is copied the same way. None for a file that was moved
+        (its rows are in the file where it went; closing checkpoints the last of them there), and where this process
+        cannot tell (no /proc) or cannot write the copy: then the message says nothing was saved."""
         if _links(self._file_id) != 0:
             return None
         stem, suffix = self._file.stem, self._file.suffix
