@@ -55,6 +55,26 @@ def _interrupted_while_importing(signum, frame) -> None:
 # Only for the command, whose own handler (ui/cli.main) takes over once it runs; anyone else importing flytune_nb
 # (a notebook, a script) keeps Python's KeyboardInterrupt. A process that ignores SIGINT (a background job) still does.
 _SIGINT_BEFORE = None
+# The finished command's exit status, once ui/cli.main has it and its output is out: from then on a Ctrl-C ends the
+# process with that status instead of killing it by SIGINT (see ui/cli._end_at_ctrl_c_in_teardown).
+EXIT_STATUS = None
+_LAST_EXIT_HANDLER = False  # whether _ignore_ctrl_c_in_final_teardown is registered
+
+
+def _ignore_ctrl_c_in_final_teardown() -> None:
+    """The last exit handler to run (registered before any import that registers one): past it only the
+    interpreter's own teardown is left (seconds once SGLang and FlyDSL are imported), and before that teardown
+    Python resets a Python-level SIGINT handler to the default action, so a Ctrl-C there would kill a finished
+    command by signal. No Python code can end the process cleanly then; ignored, it ends with its own status."""
+    if EXIT_STATUS is not None:
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+
+
+if _started_as_the_cli():
+    import atexit as _atexit
+
+    _atexit.register(_ignore_ctrl_c_in_final_teardown)  # first registered: runs last
+    _LAST_EXIT_HANDLER = True
 if _started_as_the_cli() and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     try:
         _SIGINT_BEFORE = _signal.signal(_signal.SIGINT, _interrupted_while_importing)

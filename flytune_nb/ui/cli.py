@@ -206,21 +206,32 @@ def main(argv: list[str] | None = None) -> int:
         _drop_stdout()
         rc = rc or EXIT_PIPE
     if argv is None:  # the program itself (`flytune`, `python -m flytune_nb`), not a caller in its own process
-        _ignore_ctrl_c_in_teardown()
+        _end_at_ctrl_c_in_teardown(rc)
     return rc
 
 
-def _ignore_ctrl_c_in_teardown() -> None:
+def _end_at_ctrl_c_in_teardown(rc: int) -> None:
     """The command is done and its output flushed, but tearing the interpreter down takes seconds once SGLang and
-    FlyDSL are imported (about 3 s of `flytune kernels`' 10 on 2 CPU cores). Python restores SIGINT's default action
-    before that teardown, so a Ctrl-C meeting it killed the process by signal (status -2, as if the command had
-    failed, after its output) and no Python handler can run then. Ignored from the first exit handler on, it lets the
-    teardown finish with the command's own status; a thread still running at exit is waited for before that, and a
-    Ctrl-C still interrupts that wait."""
+    FlyDSL are imported (about 3 s of `flytune kernels`' 10 on 2 CPU cores), and an exit handler of a library may
+    wait on a child that hangs. Python's own handler would turn a Ctrl-C there into a traceback or a death by signal
+    (status -2, as if the command had failed, after its output). From the first exit handler on, a Ctrl-C ends the
+    process at once with the command's own status; past the last one, where Python can no longer run a handler,
+    flytune_nb's own last exit handler ignores it instead. A thread still running at exit is waited for before
+    either, and a Ctrl-C interrupts that wait as usual."""
     import atexit
     import signal
 
-    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)  # registered last: runs first
+    import flytune_nb
+
+    def end_now(signum, frame) -> None:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(rc)
+
+    flytune_nb.EXIT_STATUS = rc
+    # where flytune_nb was imported by another program first, its last exit handler is not there: ignore from here on
+    atexit.register(signal.signal, signal.SIGINT, end_now if flytune_nb._LAST_EXIT_HANDLER else signal.SIG_IGN)  # registered last: runs first
 
 
 def _drop_stdout() -> None:

@@ -222,6 +222,42 @@ def test_ctrl_c_after_the_command_is_done_lets_it_end_with_its_own_status(tmp_pa
     assert "toy" in out and "Traceback" not in err, (out[-1000:], err[-2000:])
 
 
+def test_ctrl_c_in_a_hung_exit_handler_ends_the_finished_command_at_once_with_its_own_status(tmp_path):
+    """A library's exit handler that waits on something that never comes (a child's join) must not leave a finished
+    command un-interruptible: Ctrl-C ends it at once, with the command's own status and its output intact."""
+    import shutil
+
+    plugins = tmp_path / "plugins"
+    shutil.copytree(Path(PLUGINS) / "toy", plugins / "toy")
+    marker = tmp_path / "hanging"
+    with open(plugins / "toy" / "kernel.py", "a") as f:
+        f.write(textwrap.dedent(f"""
+
+            def _hang_at_exit():
+                import time
+                open({str(marker)!r}, "w").close()
+                time.sleep(600)
+
+
+            __import__("atexit").register(_hang_at_exit)
+            """))
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", "kernels", "--path", str(plugins)],
+                            env=clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _wait_for(lambda: marker.exists() or proc.poll() is not None, 120, "the exit handler never began")
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and took < 30, (proc.returncode, took, err[-2000:])
+    assert "toy" in out and "Traceback" not in err, (out[-1000:], err[-2000:])
+
+
 def test_ctrl_c_during_a_hang_ends_at_once_and_names_the_trial_it_cut(tmp_path):
     """Ctrl-C during a hang kills the worker at once instead of waiting out the rest of --timeout, and the message
     says which trial was in flight (not recorded: the re-run measures it again)."""
