@@ -21,6 +21,17 @@ import time
 from collections import Counter
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse type: a count of calls or a batch size, a whole number >= 1 (0 or fewer would serve nothing and
+    still print a report, or end in an IndexError from an empty list of batch sizes)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return n
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -31,11 +42,43 @@ def parse_args(argv=None):
                                                       "ones flytune_nb ships, flytune_nb/exports/)")
     p.add_argument("--batch-sizes", default=None, help="comma-separated batch sizes to draw from (default: "
                                                        "SGLang's 1..4096, capped by --max-batch)")
-    p.add_argument("--max-batch", type=int, default=4096)
-    p.add_argument("--calls", type=int, default=500, help="calls in the stream")
-    p.add_argument("--overhead-calls", type=int, default=2000, help="calls per timing of the launcher overhead")
+    p.add_argument("--max-batch", type=_at_least_one, default=4096)
+    p.add_argument("--calls", type=_at_least_one, default=500, help="calls in the stream")
+    p.add_argument("--overhead-calls", type=_at_least_one, default=2000,
+                   help="calls per timing of the launcher overhead")
     p.add_argument("--json", default=None, help="also write the report as JSON here")
     return p.parse_args(argv)
+
+
+def resolve(args):
+    """(spec, non-batch shape, dtype, batch sizes) from the command line, or a FlytuneError naming what is wrong:
+    checked before anything is launched, so a typo costs one line, not a traceback or a stream served with the
+    heuristic default."""
+    from flytune_nb import get_kernel
+    from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, parse_grid, parse_values
+    from flytune_nb.errors import UsageError
+
+    # lookup would warn and serve the heuristic default for every call: a stream that looks served, but from nothing
+    if args.config_dir and not os.path.isdir(args.config_dir):
+        raise UsageError(f"--config-dir {args.config_dir} is not a folder")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        raise UsageError(f"--json {args.json}: no folder {os.path.dirname(os.path.abspath(args.json))}")
+    spec = get_kernel(args.kernel)
+    dtype = spec.check_dtype(args.dtype)
+    others = tuple(a for a in spec.axes if a != spec.batch_axis)
+    text = " ".join(args.shape)
+    if any(t.partition("=")[0] == spec.batch_axis for t in text.split()):
+        raise UsageError(f"--shape names the axes other than the batch axis ({' '.join(others)}); "
+                         f"{spec.batch_axis} is drawn from --batch-sizes or --max-batch")
+    shapes = parse_grid(text, others, noun="--shape")
+    if len(shapes) != 1:
+        raise UsageError(f"--shape takes one value per axis (e.g. {' '.join(f'{a}=4096' for a in others)}); "
+                         f"got {text!r}")
+    sizes = parse_values(spec.batch_axis, args.batch_sizes, spec.batch_axis) if args.batch_sizes else \
+        [b for b in SGLANG_BATCH_SIZES if b <= args.max_batch]
+    for m in sizes:  # shape rules (fused_moe's topk <= E) before anything is made
+        spec.check_shape({**shapes[0], spec.batch_axis: m})
+    return spec, shapes[0], dtype, sizes
 
 
 def main(argv=None) -> int:
@@ -45,15 +88,17 @@ def main(argv=None) -> int:
         os.environ["FLYTUNE_CONFIG_DIR"] = args.config_dir
     import torch
 
-    from flytune_nb import current_device, get_kernel, tuned
-    from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
+    from flytune_nb import current_device, tuned
+    from flytune_nb.errors import FlytuneError
 
-    spec, dev = get_kernel(args.kernel), current_device()
-    rest = {k: int(v) for k, v in (s.split("=", 1) for s in args.shape)}
-    sizes = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else \
-        [b for b in SGLANG_BATCH_SIZES if b <= args.max_batch]
+    try:
+        spec, rest, dtype, sizes = resolve(args)
+    except FlytuneError as e:
+        print(f"serve.py: error: {e}", file=sys.stderr)
+        return 2
+    dev = current_device()
     op = tuned(spec, autotune=False)
-    inputs = {m: spec.make_inputs(spec.check_shape({**rest, spec.batch_axis: m}), args.dtype, dev) for m in sizes}
+    inputs = {m: spec.make_inputs(spec.check_shape({**rest, spec.batch_axis: m}), dtype, dev) for m in sizes}
 
     # The stream: a seeded mix of batch sizes, as a serving engine sees them. The first call of each size resolves
     # its config (artifact or default); every later one is a memory hit.
@@ -91,11 +136,11 @@ def main(argv=None) -> int:
     raw_us = per_call(lambda: spec.run(inputs[m], cfg), n)
     tuned_us = per_call(lambda: op(**inputs[m]), n)
 
-    report = {"kernel": spec.name, "shape": rest, "dtype": args.dtype, "device": dev.name, "calls": args.calls,
+    report = {"kernel": spec.name, "shape": rest, "dtype": dtype, "device": dev.name, "calls": args.calls,
               "stream_s": stream_s, "sources": dict(sources), "first_call_source": first_source,
               "configs": config_of, "overhead": {"batch": m, "raw_us": raw_us, "tuned_us": tuned_us,
                                                  "ratio": tuned_us / raw_us}}
-    print(f"served {args.calls} calls of {spec.name} {' '.join(f'{k}={v}' for k, v in rest.items())} {args.dtype} "
+    print(f"served {args.calls} calls of {spec.name} {' '.join(f'{k}={v}' for k, v in rest.items())} {dtype} "
           f"on {dev.name} in {stream_s:.2f} s with zero search")
     print(f"config sources over the stream: {dict(sources)}")
     print(f"{spec.batch_axis:>6}  source    config")

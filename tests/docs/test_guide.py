@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flytune_nb.core.resources import EXPORTS, NOTEBOOKS
 from tests.conftest import REPO
 
@@ -119,3 +121,49 @@ def test_serve_example_reports_sources_configs_and_overhead(tmp_path):
     assert r["configs"]["8"] == str(Config.from_dict(table["8"]))
     assert r["sources"]["memory"] == 30 - 4 and "search" not in r["sources"]
     assert r["overhead"]["raw_us"] > 0 and r["overhead"]["tuned_us"] > 0
+
+
+def _serve_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("flytune_serve_example", ROOT / "examples" / "serve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_serve_example_refuses_bad_input_with_one_line(tmp_path, monkeypatch, capsys):
+    """A typo on the consumer example's command line is one `serve.py: error:` line and exit 2, before anything is
+    launched: not a traceback (unknown kernel or dtype, a shape that is not AXIS=int), not a report of calls served
+    from nothing (--calls 0, a --config-dir that does not exist), and not M silently replaced by the drawn batch
+    sizes when --shape names it."""
+    import random
+
+    monkeypatch.setenv("FLYTUNE_AUTOTUNE", "0")
+    monkeypatch.delenv("FLYTUNE_CONFIG_DIR", raising=False)
+    serve = _serve_module()
+    n = random.choice((128, 256, 512))
+    cases = [
+        (["--kernel", "rmsnrm", "--shape", f"N={n}"], "unknown kernel 'rmsnrm'. Did you mean 'rmsnorm'?"),
+        (["--shape", f"N={n}", "--dtype", "bf61"], "unknown dtype 'bf61'"),
+        (["--kernel", "matmul", "--shape", f"N={n}", f"K={n}", "--dtype", "fp32"], "matmul supports bf16, fp16"),
+        (["--shape", f"N={n}x"], f"axis N: '{n}x' is not a positive integer"),
+        (["--shape", f"n={n}"], "unknown ['n'] (did you mean N?)"),
+        (["--kernel", "matmul", "--shape", f"N={n}"], "missing ['K']"),
+        (["--shape", f"N={n}", "M=8"], "M is drawn from --batch-sizes or --max-batch"),
+        (["--shape", f"N={n},{2 * n}"], "--shape takes one value per axis"),
+        (["--shape", f"N={n}", "--batch-sizes", "1,x"], "axis M: 'x' is not a positive integer"),
+        (["--shape", f"N={n}", "--config-dir", str(tmp_path / "nope")], "is not a folder"),
+        (["--shape", f"N={n}", "--json", str(tmp_path / "no" / "r.json")], "no folder"),
+    ]
+    for argv, says in cases:
+        assert serve.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("serve.py: error: ") and says in err and err.count("\n") == 1, (argv, err)
+    for flag in ("--calls", "--max-batch", "--overhead-calls"):
+        for bad in ("0", "-3", "x"):
+            with pytest.raises(SystemExit) as stop:
+                serve.main(["--shape", f"N={n}", flag, bad])
+            assert stop.value.code == 2
+            assert f"argument {flag}: must be a whole number >= 1, got '{bad}'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing was written
