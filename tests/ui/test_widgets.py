@@ -296,6 +296,31 @@ def test_editor_saves_to_a_user_file_unless_asked_for_the_kernels_own(tmp_path, 
         assert says in html.unescape(ed2.result.value) and "Errno" not in ed2.result.value
 
 
+def test_editor_save_shows_only_what_the_last_save_did(tmp_path, dev, monkeypatch):
+    """A refused save followed by a good one reads "saved to" alone: the refusal ("not saved: no folder ...") is not
+    left above it, which would leave the user unsure whether the file was written; a refusal keeps the re-score table
+    it follows, and saving twice says "saved to" once."""
+    import random
+
+    monkeypatch.chdir(tmp_path)
+    results = Sweep("toy", "N=64", ["fp32"], isolate=False, paths=[PLUGINS], baselines=()).run()
+    spec = get_kernel("toy", [PLUGINS])
+    ed = HeuristicEditor(lambda: spec, lambda: results, lambda: dev)
+    ed.code.value += f"\n# tried: {random.randrange(10**6)}\n"  # re-scored: the table
+    scored = ed.result.value
+    assert "edited rule vs current" in scored
+    ed.save_path.value = str(tmp_path / "no" / "h.py")
+    ed.save()
+    assert "not saved" in ed.result.value and ed.result.value.startswith(scored)
+    target = tmp_path / "mine.py"
+    for _ in range(2):
+        ed.save_path.value = str(target)
+        ed.save()
+        shown = html.unescape(ed.result.value)
+        assert target.read_text() == ed.code.value
+        assert "not saved" not in shown and shown.count("saved to") == 1 and ed.result.value.startswith(scored)
+
+
 def test_workbench_runs_off_the_cell_stops_and_resumes(tmp_path):
     started, pressed = threading.Event(), threading.Event()
     measured = []

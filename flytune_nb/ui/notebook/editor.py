@@ -45,6 +45,7 @@ class HeuristicEditor(W.VBox):
         self.into_kernel.observe(lambda _: self._target_changed(), "value")
         self.code.observe(lambda _: self.score(), "value")
         self.last = None
+        self._scored = ""  # what the last re-score showed: a save's line goes under it, replacing the previous save's
         self.load()
 
     def _kernel_file(self) -> Path:
@@ -84,7 +85,7 @@ class HeuristicEditor(W.VBox):
     def score(self):
         results = [r for r in self.results_getter() if r.best is not None]
         if not results:
-            self.result.value = "<i>sweep first: the edit is scored on its stored timings</i>"
+            self.result.value = self._scored = "<i>sweep first: the edit is scored on its stored timings</i>"
             return None
         spec, device, source, package = self.spec_getter(), self.device_getter(), self.code.value, self._package()
         try:
@@ -97,7 +98,7 @@ class HeuristicEditor(W.VBox):
         except HeuristicError as e:
             self.last = None
             self.measure_button.disabled = True
-            self.result.value = error_html(f"heuristic: {e}")
+            self.result.value = self._scored = error_html(f"heuristic: {e}")
             return None
         s = self.last.summary()
         ratio = lambda v: "-" if v != v else ("inf (a pick fails)" if v == math.inf else f"{v:.3f}x")  # noqa: E731
@@ -116,6 +117,7 @@ class HeuristicEditor(W.VBox):
             f"wider where its re-timed rounds were noisy).</small></p>"
             f"<div style='max-height:360px;overflow:auto'><table><tr><th>shape</th><th>current</th><th>edited</th>"
             f"<th>best</th><th></th></tr>{rows}</table></div>")
+        self._scored = self.result.value
         self.measure_button.disabled = not (self.last.unmeasured and self.measure)
         return self.last
 
@@ -147,12 +149,14 @@ class HeuristicEditor(W.VBox):
             if path.exists():
                 path.with_suffix(path.suffix + ".bak").write_text(path.read_text())
             path.write_text(self.code.value)
-            self.result.value += f"<p>saved to <code>{html.escape(str(path))}</code></p>"
+            said = f"<p>saved to <code>{html.escape(str(path))}</code></p>"
         except OSError as e:  # the disk's word (read-only, full), with the path it refused
-            self.result.value = error_html(f"not saved: cannot write {e.filename or self.save_path.value}: "
-                                           f"{e.strerror or e}")
+            said = error_html(f"not saved: cannot write {e.filename or self.save_path.value}: {e.strerror or e}")
         except (HeuristicError, ValueError) as e:
-            self.result.value = error_html(f"not saved: {e}")
+            said = error_html(f"not saved: {e}")
+        # one line for the last save, under the re-score it followed: a refusal left above a later "saved to" would
+        # leave it unclear whether the file was written
+        self.result.value = self._scored + said
 
 
 def _band(row) -> str:
