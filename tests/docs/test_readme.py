@@ -4,6 +4,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from flytune_nb.core.registry import get_kernel
 from flytune_nb.core.resources import NOTEBOOKS
 from flytune_nb.core.shapes import parse_grid
@@ -32,3 +34,24 @@ def test_the_five_minute_lookup_asks_for_a_file_the_workbench_default_grid_expor
     swept = parse_grid(params["grid"], spec.axes, batch_axis=spec.batch_axis)
     files = {tuple((a, s[a]) for a in spec.axes if a != spec.batch_axis) for s in swept}
     assert tuple((a, asked[a]) for a in spec.axes if a != spec.batch_axis) in files, (asked, sorted(files))
+
+
+def test_the_pages_read_a_store_so_that_a_mistyped_path_is_an_error(tmp_path, monkeypatch):
+    """README and the guide show how to read a results store into a DataFrame. Copied with a mistyped path, that line
+    must say there is no store there: Store(path) on its own is the writer's constructor, which makes an empty store
+    at any path, so the reader got an empty frame (and a stray database file) without a word."""
+    import random
+
+    from flytune_nb.engine.store import StoreError
+
+    monkeypatch.chdir(tmp_path)
+    found = []
+    for page in (Path(REPO) / "README.md", Path(REPO) / "docs" / "guide.md"):
+        for m in re.finditer(r"Store\(\"([^\"]+)\"([^)]*)\)\.frame\(([^)]*)\)", page.read_text()):
+            typo = f"{m.group(1)}.{random.randrange(10**6)}"  # a path that holds nothing
+            found.append(m.group(0))
+            code = f"Store({typo!r}{m.group(2)}).frame({m.group(3)})"
+            with pytest.raises(StoreError, match="no results store"):
+                eval(code, {"Store": __import__("flytune_nb").Store})
+            assert list(tmp_path.rglob("*")) == [], code
+    assert len(found) >= 2, found
