@@ -323,6 +323,8 @@ class Store:
                 raise StoreError(f"cannot make a results store at {self.path}: {blocking} exists and is not a "
                                  f"folder") from None
             raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
+        # the -wal and -shm a read-only open made: its connection cannot remove them as it closes (close does)
+        self._made = made if readonly else []
         self._lock = _Guarded(self.path)  # one connection shared by the sweep's per-GPU threads
         # which file was opened: SQLite keeps writing to it through its descriptor after it is deleted or moved, and
         # rows written then reach no one who opens the path (a new store there reads none of them). Its absolute
@@ -360,6 +362,8 @@ class Store:
         if gone and not self._file.exists():
             # the emptied -wal and the -shm: a new store at the path would take them for its own
             _remove_made([Path(f"{self._file}{end}") for end in ("-wal", "-shm")])
+        elif self._made and any(p.exists() for p in self._made):
+            _let_sqlite_remove_sidecars(self.path)
 
     def check_file(self) -> None:
         """StoreGone when the path no longer holds the file this store opened (deleted, moved, replaced); every
@@ -661,6 +665,22 @@ def _damaged(path: Path, e: sqlite3.DatabaseError) -> bool:
             return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
     except OSError:
         return False
+
+
+def _let_sqlite_remove_sidecars(path: Path) -> None:
+    """A read-write connection opened and closed: SQLite, closing a WAL database's last connection, checkpoints it and
+    removes its -wal and -shm, and keeps both while any other connection (a sweep started meanwhile) has it open,
+    which no check of ours could tell without a race. mode=rw never makes a database at a path that lost it."""
+    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        return  # SQLite could not remove them either
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None, timeout=1)
+        try:
+            db.execute("SELECT name FROM sqlite_master LIMIT 1")  # SQLite opens the WAL lazily: this is where
+        finally:
+            db.close()
+    except sqlite3.Error:  # busy, or no longer a database: the files stay, as they did before
+        pass
 
 
 def _remove_made(made: list[Path]) -> None:

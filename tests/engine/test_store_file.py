@@ -173,3 +173,32 @@ def test_a_rescue_copy_never_writes_over_or_removes_a_file_made_at_its_name_mean
     store.close()
     assert taken.read_text() == "the other process's file"
     assert _count(tmp_path / "runs.rescued-2.db") == 1
+
+
+def test_reading_a_store_leaves_no_wal_or_shm_beside_it_and_keeps_a_writers(tmp_path):
+    """A read-only open of a WAL store makes its -wal and -shm (SQLite needs the -shm even to read), and a read-only
+    connection cannot remove them as it closes: every `flytune export --db runs.db` or Store(..., readonly=True)
+    left two stray files beside the store. Closing removes what the reader made, through SQLite, which removes them
+    only as the database's last connection: a writer that opened the store meanwhile keeps both, and its rows."""
+    import random
+
+    db = tmp_path / "runs.db"
+    n = random.randint(1, 20)
+    w = Store(db)
+    for i in range(n):
+        w.add(_trial(64 + i), key=f"k{i}", run_id="r")
+    w.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+    r = Store(db, readonly=True)
+    assert len(r.frame()) == n
+    r.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+    r = Store(db, readonly=True)
+    w = Store(db)  # a sweep starts while the reader is open: the sidecars are the writer's now too
+    w.add(_trial(999), key="late", run_id="r")
+    r.close()
+    assert {"runs.db-wal", "runs.db-shm"} <= {p.name for p in tmp_path.iterdir()}
+    assert len(Store(db, readonly=True).frame()) == n + 1  # the writer's row, read back beside its open connection
+    w.add(_trial(1000), key="later", run_id="r")
+    w.close()
+    assert _count(db) == n + 2
