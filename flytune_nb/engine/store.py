@@ -617,6 +617,14 @@ class Store:
             return self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
 
 
+def _uri(path: Path, query: str) -> str:
+    """SQLite's URI for ``path``: a ``?``, ``#`` or ``%`` in a file name would otherwise end or change it (a store
+    named ``a?b.db`` read as ``a`` with the query ``b.db?mode=ro``, a file that holds no results)."""
+    from urllib.parse import quote
+
+    return f"file:{quote(str(Path(path).absolute()))}?{query}"
+
+
 def _connect_read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection. A store in WAL mode needs its -shm file even to be read; in a folder this user may not
     write to (a read-only mount, a colleague's results) SQLite cannot make one and refuses with "unable to open
@@ -624,7 +632,7 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     store whose -wal still holds rows (its sweep was killed, or is running as another user) is refused instead, since
     those rows would be missing without a word."""
     def connect(flags: str) -> sqlite3.Connection:
-        db = sqlite3.connect(f"file:{path}?mode=ro{flags}", uri=True, check_same_thread=False, isolation_level=None,
+        db = sqlite3.connect(_uri(path, f"mode=ro{flags}"), uri=True, check_same_thread=False, isolation_level=None,
                              timeout=30)
         try:
             db.execute("SELECT name FROM sqlite_master LIMIT 1")  # SQLite opens lazily: this is where it would fail
@@ -674,7 +682,7 @@ def _let_sqlite_remove_sidecars(path: Path) -> None:
     if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         return  # SQLite could not remove them either
     try:
-        db = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None, timeout=1)
+        db = sqlite3.connect(_uri(path, "mode=rw"), uri=True, isolation_level=None, timeout=1)
         try:
             db.execute("SELECT name FROM sqlite_master LIMIT 1")  # SQLite opens the WAL lazily: this is where
         finally:

@@ -202,3 +202,21 @@ def test_reading_a_store_leaves_no_wal_or_shm_beside_it_and_keeps_a_writers(tmp_
     w.add(_trial(1000), key="later", run_id="r")
     w.close()
     assert _count(db) == n + 2
+
+
+@pytest.mark.parametrize("name", ["a?b.db", "run#2.db", "100%.db", "x%3F.db"])
+def test_a_store_whose_name_holds_uri_characters_is_read_back_read_only(tmp_path, name):
+    """SQLite opens read-only stores through a URI, where ?, # and % end or change the file name: unquoted, a store
+    named a?b.db was read as "a", a file that holds no results, and closing one could make that file."""
+    import random
+
+    db = tmp_path / name
+    n = random.randint(1, 9)
+    w = Store(db)
+    for i in range(n):
+        w.add(_trial(32 + i), key=f"k{i}", run_id="r")
+    w.close()
+    r = Store(db, readonly=True)
+    assert len(r.frame()) == n
+    r.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
