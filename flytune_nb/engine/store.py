@@ -6,9 +6,10 @@ exactly when re-measuring it would measure the same thing. ``kill -9`` loses at 
 finished trial is its own committed transaction.
 
 Beside the trials: ``retimes`` holds every timing of the selection stage (strategies/selection.py: one row per
-contender per round, never replaced; round -1: a stored config timed again beside listed ones, Sweep's ``beside``),
-``selections`` the decision per key with its evidence. A trial whose config compiled to the same binary as one
-measured before it records that config in ``twin_of`` and shares its numbers.
+contender per round, never replaced; round -1: a stored config timed again beside listed ones, Sweep's ``beside``:
+the trials that run stores were timed beside it, not beside the stored one), ``selections`` the decision per key
+with its evidence. A trial whose config compiled to the same binary as one measured before it records that config
+in ``twin_of`` and shares its numbers.
 """
 from __future__ import annotations
 
@@ -508,6 +509,17 @@ class Store:
                 (run_id, key, trial.kernel, _shape_json(trial.shape), trial.dtype, trial.config.to_json(), round,
                  trial.status, trial.reason, _num(trial.p20), _num(trial.p50), _num(trial.p80), trial.reps,
                  trial.method, trial.device, timing, _now()))
+
+    def beside_timings(self, key: str, config: Config) -> dict[tuple[Config, str], float]:
+        """Stored trials of ``key`` that a run timed beside a fresh timing of ``config`` (its retimes row of round -1,
+        Sweep's ``beside``), by (config, fidelity): that timing's p50, inf where it failed. The other trials were
+        timed beside ``config``'s stored trial."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT t.config, t.fidelity, r.config, r.status, r.p50 FROM trials t JOIN retimes r "
+                "ON r.run_id = t.run_id AND r.key = t.key WHERE t.key=? AND r.round=-1", (key,)).fetchall()
+        return {(Config.from_json(c), fidelity): _inf(p50) if status == "ok" else math.inf
+                for c, fidelity, beside, status, p50 in rows if Config.from_json(beside) == config}
 
     def save_selection(self, sel, *, key: str, run_id: str, kernel: str, shape: dict, dtype: str, device: str,
                        timing: str = "events") -> None:

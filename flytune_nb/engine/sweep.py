@@ -25,7 +25,7 @@ from flytune_nb.core.registry import get_kernel, kernel_paths, load_name
 from flytune_nb.engine.store import LISTED_CONFIGS, Store, SweepClaim
 from flytune_nb.strategies import SEEDED, get_strategy
 from flytune_nb.engine.tasks import BASELINES, trial_from_dict
-from flytune_nb.strategies.loop import SearchResult, explore, planned
+from flytune_nb.strategies.loop import SearchResult, explore, on_footing, planned
 from flytune_nb.strategies.selection import Rule, as_rule, for_device, select, shortlist
 from flytune_nb.measure.trial import Trial
 from flytune_nb.errors import first_line
@@ -453,6 +453,23 @@ class Sweep:
         timed_for: dict = {}
         twin_of: dict = {}
         timed_beside: dict = {}  # (config, fidelity) -> its fresh timing (Sweep's ``beside``), timed once a shape
+        # Every trial this run reports is on the clock of the default it reports: the one it timed again (``beside``),
+        # else the stored one. A trial stored by a run that timed the default again (the heuristic editor's new
+        # picks, which a budgeted search never timed) was timed beside that run's timing of the default: replayed
+        # as stored, it would read 4x off the search's configs after a Measure missing on a busy CPU.
+        # (config, fidelity) -> p50 of the default its stored trial was timed beside, where not the stored default
+        default_then = self.store.beside_timings(key, default)
+
+        def default_now() -> float:
+            d = timed_beside.get((default, "full")) or stored.get((default, "full"))
+            return d.p50 if d is not None and d.ok else math.nan
+
+        def on_this_clock(trial: Trial) -> Trial:
+            k = (trial.config, trial.fidelity)
+            d = stored.get((default, "full"))
+            then = default_then.get(k, d.p50 if d is not None and d.ok else math.nan)
+            return on_footing(trial, then, default_now())
+
         for c, (h, rep) in self.store.binaries_for(key).items():
             if rep is not None:
                 twin_of[c] = rep
@@ -499,7 +516,7 @@ class Sweep:
                 h = binary_of(config)
                 rep = timed_for.get((h, fidelity)) if h else None
                 if rep is not None:  # the same code launched the same way: its measurement, not a coin-flip twin
-                    trial = replace(stored[(rep, fidelity)], config=config, compile_s=math.nan,
+                    trial = replace(on_this_clock(stored[(rep, fidelity)]), config=config, compile_s=math.nan,
                                     reason=f"same binary as {rep}: timed once")
                     twin_of[config] = rep
                 else:
@@ -512,6 +529,12 @@ class Sweep:
                                is_default=config == default, source=plan["key_fields"]["source"], binary=h,
                                twin_of=rep, timing=self.timing)
                 stored[(config, fidelity)] = trial
+                if (default, "full") in timed_beside:
+                    default_then[(config, fidelity)] = timed_beside[(default, "full")].p50
+                else:
+                    default_then.pop((config, fidelity), None)
+            else:
+                trial = on_this_clock(trial)
             result.trials.append(trial)
             self.emit((TrialDone if trial.ok else TrialFailed)(spec.name, trial, i, total, result.best))
             return trial

@@ -3,7 +3,7 @@ result (every trial, the best, the default's standing)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from flytune_nb.core.config import Config
@@ -132,6 +132,17 @@ class SearchResult:
                 f"{self.kernel} {self.shape} {self.dtype}: none of {len(self.trials)} configs passed "
                 f"({'; '.join(reasons)}). Try the untuned path: spec.run(inputs, spec.default(shape, dtype, device)).")
         return self.best
+
+
+def on_footing(trial: Trial, default_then: float, default_now: float) -> Trial:
+    """``trial``, timed beside a default that read ``default_then`` ms, on the clock of a timing of the same default
+    that read ``default_now`` (its times scaled by now / then): a config timed minutes later under another load (4x
+    on a busy CPU) is compared with the search's by its ratio to the default, which the load leaves. Unscaled where
+    it failed or either default timing is not a time (a failed or missing default)."""
+    f = default_now / default_then if 0 < default_then < math.inf and 0 < default_now < math.inf else math.nan
+    if not trial.ok or not math.isfinite(f) or f == 1.0:
+        return trial
+    return replace(trial, p20=trial.p20 * f, p50=trial.p50 * f, p80=trial.p80 * f)
 
 
 def search(spec, shape: dict, dtype: str, device: DeviceInfo, timer, *, configs: Sequence[Config] | None = None,

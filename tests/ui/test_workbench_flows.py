@@ -70,11 +70,12 @@ def test_a_kernel_switched_mid_sweep_leaves_none_of_the_old_kernels_results_in_t
     assert all("SLEEP_MS" in t.config.to_dict() for t in r.trials)  # no toy config among evil's trials
 
 
-def _write_kernel(root, name="pickme", named=False):
-    """A kernel whose configs sleep SLEEP_MS: the 10 ms config beats the 20 ms default beyond any tie band. A config
-    named in $PICKME_SLOW takes 30 ms more, as a pick timed once during other load would. ``named``: a named
-    reference config ("shipped": 40 ms) beside them. A launch of the 2 ms config, when $NAMED_GATE is set, touches
-    $NAMED_GATE.reached and waits for $NAMED_GATE.open: a test looks at the workbench while that trial runs."""
+def _write_kernel(root, name="pickme", named=False, sleeps=(10, 20, 40)):
+    """A kernel whose configs sleep SLEEP_MS (``sleeps``, in space order): the 10 ms config beats the 20 ms default
+    beyond any tie band. A config named in $PICKME_SLOW takes 30 ms more, as a pick timed once during other load
+    would. ``named``: a named reference config ("shipped": 40 ms) beside them. A launch of the 2 ms config, when
+    $NAMED_GATE is set, touches $NAMED_GATE.reached and waits for $NAMED_GATE.open: a test looks at the workbench
+    while that trial runs."""
     folder = root / name
     folder.mkdir(parents=True)
     extra = ', named_configs=named_configs, baseline=lambda i: i["x"] * 2' if named else ""
@@ -109,8 +110,8 @@ def _write_kernel(root, name="pickme", named=False):
 
 
         def configs(shape, dtype, device):
-            return [Config({"SLEEP_MS": s}, num_warps=1) for s in (10, 20, 40)]
-    """))
+            return [Config({"SLEEP_MS": s}, num_warps=1) for s in SLEEPS]
+    """).replace("SLEEPS", repr(tuple(sleeps))))
     (folder / "heuristic.py").write_text(textwrap.dedent("""
         from flytune_nb.core.config import Config
 
@@ -171,6 +172,66 @@ def test_measure_missing_scores_the_edit_without_replacing_the_shapes_decision(t
     assert row.verdict == "loses"  # 30 ms against the 20 ms default
     [path] = export(wb.store, tmp_path / "ex", paths=[str(kernels)])
     assert json.loads(path.read_text())["16"]["SLEEP_MS"] == 10
+
+
+def test_a_pick_the_budgeted_search_never_timed_reads_the_same_in_a_view_rebuilt_from_the_store(tmp_path, monkeypatch):
+    """A new pick the search never timed (its budget of 2 took the default and the 10 ms config) is timed by Measure
+    missing beside a default that read 50 ms this once (20 ms in the search) and stored as a trial. Every view puts
+    it on the search's clock by that run's default timing: the live one, and one rebuilt from the store (a reopened
+    notebook's Run), so the explorer and the editor's verdict read the same numbers in both."""
+    from flytune_nb.analysis.explore import trials_frame
+
+    kernels = _write_kernel(tmp_path / "kernels", sleeps=(10, 20, 80))
+    db = tmp_path / "b.db"
+    new = Config({"SLEEP_MS": 80}, num_warps=1)
+    edit = ("from flytune_nb.core.config import Config\n"
+            "def default(shape, dtype, device):\n    return Config({'SLEEP_MS': 80}, num_warps=1)\n")
+    wb = Workbench("pickme", {"N": "16"}, ["fp32"], db=str(db), isolate=False, paths=[str(kernels)], budget=2)
+    assert wb.wait_ready(60)
+    wb.run().join(120)
+    [searched] = wb.live.finished_results()
+    assert new not in {t.config for t in searched.trials} and searched.selection is not None
+    wb.editor.code.value = edit
+    assert [c for _, _, c in wb.editor.last.unmeasured] == [new]
+    monkeypatch.setenv("PICKME_SLOW", "20")  # the default timed 30 ms slow this once, as on a busy machine
+    wb.editor._measure_missing().join(120)
+    monkeypatch.delenv("PICKME_SLOW")
+    [live] = wb.live.finished_results()
+    seen = wb.editor.last.rows[0]
+    [again] = [r for r in _rows(db, "retimes") if r["round"] == -1 and json.loads(r["config"])["SLEEP_MS"] == 20]
+    [stored] = [r for r in _rows(db, "trials") if json.loads(r["config"])["SLEEP_MS"] == 80]
+    assert again["p50"] > 1.5 * searched.default_trial.p50  # the load the test fakes
+    footing = searched.default_trial.p50 / again["p50"]
+    assert math.isclose(next(t for t in live.trials if t.config == new).p50, stored["p50"] * footing)
+
+    reopened = Workbench("pickme", {"N": "16"}, ["fp32"], db=str(db), isolate=False, paths=[str(kernels)])
+    assert reopened.wait_ready(60)
+    reopened.run().join(120)
+    assert reopened.control.measured == 0  # every config replayed from the store, the decision reused
+    [rebuilt] = reopened.live.finished_results()
+    assert rebuilt.selection.contenders == searched.selection.contenders
+    # the rebuilt view read the stored timing as it was taken: 80 ms against the search's 20 ms default, not 32 ms
+    assert math.isclose(next(t for t in rebuilt.trials if t.config == new).p50,
+                        next(t for t in live.trials if t.config == new).p50)
+    assert math.isclose(rebuilt.time_of(new), live.time_of(new))
+    shown = trials_frame([rebuilt]).set_index("config")["p50"]
+    assert math.isclose(shown[str(new)], trials_frame([live]).set_index("config")["p50"][str(new)])
+    reopened.editor.code.value = edit
+    row = reopened.editor.last.rows[0]
+    assert math.isclose(row.new_ms, seen.new_ms) and row.verdict == seen.verdict
+
+    # reopened with the search's budget, the view has no trial of it; Measure missing replays the stored one beside
+    # a default timed again without the load, and puts it on the search's clock by the load it was timed under
+    budgeted = Workbench("pickme", {"N": "16"}, ["fp32"], db=str(db), isolate=False, paths=[str(kernels)], budget=2)
+    assert budgeted.wait_ready(60)
+    budgeted.run().join(120)
+    budgeted.editor.code.value = edit
+    assert [c for _, _, c in budgeted.editor.last.unmeasured] == [new]
+    budgeted.editor._measure_missing().join(120)
+    assert budgeted.control.measured == 2  # the default and the pick; the new pick is stored
+    [replayed] = budgeted.live.finished_results()
+    assert math.isclose(next(t for t in replayed.trials if t.config == new).p50,
+                        next(t for t in live.trials if t.config == new).p50)
 
 
 def test_measure_missing_keeps_the_shapes_named_configs_and_decision_while_it_runs_and_when_it_fails(

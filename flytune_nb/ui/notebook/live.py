@@ -15,7 +15,7 @@ import time
 from flytune_nb.analysis.explore import shape_label
 from flytune_nb.core.device import DeviceInfo, interpreter_device
 from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed
-from flytune_nb.strategies.loop import SearchResult
+from flytune_nb.strategies.loop import SearchResult, on_footing
 
 
 class LiveResults:
@@ -29,7 +29,7 @@ class LiveResults:
         self._last = 0.0
         self._timer: threading.Timer | None = None
         self._pending: str | None = None
-        self._footing: dict[str, float] = {}  # label -> search default / re-measured default (LiveResults.add)
+        self._footing: dict[str, float] = {}  # label -> p50 of the default timed again beside added trials (add)
 
     def clear(self) -> None:
         """Forget every shape, and the redraw a trial left buffered: fired after a kernel switch, it would bring the
@@ -75,7 +75,9 @@ class LiveResults:
         and pick timed again): it takes the place of that config's trial, and the shape stays finished with all
         else it has (default, named reference configs, baselines, the selection's decision). Timings added are not
         a new search of the shape, which a sweep's trials of a finished shape are (``__call__``). A shape not shown
-        (cleared by a kernel switch) is not brought back."""
+        (cleared by a kernel switch) is not brought back. The run's trials come on the clock of its timing of the
+        default (Sweep reports those it replays from the store on it too): they join on the search's clock by the
+        search's default / that timing."""
         label = shape_label(trial.shape, trial.dtype)
         with self._lock:
             entry = self.entries.get(label)
@@ -87,12 +89,10 @@ class LiveResults:
                 # the search would be scaled by a default timed later, under another load (a 6.2 ms config read
                 # as 1.6 ms after a Measure missing on a busy CPU). The fresh timing sets the footing of the timings
                 # this run adds instead.
-                old = entry.default_trial.p50
-                self._footing[label] = old / trial.p50 if trial.ok and 0 < trial.p50 < math.inf else math.nan
+                self._footing[label] = trial.p50 if trial.ok else math.nan
                 return
-            f = self._footing.get(label, math.nan)
-            if trial.ok and math.isfinite(f):  # on the search's clock, as measured beside the default
-                trial = dataclasses.replace(trial, p20=trial.p20 * f, p50=trial.p50 * f, p80=trial.p80 * f)
+            if entry.default_trial is not None:  # on the search's clock, as measured beside the default
+                trial = on_footing(trial, self._footing.get(label, math.nan), entry.default_trial.p50)
             key = (trial.config, trial.fidelity)
             self.entries[label] = dataclasses.replace(
                 entry, trials=[x for x in entry.trials if (x.config, x.fidelity) != key] + [trial])
