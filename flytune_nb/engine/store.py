@@ -617,6 +617,14 @@ class Store:
         with self._lock:
             return sorted(r[0] for r in self._db.execute("SELECT DISTINCT kernel FROM trials"))
 
+    def dtypes(self, kernel: str | None = None) -> list[str]:
+        """The dtypes this store has trials in (of ``kernel``, where given)."""
+        if not self.has_table("trials"):
+            return []
+        where, args = ("WHERE kernel=?", (kernel,)) if kernel else ("", ())
+        with self._lock:
+            return sorted(r[0] for r in self._db.execute(f"SELECT DISTINCT dtype FROM trials {where}", args))
+
     def has_table(self, table: str) -> bool:
         with self._lock:
             return self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",

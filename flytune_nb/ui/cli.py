@@ -529,6 +529,11 @@ def cmd_export(args) -> int:
     try:
         if args.kernel:
             _known_name(args.kernel, store.kernels(), f"{args.db} has no trials of")
+        if args.dtype:
+            from flytune_nb.core import dtypes
+
+            _known_name(dtypes.canonical(args.dtype), store.dtypes(args.kernel),
+                        f"{args.db} has no trials{' of ' + args.kernel if args.kernel else ''} in", "it holds")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             written = export(store, args.out or config_dir(), kernel=args.kernel, paths=args.path,

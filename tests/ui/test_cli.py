@@ -177,6 +177,21 @@ def test_cli_export_and_lookup(swept, tmp_path, capsys):
     assert f"--dir {tmp_path / 'nowhere'} is not a folder" in capsys.readouterr().err
 
 
+def test_export_of_a_dtype_the_store_has_no_trials_in_is_a_usage_error_naming_what_it_holds(swept, tmp_path, capsys):
+    """As for --kernel: a dtype the store was never swept in is the user's mistake (exit 2, what the store holds),
+    not a run that found nothing to export."""
+    import random
+
+    out = tmp_path / "ex"
+    asked = random.choice(["bf16", "fp16", "float16"])
+    assert main(["export", "--db", str(swept.path), "--out", str(out), "--dtype", asked]) == 2
+    err = capsys.readouterr().err
+    assert "has no trials in" in err and "(it holds: fp32)" in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+    assert main(["export", "--db", str(swept.path), "--out", str(out), "--dtype", "float32"]) == 0
+    assert any(out.rglob("*dtype=fp32.json"))
+
+
 def test_lookup_says_when_the_entry_it_serves_was_tuned_for_another_source_of_the_kernel(swept, tmp_path, capsys):
     """An export tuned before the kernel was edited is still served (its knobs are the kernel's), but lookup, the
     command a user asks what a serving run gets, says so and names the entry; a fresh export says nothing."""
