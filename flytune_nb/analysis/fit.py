@@ -67,7 +67,11 @@ def from_store(path, kernel: str, *, dtype: str | None = None, device: str | Non
                canonical: Callable | None = None) -> list[ShapeTimes]:
     from flytune_nb.engine.store import Store
 
-    df = Store(path, readonly=True).frame()
+    store = Store(path, readonly=True)
+    try:
+        df = store.on_search_clock(store.frame())
+    finally:
+        store.close()
     df = df[df["kernel"] == kernel]
     if dtype:
         df = df[df["dtype"] == dtype]

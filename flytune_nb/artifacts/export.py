@@ -39,7 +39,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
     from flytune_nb.core.key import source_fingerprint
     from flytune_nb.core.registry import get_kernel, kernel_paths
 
-    df = _of_dtype(store.frame(kernel), dtype)
+    df = store.on_search_clock(_of_dtype(store.frame(kernel), dtype))
     if df.empty:
         return []
     sels = store.frame(kernel, table="selections")

@@ -201,7 +201,7 @@ def plan(store, out_dir, *, kernel: str | None = None, paths=(), cut_off: set[st
     from flytune_nb.artifacts.export import _of_dtype
     from flytune_nb.core.registry import get_kernel, kernel_paths
 
-    df = _of_dtype(store.frame(kernel), dtype)
+    df = store.on_search_clock(_of_dtype(store.frame(kernel), dtype))
     if df.empty:
         return []
     devices, specs, entries = None, {}, {}  # entries: path -> candidates

@@ -521,6 +521,29 @@ class Store:
         return {(Config.from_json(c), fidelity): _inf(p50) if status == "ok" else math.inf
                 for c, fidelity, beside, status, p50 in rows if Config.from_json(beside) == config}
 
+    def on_search_clock(self, df):
+        """``df``, a frame of this store's trials, with those a run timed beside a fresh timing of their shape's
+        default (the heuristic editor's Measure missing: new picks the search never timed) scaled by the default's
+        stored p50 / that timing, as every view of the sweep shows them (engine/sweep.py): taken minutes later under
+        another load (4x on a busy CPU), their raw medians would compete with the search's on the load."""
+        if df.empty or not self.has_table("retimes"):
+            return df
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT t.id, d.p50, r.p50 FROM trials t JOIN retimes r ON r.run_id = t.run_id AND r.key = t.key "
+                "JOIN trials d ON d.key = t.key AND d.is_default = 1 AND d.fidelity = 'full' AND d.config = r.config "
+                "WHERE r.round = -1 AND r.status = 'ok' AND d.status = 'ok'").fetchall()
+        factors = {i: then / fresh for i, then, fresh in rows
+                   if then is not None and fresh is not None and 0 < then < math.inf and 0 < fresh < math.inf}
+        hit = df["id"].isin(list(factors))
+        if not hit.any():
+            return df
+        df = df.copy()
+        scale = df.loc[hit, "id"].map(factors)
+        for col in ("p20", "p50", "p80"):
+            df.loc[hit, col] = df.loc[hit, col] * scale
+        return df
+
     def save_selection(self, sel, *, key: str, run_id: str, kernel: str, shape: dict, dtype: str, device: str,
                        timing: str = "events") -> None:
         """The decision for one key (replacing an earlier one), with what it was decided on."""

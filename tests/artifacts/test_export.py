@@ -756,3 +756,40 @@ def test_a_file_whose_entries_start_far_above_small_batch_sizes_says_which_sizes
         assert sorted(json.loads((path.parent / "provenance.json").read_text())[path.name], key=int) == ["1", "8"]
         export(Store(db), out)
     assert sorted(json.loads(path.read_text()), key=int) == ["1", "8", "64"]
+
+def test_a_pick_timed_beside_a_fresh_default_competes_on_the_searchs_clock_where_no_selection_decided(tmp_path):
+    """A shape swept without the selection stage is exported with the search's fastest median. A config the
+    heuristic editor's Measure missing timed later (beside a fresh timing of the default, its retimes row of round
+    -1) is compared on the search's clock, default stored / default fresh, as every view of the sweep shows it: its
+    raw median, taken under another load, would otherwise win or lose on the load."""
+    import random
+    import sqlite3
+
+    from flytune_nb.core.device import current_device
+
+    db = tmp_path / "runs.db"
+    spec = get_kernel("rmsnorm")
+    Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(), selection=None,
+          strategy="random", budget=2).run()
+    store = Store(db)
+    df = store.frame("rmsnorm")
+    default = Config.from_json(df[df["is_default"] == 1]["config"].iloc[0])
+    timed = set(df["config"])
+    new = next(c for c in spec.configs({"M": 4, "N": 256}, "fp32", current_device()) if c.to_json() not in timed)
+    store.close()
+    Sweep("rmsnorm", "M=4 N=256", ["fp32"], db=db, isolate=False, baselines=(), selection=None,
+          configs=[default, new], beside=[default]).run()
+    load = random.uniform(2.0, 4.0)  # the Measure-missing run's load: everything it timed took this much longer
+    with sqlite3.connect(db) as con:
+        (d_then,) = con.execute("SELECT p50 FROM trials WHERE is_default=1").fetchone()
+        best_search = con.execute("SELECT MIN(p50) FROM trials WHERE config != ?", (new.to_json(),)).fetchone()[0]
+        con.execute("UPDATE retimes SET p50=? WHERE round=-1", (d_then * load,))
+        # on the search's clock the new pick is 0.8x the search's best; its raw median is load x that
+        con.execute("UPDATE trials SET p50=?, p20=?, p80=? WHERE config=?", (*[best_search * 0.8 * load] * 3,
+                                                                             new.to_json()))
+    con.close()
+    out = tmp_path / "ex"
+    [path] = export(Store(db, readonly=True), out)
+    assert json.loads(path.read_text())["4"] == new.to_dict(), (new, path.read_text())
+    prov = json.loads((path.parent / "provenance.json").read_text())[path.name]["4"]
+    assert prov["best_p50_ms"] == pytest.approx(best_search * 0.8)

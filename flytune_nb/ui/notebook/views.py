@@ -442,10 +442,12 @@ class RunsView(W.VBox):
             store = self.store_getter()
             if store is None:
                 raise UsageError("sweep first, or name a store")
-            return store.frame(self.kernel_getter()), store.frame(self.kernel_getter(), table="selections")
+            return (store.on_search_clock(store.frame(self.kernel_getter())),
+                    store.frame(self.kernel_getter(), table="selections"))
         store = Store(path.strip(), readonly=True)
         try:
-            return store.frame(self.kernel_getter()), store.frame(self.kernel_getter(), table="selections")
+            return (store.on_search_clock(store.frame(self.kernel_getter())),
+                    store.frame(self.kernel_getter(), table="selections"))
         finally:
             store.close()
 
