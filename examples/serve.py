@@ -84,8 +84,6 @@ def resolve(args):
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ["FLYTUNE_AUTOTUNE"] = "0"  # serving never searches, whatever the environment says
-    if args.config_dir:
-        os.environ["FLYTUNE_CONFIG_DIR"] = args.config_dir
     import torch
 
     from flytune_nb import current_device, tuned
@@ -96,6 +94,8 @@ def main(argv=None) -> int:
     except FlytuneError as e:
         print(f"serve.py: error: {e}", file=sys.stderr)
         return 2
+    if args.config_dir:  # once it is known to be a folder: a refused one changes nothing in this process
+        os.environ["FLYTUNE_CONFIG_DIR"] = args.config_dir
     dev = current_device()
     op = tuned(spec, autotune=False)
     inputs = {m: spec.make_inputs(spec.check_shape({**rest, spec.batch_axis: m}), dtype, dev) for m in sizes}

@@ -140,7 +140,8 @@ def test_serve_example_refuses_bad_input_with_one_line(tmp_path, monkeypatch, ca
     import random
 
     monkeypatch.setenv("FLYTUNE_AUTOTUNE", "0")
-    monkeypatch.delenv("FLYTUNE_CONFIG_DIR", raising=False)
+    monkeypatch.setenv("FLYTUNE_CONFIG_DIR", "")  # recorded as it was, so that teardown puts back exactly that
+    monkeypatch.delenv("FLYTUNE_CONFIG_DIR")
     serve = _serve_module()
     n = random.choice((128, 256, 512))
     cases = [
@@ -167,3 +168,4 @@ def test_serve_example_refuses_bad_input_with_one_line(tmp_path, monkeypatch, ca
             assert stop.value.code == 2
             assert f"argument {flag}: must be a whole number >= 1, got '{bad}'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing was written
+    assert "FLYTUNE_CONFIG_DIR" not in os.environ  # a refused --config-dir is not left set for what runs next
