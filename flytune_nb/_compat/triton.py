@@ -443,6 +443,24 @@ def config_fields(config) -> dict:
     return out
 
 
+def launch_option_names() -> frozenset:
+    """The keywords a launch (and so a triton.Config's kwargs) may carry besides the kernel's arguments: the fields of
+    the installed backends' compile options (num_warps, enable_fp_fusion, waves_per_eu, ...). Triton refuses any
+    other keyword at launch on a GPU; its interpreter drops it silently."""
+    import dataclasses
+
+    names = {"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug", "waves_per_eu",
+             "matrix_instr_nonkdim", "kpack", "launch_cooperative_grid", "launch_pdl"}
+    for module, cls in (("triton.backends.nvidia.compiler", "CUDAOptions"),
+                        ("triton.backends.amd.compiler", "HIPOptions")):
+        try:
+            options = getattr(__import__(module, fromlist=[cls]), cls)
+            names |= {f.name for f in dataclasses.fields(options)}
+        except Exception:  # noqa: BLE001 - a backend this Triton lacks or lays out otherwise: the list above stands
+            continue
+    return frozenset(names)
+
+
 def triton_config(kwargs: dict, **options):
     """A triton.Config with the options this Triton's Config accepts (None: Triton's default)."""
     import inspect

@@ -160,6 +160,7 @@ class AdoptedKernel:
                              f"restore_value / reset_to_zero instead")
         _check_declared_names(self.fields, self.base_fn.__name__, where)
         configs = self.fields["configs"]
+        _check_config_knobs(configs, self.fields["arg_names"], self.base_fn.__name__, where)
         self.knobs = _Knobs(configs, where)
         self.by_config: dict[Config, Any] = {}  # ours -> the decorator's own triton.Config (hook and all)
         self.ours_of: dict[int, Config] = {}
@@ -316,6 +317,27 @@ def _check_declared_names(fields: dict, fn_name: str, where: str) -> None:
         which = "is not an argument" if len(unknown) == 1 else "are not arguments"
         raise AdoptError(f"{where}: @triton.autotune({label}={fields[field_name]}) names {', '.join(hints)}, which "
                          f"{which} of {fn_name} ({', '.join(args)}); {effect}. Fix the name in the decorator")
+
+
+def _check_config_knobs(configs: Sequence, args: Sequence[str], fn_name: str, where: str) -> None:
+    """Every name a config of the decorator sets is an argument of the kernel or a launch option Triton accepts. On a
+    GPU Triton refuses the launch of any other (a KeyError for every config of the sweep); its interpreter drops it
+    without a word, so a CPU sweep would pass and export a knob the kernel never reads."""
+    import difflib
+
+    allowed = set(args) | tc.launch_option_names()
+    for c in configs:
+        unknown = [k for k in tc.config_fields(c)["kwargs"] if k not in allowed]
+        if not unknown:
+            continue
+        hints = []
+        for n in unknown:
+            close = difflib.get_close_matches(str(n), list(args), n=1)
+            hints.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        which = "is not an argument" if len(unknown) == 1 else "are not arguments"
+        raise AdoptError(f"{where}: @triton.autotune config {c} sets {', '.join(hints)}, which {which} of {fn_name} "
+                         f"({', '.join(args)}) nor a launch option; Triton refuses such a launch on a GPU, and its "
+                         f"interpreter ignores the name. Fix the config in the decorator")
 
 
 def _qualname(fn) -> str:

@@ -261,6 +261,28 @@ def test_a_decorator_naming_an_argument_the_kernel_lacks():
         _adopt("AXPY", kernel=at)
 
 
+def test_a_config_knob_the_kernel_lacks_is_refused_at_adoption(dev):
+    """A config that sets a name the kernel has no argument for: Triton refuses every launch of it on a GPU (a
+    KeyError while benchmarking) and its interpreter drops the name without a word, so a CPU sweep would pass and
+    export a knob the kernel never reads. It is one AdoptError naming the config, the knob and the closest
+    argument; a launch option Triton accepts in a config (enable_fp_fusion) is not a knob of the kernel and stays
+    accepted."""
+    import random
+
+    jit = load("AXPY").extra["adopted"].jit  # axpy_acc(x, acc, n, alpha, BLOCK, EVEN)
+    blocks = random.sample((16, 32, 64, 128), 2)
+    typo = random.choice(("BLOCKK", "BLOK", "BLOCK_"))
+    configs = [triton.Config({"BLOCK": blocks[0]}), triton.Config({"BLOCK": blocks[1], typo: 4})]
+    at = triton.autotune(configs=configs, key=["n"], restore_value=["acc"])(jit)
+    with pytest.raises(AdoptError, match=rf"config .*{typo}: 4.* sets {typo!r} \(did you mean 'BLOCK'\?\), which is "
+                                         r"not an argument of axpy_acc \(x, acc, n, alpha, BLOCK, EVEN\)"):
+        _adopt("AXPY", kernel=at)
+    configs = [triton.Config({"BLOCK": b, "enable_fp_fusion": f}) for b in blocks for f in (False, True)]
+    at = triton.autotune(configs=configs, key=["n"], restore_value=["acc"])(jit)
+    spec = _adopt("AXPY", kernel=at)
+    assert {c.to_dict()["enable_fp_fusion"] for c in spec.configs({"N": 64}, "fp32", dev)} == {0, 1}
+
+
 def test_a_shape_of_that_does_not_give_the_shape_back_is_refused(dev):
     """tuned() looks a call's config up by shape_of: one that reads M off the columns would serve, without a word,
     the entry of another shape. The probe shape's axes are made to differ, so a swap shows even where they are
