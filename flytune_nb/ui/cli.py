@@ -581,6 +581,7 @@ def cmd_lookup(args) -> int:
     env_dir = os.environ.get("FLYTUNE_CONFIG_DIR")
     if not args.dir and env_dir and not os.path.isdir(env_dir):
         raise UsageError(f"FLYTUNE_CONFIG_DIR={env_dir} is not a folder")
+    _check_paths(args.path)
     spec = get_kernel(args.kernel, args.path)
     text = " ".join(args.shape)
     shapes = parse_grid(text, spec.axes, noun="shape", batch_axis=spec.batch_axis)
@@ -677,6 +678,24 @@ def primed_note(spec, shape: dict, dtype: str, device, directory, answered) -> s
     return ""
 
 
+def _check_paths(paths) -> None:
+    """Every --path entry loads: a folder that is not one, a file or attribute that is not there is a typo, said as
+    one usage error before anything runs. The registry reads references only when a name is not found among the
+    folders, so otherwise a typo is ignored where the kernel is built in, and `check` would fail each exported file
+    on it with advice to export the file again. A kernel whose optional dependency is missing here is no typo: check
+    fails its files with what to install."""
+    from flytune_nb.core.registry import is_reference, load_reference, search_path
+    from flytune_nb.errors import KernelUnavailable
+
+    search_path(paths)
+    for ref in paths or ():
+        if is_reference(str(ref)):
+            try:
+                load_reference(str(ref), paths)
+            except KernelUnavailable:
+                pass
+
+
 def cmd_check(args) -> int:
     from pathlib import Path
 
@@ -690,6 +709,7 @@ def cmd_check(args) -> int:
     directory = Path(args.dir) if args.dir else config_dir()
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a folder")
+    _check_paths(args.path)
     args.json = args.json and _report_path("--json", args.json)
     args.md = args.md and _report_path("--md", args.md)
     if args.accept_drift:  # refused before the timing, not after it: --accept-drift rewrites provenance.json files

@@ -370,6 +370,38 @@ def test_exports_and_the_regression_gate_work_on_an_adopted_kernel(tmp_path, cap
     assert not math.isnan(store.frame("axpy_acc")["p50"].iloc[0])
 
 
+def test_a_path_that_cannot_be_loaded_is_one_usage_error_for_check_and_lookup(tmp_path, capsys, dev):
+    """A typo in --path is bad input: `flytune check` says so in one line (exit 2) instead of failing each file with
+    a cut-off registry message and "export it again" (the exports are fine), and `flytune lookup` refuses it even
+    where the kernel it looks up does not need it, as export and sweep of an adopted kernel do."""
+    import random
+
+    from flytune_nb.artifacts.export import export
+    from flytune_nb.engine.store import Store
+    from flytune_nb.ui.cli import main
+
+    n = random.choice((48, 64, 80))
+    store = Store(tmp_path / "r.db")
+    Sweep(load("AXPY"), f"N={n}", ["fp32"], db=store, isolate=False, baselines=(),
+          configs=[Config({"BLOCK": 16}, num_warps=1, num_stages=1)], selection=None).run()
+    out = tmp_path / "exports"
+    export(store, out)
+    capsys.readouterr()
+    bad_file = f"{tmp_path / 'adoptd.py'}:AXPY"  # no such file
+    bad_attr = f"{REF}:AXPYY"  # no such attribute
+    bad_dir = str(tmp_path / "no_such_folder")
+    for bad in (bad_file, bad_attr, bad_dir):
+        for argv in (["check", str(out), "--path", bad, "--quiet", "--min-delta-us", "1e9"],
+                     ["check", str(out), "--path", f"{REF}:AXPY", "--path", bad, "--quiet"],
+                     ["lookup", "rmsnorm", "M=3", "N=256", "--dtype", "fp32", "--path", bad]):
+            assert main(argv) == 2, (argv, capsys.readouterr())
+            got = capsys.readouterr()
+            assert got.err.startswith("flytune: error: ") and got.err.count("\n") == 1, got
+            assert "export it again" not in got.out + got.err and "Traceback" not in got.err
+            assert (bad.split(":")[0] if bad != bad_attr else "AXPYY") in got.err
+    assert main(["check", str(out), "--path", f"{REF}:AXPY", "--quiet", "--min-delta-us", "1e9"]) == 0
+
+
 def test_an_importable_module_names_its_spec_by_module_and_attribute(tmp_path, monkeypatch):
     (tmp_path / "my_adopted_pkg.py").write_text(
         f"import importlib.util\n"
