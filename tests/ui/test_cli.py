@@ -558,3 +558,38 @@ def test_lookup_refuses_a_config_folder_that_is_not_there(monkeypatch, tmp_path,
     assert main(["lookup", "rmsnorm", "M=1", "N=256", "--dtype", "fp32"]) == 2
     assert capsys.readouterr().err.strip() == f"flytune: error: FLYTUNE_CONFIG_DIR={missing} is not a folder"
     assert main(["lookup", "rmsnorm", "M=1", "N=256", "--dtype", "fp32", "--dir", str(tmp_path)]) == 0
+
+
+def test_cache_says_which_cached_winners_are_stale(tmp_path, capsys, monkeypatch):
+    """A winner cached for another source of the kernel (it was edited since) or another toolchain is never hit
+    again; `flytune cache` says how many of a kernel's entries are such, so that the user knows the count is not
+    what serves, and --clear empties them."""
+    import random
+    import secrets
+
+    import torch
+
+    from flytune_nb import tuned
+    from flytune_nb.serve.disk_cache import default_dir
+
+    monkeypatch.setenv("FLYTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    m, n = random.randint(1, 4), random.choice((64, 128))
+    op = tuned("rmsnorm", autotune=True)
+    op(x=torch.randn(m, n), weight=torch.randn(n))
+    [fresh] = list((default_dir() / "rmsnorm").glob("*.json"))
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert "rmsnorm: 1 cached winner" in out and "stale" not in out, out
+    body = json.loads(fresh.read_text())
+    old_source = json.loads(json.dumps(body))
+    old_source["key"]["source"] = secrets.token_hex(8)
+    (fresh.parent / f"{secrets.token_hex(12)}.json").write_text(json.dumps(old_source))
+    old_triton = json.loads(json.dumps(body))
+    old_triton["key"]["toolchain"]["triton"] = "0.0." + str(random.randint(1, 99))
+    (fresh.parent / f"{secrets.token_hex(12)}.json").write_text(json.dumps(old_triton))
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert ("rmsnorm: 3 cached winners, 2 of them stale (cached for another source of the kernel or another "
+            "toolchain: never used again)") in out, out
+    assert main(["cache", "--clear", "--kernel", "rmsnorm"]) == 0
+    assert not list((default_dir() / "rmsnorm").glob("*.json"))
