@@ -8,7 +8,7 @@ the regret is what a shape that was never swept gets. The stores were swept with
 rows' looped form before its cache hints, matmul before SPLIT_K / STREAM_K): a pick of the current hand rule that
 they never timed is counted as unmeasured, never guessed.
 
-Usage: python -m benchmarks heuristic_fit [--max-depth 3] [--store PATH --kernel NAME] [--out DIR]
+Usage: python -m benchmarks heuristic_fit [--max-depth 3] [--store PATH --kernel NAME [--dtype bf16]] [--out DIR]
 ~1 minute on a CPU. Results: benchmarks/results/<device>/heuristic_fit.{json,md}, filed under the device that measured
 the stores (NVIDIA_H200 for the committed ones; a --store's own), and the suggested rules as
 heuristic_fit_<kernel>_<dtype>.py.txt beside them.
