@@ -15,6 +15,7 @@ heuristic_fit_<kernel>_<dtype>.py.txt beside them.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     dev = _store_device(args.store) if args.store else DESCRIBED[DEVICE]
     folder = results_dir(args.out, dev.name)
     t0 = time.perf_counter()
-    rows, lines = [], []
+    rows, lines, notes = [], [], []
     for kernel, store, dtypes in plan:
         spec = get_kernel(kernel)
         db = Path(store).name
@@ -57,16 +58,23 @@ def main(argv=None) -> int:
             data = F.from_store(store, kernel, dtype=dtype, canonical=spec.canonical)
             # the GEMM store's persistent-TMA configs land on the space as they are; the rows' on today's space
             v = F.cross_validate(data, spec, dev, max_depth=args.max_depth)
-            s = v.summary()
+            # a score over no held-out shape is no number: null in the JSON (strict parsers refuse NaN), "-" here
+            # (the summary's "shapes" counts the held-out ones: kept apart from the store's count of shapes)
+            s = {("held_out" if k == "shapes" else k): (None if isinstance(x, float) and math.isnan(x) else x)
+                 for k, x in v.summary().items()}
+            if not s["compared"]:
+                notes.append(f"{kernel} {dtype}: no held-out score: {_why_not_scored(data, spec, v)}")
             rule = F.fit(data, spec, dev, max_depth=args.max_depth)
             rule.source_note = f"{db}, {dtype}, {len(data)} shapes"
             (folder / f"{args.name}_{kernel}_{dtype}.py.txt").write_text(rule.source)
             rows.append({"kernel": kernel, "dtype": dtype, "store": db, "shapes": len(data), **s,
                          "leaves": len(rule.leaves()),
                          "hand_leaves": sum(leaf.template is F.HAND for leaf in rule.leaves())})
-            lines.append(f"| {kernel} | {dtype} | {db} | {len(data)} | {s['compared']} | {s['fitted_regret']:.3f} | "
-                         f"{s['hand_regret']:.3f} | {s['fitted_worst']:.2f} | {s['hand_worst']:.2f} | "
-                         f"{s['hand_unmeasured']} | {len(rule.leaves())} ({rows[-1]['hand_leaves']} hand) |")
+            num = lambda x, digits: "-" if x is None else f"{x:.{digits}f}"  # noqa: E731
+            lines.append(f"| {kernel} | {dtype} | {db} | {len(data)} | {s['compared']} | "
+                         f"{num(s['fitted_regret'], 3)} | {num(s['hand_regret'], 3)} | {num(s['fitted_worst'], 2)} | "
+                         f"{num(s['hand_worst'], 2)} | {s['hand_unmeasured']} | {len(rule.leaves())} "
+                         f"({rows[-1]['hand_leaves']} hand) |")
     md = "\n".join([
         f"# Fitted heuristics on {f'the {dev.name} store {args.store.name}' if args.store else 'the committed H200 stores'}"
         ": regret on held-out model shapes",
@@ -75,11 +83,24 @@ def main(argv=None) -> int:
         f"timed. {time.perf_counter() - t0:.0f} s on the CPU.", "",
         "| kernel | dtype | store | shapes | compared | fitted | hand rule | fitted worst | hand worst | hand picks "
         "not in the store | leaves of the full fit |", "|---|---|---|---|---|---|---|---|---|---|---|", *lines, "",
+        *([*notes, ""] if notes else []),
         "The full fits (every shape) are in heuristic_fit_<kernel>_<dtype>.py.txt: open one in the workbench's "
         "heuristic editor to re-score it. A leaf marked hand keeps the hand-written rule (hand_default), which the "
         "fit overrides only where two or more shapes agree on a config at least 1% faster."])
     write(args.name, {"max_depth": args.max_depth, "rows": rows}, md, out=args.out, device=dev.name)
     return 0
+
+
+def _why_not_scored(data, spec, validation) -> str:
+    """Why cross-validation compared no shape: one model shape leaves no fold anything to fit on; else no held-out
+    pick was timed in the store."""
+    others = [a for a in spec.axes if a != spec.batch_axis]
+    models = sorted({" ".join(f"{a}={s.shape[a]}" for a in others) for s in data})
+    if len(models) < 2:
+        return (f"the store holds one model shape ({models[0] if models else '-'}); each fold holds one out and fits "
+                f"on the others, so sweep a second one to score the rule on a shape it never saw")
+    return (f"of the {len(validation.rows)} held-out shapes, none has both the fitted and the hand rule's pick timed "
+            f"in the store")
 
 
 def _store_device(path: Path):

@@ -46,3 +46,31 @@ def test_a_store_without_its_kernel_is_one_line(tmp_path, capsys):
         assert bench(["heuristic_fit", "--store", str(tmp_path / "none.db"), "--kernel", "rmsnorm", "--out",
                       str(tmp_path), *argv]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_a_store_of_one_model_shape_says_nothing_was_held_out(tmp_path):
+    """Cross-validation holds out one model shape (every batch size of one N) at a time: a store that swept a single
+    N leaves nothing to fit on for its only fold. The result says so and writes no regret, rather than a bare NaN
+    in the table and in a JSON file that strict parsers refuse; the suggested rule is still written."""
+    import random
+
+    def strict(text):
+        def refuse(name):
+            raise ValueError(f"{name} in the JSON")
+        return json.loads(text, parse_constant=refuse)
+
+    db = tmp_path / "s.db"
+    n = random.choice((128, 200, 256))
+    configs = [Config({"BLOCK_N": 256}, num_warps=1, num_stages=1), Config({"BLOCK_N": 256}, num_warps=2, num_stages=1)]
+    Sweep("rmsnorm", f"M=1,4 N={n}", ["fp32"], configs=configs, db=db, isolate=False, baselines=()).run()
+    out = tmp_path / "out"
+    assert bench(["heuristic_fit", "--store", str(db), "--kernel", "rmsnorm", "--dtype", "fp32", "--out",
+                  str(out)]) == 0
+    (row,) = strict((out / "heuristic_fit.json").read_text())["rows"]
+    assert row["shapes"] == 2 and row["held_out"] == row["compared"] == 0
+    assert row["fitted_regret"] is None and row["hand_regret"] is None and row["fitted_worst"] is None
+    md = (out / "heuristic_fit.md").read_text()
+    assert "nan" not in md.lower()
+    assert f"| rmsnorm | fp32 | s.db | 2 | 0 | - | - | - | - |" in md
+    assert "rmsnorm fp32: no held-out score: the store holds one model shape (N=" + str(n) + ")" in md
+    assert "def default(shape, dtype, device)" in (out / "heuristic_fit_rmsnorm_fp32.py.txt").read_text()
