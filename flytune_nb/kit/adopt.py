@@ -379,13 +379,28 @@ def resolve(kernel) -> tuple[Any, str | None]:
     except ModuleNotFoundError as e:
         if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
             top = module_name.split(".")[0]
-            raise KernelUnavailable(f"{kernel}: needs {top!r}, which is not installed here") from None
+            hint = _near_module(top)
+            raise KernelUnavailable(f"{kernel}: needs {top!r}, which is not installed here{hint}") from None
         raise AdoptError(f"{kernel}: importing {module_name} failed: {type(e).__name__}: {e}") from e
     except Exception as e:  # noqa: BLE001 - a library that does not import here: one line
         raise AdoptError(f"{kernel}: importing {module_name} failed: {type(e).__name__}: {first_line(e)}") from e
     if not hasattr(module, attr):
         raise AdoptError(f"{kernel}: module {module_name} has no attribute {attr!r}")
     return getattr(module, attr), kernel
+
+
+def _near_module(name: str) -> str:
+    """" (did you mean 'my_lib'?)" where a module of a close name is importable: a name misspelt beside the file
+    that adopts it reads as a library missing from the machine otherwise."""
+    import difflib
+    import pkgutil
+
+    try:
+        names = {m.name for m in pkgutil.iter_modules()}
+    except Exception:  # noqa: BLE001 - an unreadable entry of sys.path: no hint, the message stands
+        return ""
+    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.8)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _probe_device(torch_device: str) -> DeviceInfo:

@@ -476,3 +476,22 @@ def test_lookup_for_a_named_gpu_of_a_kernel_whose_make_inputs_reads_values(tmp_p
     err = capsys.readouterr().err
     assert "make_inputs cannot build inputs for {'N': 13} fp32 on the meta device or the CPU" in err
     assert "ValueError: 13 is unlucky" in err and "Traceback" not in err
+
+
+def test_a_misspelt_module_name_says_which_module_is_there(tmp_path, monkeypatch):
+    """adopt("my_lbi:kernel") beside my_lib.py: the module is not missing from the machine, its name is misspelt.
+    The message still says the name is not installed, and names the module that is there."""
+    import random
+    import string
+
+    from flytune_nb.errors import KernelUnavailable
+
+    lib = "lib_" + "".join(random.choices(string.ascii_lowercase, k=6))
+    (tmp_path / f"{lib}.py").write_text("x = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    typo = lib[:-2] + lib[-1] + lib[-2]  # the last two letters swapped
+    with pytest.raises(KernelUnavailable, match=rf"needs {typo!r}, which is not installed here \(did you mean "
+                                                rf"{lib!r}\?\)"):
+        adopt(f"{typo}:kernel", axes=("N",), make_inputs=None, launch=None, reference=None)
+    with pytest.raises(KernelUnavailable, match=r"needs 'zz_qq_no_such_library', which is not installed here$"):
+        adopt("zz_qq_no_such_library:kernel", axes=("N",), make_inputs=None, launch=None, reference=None)
