@@ -243,6 +243,8 @@ def _drop_stdout() -> None:
 def _run(args) -> int:
     """The command's exit status; bad input, failures and Ctrl-C become one line on stderr and their status."""
     try:
+        if getattr(args, "path", None):  # every command that takes --path: a typo there is refused before it runs
+            _check_paths(args.path)
         return COMMANDS[args.cmd](args)
     except UsageError as e:
         print(f"flytune: error: {e}", file=sys.stderr)
@@ -581,7 +583,6 @@ def cmd_lookup(args) -> int:
     env_dir = os.environ.get("FLYTUNE_CONFIG_DIR")
     if not args.dir and env_dir and not os.path.isdir(env_dir):
         raise UsageError(f"FLYTUNE_CONFIG_DIR={env_dir} is not a folder")
-    _check_paths(args.path)
     spec = get_kernel(args.kernel, args.path)
     text = " ".join(args.shape)
     shapes = parse_grid(text, spec.axes, noun="shape", batch_axis=spec.batch_axis)
@@ -709,7 +710,6 @@ def cmd_check(args) -> int:
     directory = Path(args.dir) if args.dir else config_dir()
     if not directory.is_dir():
         raise UsageError(f"{directory} is not a folder")
-    _check_paths(args.path)
     args.json = args.json and _report_path("--json", args.json)
     args.md = args.md and _report_path("--md", args.md)
     if args.accept_drift:  # refused before the timing, not after it: --accept-drift rewrites provenance.json files

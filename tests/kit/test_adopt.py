@@ -370,10 +370,10 @@ def test_exports_and_the_regression_gate_work_on_an_adopted_kernel(tmp_path, cap
     assert not math.isnan(store.frame("axpy_acc")["p50"].iloc[0])
 
 
-def test_a_path_that_cannot_be_loaded_is_one_usage_error_for_check_and_lookup(tmp_path, capsys, dev):
+def test_a_path_that_cannot_be_loaded_is_one_usage_error_for_every_command(tmp_path, capsys, dev):
     """A typo in --path is bad input: `flytune check` says so in one line (exit 2) instead of failing each file with
-    a cut-off registry message and "export it again" (the exports are fine), and `flytune lookup` refuses it even
-    where the kernel it looks up does not need it, as export and sweep of an adopted kernel do."""
+    a cut-off registry message and "export it again" (the exports are fine), and every other command that takes
+    --path refuses it before it runs, even where the kernel it names is built in and does not need it."""
     import random
 
     from flytune_nb.artifacts.export import export
@@ -393,12 +393,18 @@ def test_a_path_that_cannot_be_loaded_is_one_usage_error_for_check_and_lookup(tm
     for bad in (bad_file, bad_attr, bad_dir):
         for argv in (["check", str(out), "--path", bad, "--quiet", "--min-delta-us", "1e9"],
                      ["check", str(out), "--path", f"{REF}:AXPY", "--path", bad, "--quiet"],
-                     ["lookup", "rmsnorm", "M=3", "N=256", "--dtype", "fp32", "--path", bad]):
+                     ["lookup", "rmsnorm", "M=3", "N=256", "--dtype", "fp32", "--path", bad],
+                     ["sweep", "rmsnorm", "--grid", f"M=1 N={n}", "--dtype", "fp32", "--db",
+                      str(tmp_path / "new.db"), "--quiet", "--path", bad],
+                     ["export", "--db", str(tmp_path / "r.db"), "--out", str(tmp_path / "other"), "--path", bad],
+                     ["census", "rmsnorm", "--grid", f"M=1 N={n}", "--path", bad],
+                     ["kernels", "--path", bad]):
             assert main(argv) == 2, (argv, capsys.readouterr())
             got = capsys.readouterr()
             assert got.err.startswith("flytune: error: ") and got.err.count("\n") == 1, got
             assert "export it again" not in got.out + got.err and "Traceback" not in got.err
             assert (bad.split(":")[0] if bad != bad_attr else "AXPYY") in got.err
+    assert not (tmp_path / "new.db").exists() and not (tmp_path / "other").exists()  # refused before anything ran
     assert main(["check", str(out), "--path", f"{REF}:AXPY", "--quiet", "--min-delta-us", "1e9"]) == 0
 
 
