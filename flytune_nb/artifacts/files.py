@@ -143,7 +143,7 @@ def atomic_write_all(files: list[tuple[Path, str]]) -> None:
     staged = []
     try:
         for path, text in files:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_staging_prefix(path.name), suffix=".tmp")
             staged.append((tmp, path))
             with os.fdopen(fd, "w") as f:
                 f.write(text)
@@ -154,6 +154,14 @@ def atomic_write_all(files: list[tuple[Path, str]]) -> None:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _staging_prefix(name: str) -> str:
+    """``.<name>.`` for a temp file beside ``name``, cut so that the temp file's name fits NAME_MAX bytes too: mkstemp
+    adds 8 random characters and the ".tmp" suffix, 14 bytes with the dots, so a target name of 242 to 255 bytes
+    (one file_name allows) would otherwise fail to stage with ENAMETOOLONG. Cut on a character boundary."""
+    room = NAME_MAX - len("..") - 8 - len(".tmp")
+    return "." + os.fsencode(name)[:room].decode("utf-8", "ignore") + "."
 
 
 def check_writable(folder: Path) -> None:

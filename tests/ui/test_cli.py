@@ -239,6 +239,31 @@ def test_lookup_for_a_device_name_too_long_for_a_file_name_says_so(tmp_path, cap
     assert "more than the 255 a file name can hold" in captured.err and "not readable" not in captured.err, captured
 
 
+def test_export_for_a_device_name_whose_file_name_just_fits_writes_that_file(swept, tmp_path, capsys):
+    """file_name allows up to 255 bytes, so export must write every name it allows: its temp file beside the target
+    (the name, a dot, 8 random characters, .tmp) must fit that limit too, or a 242 to 255 byte name fails with
+    'File name too long' although lookup reads it."""
+    import random
+    import sqlite3
+
+    from flytune_nb.artifacts.files import NAME_MAX, PROVENANCE, file_name
+    from flytune_nb.core.registry import get_kernel
+
+    spec = get_kernel("rmsnorm")
+    size = random.randint(NAME_MAX - 13, NAME_MAX)  # every length from the one whose temp name first overflows
+    device = "G" * (size - (len(file_name(spec, {"N": 256}, "G", "fp32")) - 1))
+    name = file_name(spec, {"N": 256}, device, "fp32")
+    assert len(name) == size
+    swept.close()
+    with sqlite3.connect(swept.path) as db:
+        for table in ("trials", "selections"):
+            db.execute(f"UPDATE {table} SET device=?", (device,))
+    db.close()
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0, capsys.readouterr().err
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == sorted([name, PROVENANCE])
+
+
 @pytest.mark.parametrize("named", ["mi300x", "AMD_Instinct_MI300X", "AMD Instinct MI300X", "amd instinct mi300x"])
 def test_lookup_of_a_target_named_as_torch_or_a_file_names_it_reads_that_targets_export(named, tmp_path, capsys):
     """--device takes a GPU's name as torch reports it ("AMD Instinct MI300X") as well as a file name's: a name of a
