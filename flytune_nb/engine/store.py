@@ -662,10 +662,12 @@ class Store:
 
 def _uri(path: Path, query: str) -> str:
     """SQLite's URI for ``path``: a ``?``, ``#`` or ``%`` in a file name would otherwise end or change it (a store
-    named ``a?b.db`` read as ``a`` with the query ``b.db?mode=ro``, a file that holds no results)."""
+    named ``a?b.db`` read as ``a`` with the query ``b.db?mode=ro``, a file that holds no results). The empty
+    authority (``file://`` + the path) keeps a path that starts with two slashes (``//data/runs.db``, which POSIX
+    paths keep as written) a path: after ``file:`` alone SQLite reads ``//data`` as a host and refuses it."""
     from urllib.parse import quote
 
-    return f"file:{quote(str(Path(path).absolute()))}?{query}"
+    return f"file://{quote(str(Path(path).absolute()))}?{query}"
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:

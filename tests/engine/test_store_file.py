@@ -220,3 +220,23 @@ def test_a_store_whose_name_holds_uri_characters_is_read_back_read_only(tmp_path
     assert len(r.frame()) == n
     r.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_store_named_by_a_path_with_two_leading_slashes_is_read_back_read_only(tmp_path):
+    """POSIX keeps a path's two leading slashes (//tmp/runs.db names /tmp/runs.db), and so does pathlib: in SQLite's
+    URI they must not read as a host, which SQLite refuses and the store reported as 'not a flytune results
+    database'."""
+    import random
+
+    db = tmp_path / "runs.db"
+    n = random.randint(1, 9)
+    w = Store(db)
+    for i in range(n):
+        w.add(_trial(32 + i), key=f"k{i}", run_id="r")
+    w.close()
+    r = Store("/" + str(db), readonly=True)
+    try:
+        assert len(r.frame()) == n
+    finally:
+        r.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
