@@ -324,8 +324,9 @@ class Store:
                 raise StoreError(f"cannot make a results store at {self.path}: {blocking} exists and is not a "
                                  f"folder") from None
             raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
-        # the -wal and -shm a read-only open made: its connection cannot remove them as it closes (close does)
-        self._made = made if readonly else []
+        # the -wal and -shm a read-only open made: its connection cannot remove them as it closes (close does).
+        # Absolute, as self._file below: a relative name would point into another folder after a chdir.
+        self._made = [Path(os.path.abspath(p)) for p in made] if readonly else []
         self._lock = _Guarded(self.path)  # one connection shared by the sweep's per-GPU threads
         # which file was opened: SQLite keeps writing to it through its descriptor after it is deleted or moved, and
         # rows written then reach no one who opens the path (a new store there reads none of them). Its absolute
@@ -364,7 +365,7 @@ class Store:
             # the emptied -wal and the -shm: a new store at the path would take them for its own
             _remove_made([Path(f"{self._file}{end}") for end in ("-wal", "-shm")])
         elif self._made and any(p.exists() for p in self._made):
-            _let_sqlite_remove_sidecars(self.path)
+            _let_sqlite_remove_sidecars(self._file)
 
     def check_file(self) -> None:
         """StoreGone when the path no longer holds the file this store opened (deleted, moved, replaced); every

@@ -240,3 +240,22 @@ def test_a_store_named_by_a_path_with_two_leading_slashes_is_read_back_read_only
     finally:
         r.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+
+
+def test_closing_a_store_read_by_a_relative_name_after_a_chdir_removes_its_own_sidecars(tmp_path, monkeypatch):
+    """A notebook's %cd between opening runs.db read-only and closing it: the -wal and -shm that open made are
+    beside the file it opened, not beside a runs.db of the folder it is in now (whose store is not touched)."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder in (here, there):
+        folder.mkdir()
+        w = Store(folder / "runs.db")
+        w.add(_trial(64), key="k", run_id="r")
+        w.close()
+    monkeypatch.chdir(here)
+    r = Store("runs.db", readonly=True)
+    assert len(r.frame()) == 1
+    assert {"runs.db-wal", "runs.db-shm"} <= {p.name for p in here.iterdir()}
+    monkeypatch.chdir(there)
+    r.close()
+    assert sorted(p.name for p in here.iterdir()) == ["runs.db"]
+    assert sorted(p.name for p in there.iterdir()) == ["runs.db"]
