@@ -79,3 +79,18 @@ def drop_forkserver_alive_fd() -> bool:
         return False
     server._forkserver_alive_fd = None
     return True
+
+
+def multiprocessing_temp_dir() -> str | None:
+    """The temp folder multiprocessing made for this process (``pymp-*``: the forkserver's listening socket lives in
+    it on CPython <= 3.11), which only its exit handler removes; ``current_process()._config['tempdir']``, CPython
+    3.4-3.13. None where none was made or this Python keeps it elsewhere."""
+    import sys
+
+    if "multiprocessing" not in sys.modules:  # never imported: it made nothing
+        return None
+    from multiprocessing import process
+
+    config = getattr(process.current_process(), "_config", None)
+    tempdir = config.get("tempdir") if isinstance(config, dict) else None
+    return tempdir if isinstance(tempdir, str) else None

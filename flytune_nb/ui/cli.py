@@ -225,6 +225,15 @@ def _end_at_ctrl_c_in_teardown(rc: int) -> None:
 
     def end_now(signum, frame) -> None:
         try:
+            # os._exit skips the exit handlers left, multiprocessing's among them: its temp folder (the forkserver's
+            # socket, made by every sweep and demo) would stay in /tmp, one more per interrupted teardown
+            from flytune_nb._compat.stdlib import multiprocessing_temp_dir
+
+            tempdir = multiprocessing_temp_dir()
+            if tempdir:
+                import shutil
+
+                shutil.rmtree(tempdir, ignore_errors=True)
             sys.stderr.flush()
         finally:
             os._exit(rc)

@@ -109,6 +109,10 @@ def test_torch_and_cpython_internals_are_where_compat_reads_them():
         assert data is not None and data[b"PATH"] == os.environ["PATH"].encode()
     with cf.ProcessPoolExecutor(1) as pool:
         assert stdlib.pool_broken(pool) is False and hasattr(pool, "_broken")
+    from multiprocessing import util
+
+    made = util.get_temp_dir()  # the folder multiprocessing's exit handler removes
+    assert stdlib.multiprocessing_temp_dir() == made
 
 
 def test_an_unverified_triton_takes_the_public_launch_path(monkeypatch):

@@ -258,6 +258,44 @@ def test_ctrl_c_in_a_hung_exit_handler_ends_the_finished_command_at_once_with_it
     assert "toy" in out and "Traceback" not in err, (out[-1000:], err[-2000:])
 
 
+def test_ctrl_c_in_a_hung_exit_handler_after_a_sweep_leaves_no_temp_folder(tmp_path):
+    """Ending a finished sweep at once skips the exit handlers still to run, multiprocessing's too, which removes the
+    temp folder holding the forkserver's socket: a normal exit leaves none in $TMPDIR, and neither may the Ctrl-C."""
+    import shutil
+
+    plugins = tmp_path / "plugins"
+    shutil.copytree(Path(PLUGINS) / "toy", plugins / "toy")
+    marker = tmp_path / "hanging"
+    with open(plugins / "toy" / "kernel.py", "a") as f:
+        f.write(textwrap.dedent(f"""
+
+            def _hang_at_exit():
+                import time
+                open({str(marker)!r}, "w").close()
+                time.sleep(600)
+
+
+            __import__("atexit").register(_hang_at_exit)
+            """))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", "sweep", "toy", "--path", str(plugins), "--grid",
+                             "N=64", "--dtype", "fp32", "--db", str(tmp_path / "s.db"), "--quiet", "--baselines",
+                             "none"], env=clean_env(tmp_path, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _wait_for(lambda: marker.exists() or proc.poll() is not None, 240, "the exit handler never began")
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "trials in" in out and "Traceback" not in err, (proc.returncode, err[-2000:])
+    assert not list(tmp.glob("pymp-*")), sorted(str(p) for p in tmp.rglob("*"))
+
+
 def test_ctrl_c_during_a_hang_ends_at_once_and_names_the_trial_it_cut(tmp_path):
     """Ctrl-C during a hang kills the worker at once instead of waiting out the rest of --timeout, and the message
     says which trial was in flight (not recorded: the re-run measures it again)."""
