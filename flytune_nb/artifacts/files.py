@@ -102,8 +102,10 @@ def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
     # Linux and macOS file systems hold at most 255 bytes per name: past it open() fails with ENAMETOOLONG, which
     # lookup would report as an unreadable folder and export as a failed write
     if len(os.fsencode(name)) > NAME_MAX:
+        # no advice to rename: export and serving take the name from the trials and torch, not from the user
         raise ArtifactError(f"the file name for device {device_name!r} would be {len(os.fsencode(name))} bytes, more "
-                            f"than the {NAME_MAX} a file name can hold: give a shorter device name")
+                            f"than the {NAME_MAX} a file name can hold: no config file can be written or read for "
+                            f"this device")
     return name
 
 

@@ -264,6 +264,27 @@ def test_export_for_a_device_name_whose_file_name_just_fits_writes_that_file(swe
     assert sorted(p.name for p in out.rglob("*") if p.is_file()) == sorted([name, PROVENANCE])
 
 
+def test_export_of_trials_on_a_device_too_long_for_a_file_name_says_so_without_advice_it_cannot_follow(
+        swept, tmp_path, capsys):
+    """Export takes the device name from the store's trials: the user has no name to shorten, so the refusal says
+    what cannot be done and writes nothing."""
+    import random
+    import sqlite3
+
+    device = "GPU_" + "".join(random.choice("ABCDEFGH") for _ in range(random.randint(260, 400)))
+    swept.close()
+    with sqlite3.connect(swept.path) as db:
+        for table in ("trials", "selections"):
+            db.execute(f"UPDATE {table} SET device=?", (device,))
+    db.close()
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "more than the 255 a file name can hold: no config file can be written or read for this device" in err
+    assert "shorter" not in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("named", ["mi300x", "AMD_Instinct_MI300X", "AMD Instinct MI300X", "amd instinct mi300x"])
 def test_lookup_of_a_target_named_as_torch_or_a_file_names_it_reads_that_targets_export(named, tmp_path, capsys):
     """--device takes a GPU's name as torch reports it ("AMD Instinct MI300X") as well as a file name's: a name of a
