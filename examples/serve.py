@@ -63,6 +63,9 @@ def resolve(args):
         raise UsageError(f"--config-dir {args.config_dir} is not a folder")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         raise UsageError(f"--json {args.json}: no folder {os.path.dirname(os.path.abspath(args.json))}")
+    if args.json and os.path.isdir(args.json):  # open() would refuse it only after the whole stream was served
+        raise UsageError(f"--json {args.json} is a folder; name a file in it, e.g. "
+                         f"{os.path.join(args.json, 'serve.json')}")
     spec = get_kernel(args.kernel)
     dtype = spec.check_dtype(args.dtype)
     others = tuple(a for a in spec.axes if a != spec.batch_axis)

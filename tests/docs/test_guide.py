@@ -169,3 +169,15 @@ def test_serve_example_refuses_bad_input_with_one_line(tmp_path, monkeypatch, ca
             assert f"argument {flag}: must be a whole number >= 1, got '{bad}'" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # nothing was written
     assert "FLYTUNE_CONFIG_DIR" not in os.environ  # a refused --config-dir is not left set for what runs next
+
+
+def test_serve_example_refuses_a_json_path_that_is_a_folder_before_serving(tmp_path, monkeypatch, capsys):
+    """--json naming a folder is bad input like --json in a missing folder: one line and exit 2 before the stream,
+    not an IsADirectoryError traceback after it was served."""
+    monkeypatch.setenv("FLYTUNE_AUTOTUNE", "0")
+    serve = _serve_module()
+    assert serve.main(["--shape", "N=256", "--dtype", "fp32", "--calls", "1", "--overhead-calls", "1",
+                       "--json", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("serve.py: error: ") and "is a folder" in err and err.count("\n") == 1, err
+    assert not list(tmp_path.iterdir())
