@@ -665,10 +665,12 @@ def _uri(path: Path, query: str) -> str:
     """SQLite's URI for ``path``: a ``?``, ``#`` or ``%`` in a file name would otherwise end or change it (a store
     named ``a?b.db`` read as ``a`` with the query ``b.db?mode=ro``, a file that holds no results). The empty
     authority (``file://`` + the path) keeps a path that starts with two slashes (``//data/runs.db``, which POSIX
-    paths keep as written) a path: after ``file:`` alone SQLite reads ``//data`` as a host and refuses it."""
+    paths keep as written) a path: after ``file:`` alone SQLite reads ``//data`` as a host and refuses it. Quoted
+    as the file system's bytes: a name that is not UTF-8 (café.db written by a Latin-1 system) is text with
+    surrogates here, which quoting as UTF-8 text refuses with a UnicodeEncodeError; SQLite decodes %XX to bytes."""
     from urllib.parse import quote
 
-    return f"file://{quote(str(Path(path).absolute()))}?{query}"
+    return f"file://{quote(os.fsencode(Path(path).absolute()))}?{query}"
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:

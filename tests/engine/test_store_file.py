@@ -259,3 +259,24 @@ def test_closing_a_store_read_by_a_relative_name_after_a_chdir_removes_its_own_s
     r.close()
     assert sorted(p.name for p in here.iterdir()) == ["runs.db"]
     assert sorted(p.name for p in there.iterdir()) == ["runs.db"]
+
+
+def test_a_store_whose_name_is_not_utf8_is_read_back_read_only(tmp_path):
+    """A file name from a Latin-1 system (bytes that are not UTF-8) opens for writing; read-only it must open too,
+    not end in a UnicodeEncodeError from building SQLite's URI."""
+    import os
+    import random
+
+    n = random.randint(1, 9)
+    w = Store(tmp_path / "made.db")
+    for i in range(n):
+        w.add(_trial(32 + i), key=f"k{i}", run_id="r")
+    w.close()
+    name = os.fsdecode(b"caf\xe9-" + bytes([random.randint(0xC0, 0xFF)]) + b".db")
+    os.rename(tmp_path / "made.db", tmp_path / name)
+    r = Store(tmp_path / name, readonly=True)
+    try:
+        assert len(r.frame()) == n
+    finally:
+        r.close()
+    assert sorted(os.listdir(tmp_path)) == [name]
