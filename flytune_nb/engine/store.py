@@ -275,8 +275,10 @@ class Store:
         self.path = Path(path)
         self._db = None
         # SQLite makes a WAL database's -wal and -shm as it opens it, and a read-only connection (or one refused
-        # before it could check them in) leaves them behind: a refused open removes the ones it made
-        sidecars = [] if str(path) == ":memory:" else [Path(f"{self.path}{end}") for end in ("-wal", "-shm")]
+        # before it could check them in) leaves them behind: a refused open removes the ones it made. SQLite makes
+        # them beside the file a symlink points to, not beside the link
+        real = None if str(path) == ":memory:" else os.path.realpath(self.path)
+        sidecars = [] if real is None else [Path(f"{real}{end}") for end in ("-wal", "-shm")]
         made = [p for p in sidecars if not p.exists()]
         try:
             if str(path) != ":memory:" and self.path.is_dir():  # SQLite would only say "unable to open"
@@ -326,7 +328,7 @@ class Store:
             raise StoreError(f"cannot open a results store at {self.path}: {e.strerror or e}") from None
         # the -wal and -shm a read-only open made: its connection cannot remove them as it closes (close does).
         # Absolute, as self._file below: a relative name would point into another folder after a chdir.
-        self._made = [Path(os.path.abspath(p)) for p in made] if readonly else []
+        self._made = made if readonly else []
         self._lock = _Guarded(self.path)  # one connection shared by the sweep's per-GPU threads
         # which file was opened: SQLite keeps writing to it through its descriptor after it is deleted or moved, and
         # rows written then reach no one who opens the path (a new store there reads none of them). Its absolute

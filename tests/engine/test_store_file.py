@@ -280,3 +280,24 @@ def test_a_store_whose_name_is_not_utf8_is_read_back_read_only(tmp_path):
     finally:
         r.close()
     assert sorted(os.listdir(tmp_path)) == [name]
+
+
+def test_reading_a_store_through_a_symlink_leaves_no_wal_or_shm_beside_the_file(tmp_path):
+    """SQLite opens the file a symlink points to and makes its -wal and -shm there: closing a read-only store opened
+    through the link removes those, as it does for one opened by the file's own name."""
+    import random
+
+    real, link = tmp_path / "real", tmp_path / "link"
+    real.mkdir()
+    link.mkdir()
+    n = random.randint(1, 9)
+    w = Store(real / "runs.db")
+    for i in range(n):
+        w.add(_trial(32 + i), key=f"k{i}", run_id="r")
+    w.close()
+    (link / "runs.db").symlink_to(real / "runs.db")
+    r = Store(link / "runs.db", readonly=True)
+    assert len(r.frame()) == n
+    r.close()
+    assert sorted(p.name for p in real.iterdir()) == ["runs.db"]
+    assert sorted(p.name for p in link.iterdir()) == ["runs.db"]
