@@ -29,7 +29,11 @@ import sys as _sys
 def _started_as_the_cli() -> bool:
     """Whether this process is the ``flytune`` command: its console script, or ``python -m flytune_nb`` (while runpy
     imports the package, ``sys.argv[0]`` is still ``-m``; ``sys.orig_argv`` says which module follows it)."""
-    if _os.environ.get("_FLYTUNE_PARENT_PID"):  # a worker of a sweep (spawned ones copy the command's argv)
+    if _os.environ.get("_FLYTUNE_PARENT_PID"):  # a worker of a sweep
+        return False
+    # a process multiprocessing spawned (where there is no forkserver, or the server's environment changed): it gets
+    # the command's sys.argv before it imports anything, but its own command line says what it is
+    if "--multiprocessing-fork" in getattr(_sys, "orig_argv", ()):
         return False
     if _sys.argv and _os.path.basename(_sys.argv[0]) == "flytune":
         return True

@@ -190,6 +190,37 @@ def test_ctrl_c_while_the_command_imports_is_one_line_and_status_130(tmp_path):
     assert inside >= len(commands), inside  # at least the interrupts sent as torch started loading
 
 
+def test_a_process_spawned_by_the_command_does_not_take_itself_for_the_command(tmp_path):
+    """A spawned child (no forkserver, or one whose environment changed) gets the command's sys.argv before it
+    imports flytune_nb: it must not install the command's import-time Ctrl-C handler, which would end a worker with
+    "interrupted before anything ran" in the middle of a sweep. The command itself still does."""
+    script = tmp_path / "flytune"  # what the console script's name makes sys.argv[0]
+    script.write_text(textwrap.dedent("""
+        import multiprocessing as mp
+        import sys
+
+
+        def probe(q):
+            import flytune_nb
+            q.put((flytune_nb._started_as_the_cli(), flytune_nb._SIGINT_BEFORE is not None))
+
+
+        if __name__ == "__main__":
+            import flytune_nb
+            print("command", flytune_nb._started_as_the_cli(), flytune_nb._SIGINT_BEFORE is not None)
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            p = ctx.Process(target=probe, args=(q,))
+            p.start()
+            print("spawned", *q.get(timeout=120))
+            p.join(60)
+        """))
+    out = subprocess.run([sys.executable, str(script), "sweep"], env=clean_env(tmp_path), capture_output=True,
+                         text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["command True True", "spawned False False"], (out.stdout, out.stderr)
+
+
 def test_ctrl_c_after_the_command_is_done_lets_it_end_with_its_own_status(tmp_path):
     """Once the command's output is out, tearing the interpreter down takes seconds where SGLang and FlyDSL were
     imported; a Ctrl-C then must not turn a finished command into one killed by SIGINT (status -2). A kernel folder
