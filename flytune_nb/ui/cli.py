@@ -234,13 +234,18 @@ def _end_at_ctrl_c_in_teardown(rc: int) -> None:
                 import shutil
 
                 shutil.rmtree(tempdir, ignore_errors=True)
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):  # what an exit handler printed after the command's own flush
+                try:
+                    stream.flush()
+                except (OSError, ValueError):  # a reader that left, a stream closed
+                    pass
         finally:
             os._exit(rc)
 
     flytune_nb.EXIT_STATUS = rc
     # where flytune_nb was imported by another program first, its last exit handler is not there: ignore from here on
-    atexit.register(signal.signal, signal.SIGINT, end_now if flytune_nb._LAST_EXIT_HANDLER else signal.SIG_IGN)  # registered last: runs first
+    # registered last: runs first
+    atexit.register(signal.signal, signal.SIGINT, end_now if flytune_nb._LAST_EXIT_HANDLER else signal.SIG_IGN)
 
 
 def _drop_stdout() -> None:

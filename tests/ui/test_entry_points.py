@@ -266,6 +266,7 @@ def test_ctrl_c_in_a_hung_exit_handler_ends_the_finished_command_at_once_with_it
 
             def _hang_at_exit():
                 import time
+                print("said at exit")  # into stdout's buffer: a pipe's is flushed only when it fills or at exit
                 open({str(marker)!r}, "w").close()
                 time.sleep(600)
 
@@ -286,7 +287,7 @@ def test_ctrl_c_in_a_hung_exit_handler_ends_the_finished_command_at_once_with_it
     finally:
         proc.kill()
     assert proc.returncode == 0 and took < 30, (proc.returncode, took, err[-2000:])
-    assert "toy" in out and "Traceback" not in err, (out[-1000:], err[-2000:])
+    assert "toy" in out and "said at exit" in out and "Traceback" not in err, (out[-1000:], err[-2000:])
 
 
 def test_ctrl_c_in_a_hung_exit_handler_after_a_sweep_leaves_no_temp_folder(tmp_path):
