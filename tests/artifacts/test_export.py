@@ -789,7 +789,11 @@ def test_a_pick_timed_beside_a_fresh_default_competes_on_the_searchs_clock_where
                                                                              new.to_json()))
     con.close()
     out = tmp_path / "ex"
-    [path] = export(Store(db, readonly=True), out)
+    reader = Store(db, readonly=True)
+    try:
+        [path] = export(reader, out)
+    finally:
+        reader.close()
     assert json.loads(path.read_text())["4"] == new.to_dict(), (new, path.read_text())
     prov = json.loads((path.parent / "provenance.json").read_text())[path.name]["4"]
     assert prov["best_p50_ms"] == pytest.approx(best_search * 0.8)
