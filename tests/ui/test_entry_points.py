@@ -215,8 +215,10 @@ def test_a_process_spawned_by_the_command_does_not_take_itself_for_the_command(t
             print("spawned", *q.get(timeout=120))
             p.join(60)
         """))
+    # as from a terminal: a test run started in the background inherits SIGINT ignored, and the command then keeps it
     out = subprocess.run([sys.executable, str(script), "sweep"], env=clean_env(tmp_path), capture_output=True,
-                         text=True, cwd=tmp_path, timeout=300)
+                         text=True, cwd=tmp_path, timeout=300,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[:2] == ["command True True", "spawned False False"], (out.stdout, out.stderr)
 
