@@ -234,6 +234,13 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
                                        if other else f"{meta['dtype']} weights: not timed (this kernel tunes the "
                                                      "unquantised path and fp8_w8a8 per tensor)"))
                 continue
+            # read first: a file SGLang fails on is a failing finding whatever its hidden size, which reading
+            # does not need
+            try:
+                table = files.read_table(path)
+            except files.ArtifactError as e:  # a failing finding, not a file this audit chose to leave out
+                result.unreadable.append((name, str(e)))
+                continue
             recorded = None if (meta["E"], meta["N"]) in asked else recorded_shape(path)
             if recorded is None and (meta["E"], meta["N"]) not in table_of:
                 result.skipped.append((name, f"hidden size and top-k unknown: pass --shape \"E={meta['E']} "
@@ -241,11 +248,6 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
                 continue
             # what the file's own provenance records beats a model of the same E and N: MODELS is a guess by name
             extra, label = (recorded, "provenance") if recorded else table_of[(meta["E"], meta["N"])]
-            try:
-                table = files.read_table(path)
-            except files.ArtifactError as e:  # a failing finding, not a file this audit chose to leave out
-                result.unreadable.append((name, str(e)))
-                continue
             lacking = [m for m in files.BATCH_SIZES if m not in table]
             if lacking:
                 result.missing_sizes[name] = lacking

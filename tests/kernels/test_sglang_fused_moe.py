@@ -1046,3 +1046,32 @@ def test_benchmark_smoke_compares_searched_shipped_and_default(tmp_path, monkeyp
     assert {Path(p).name for p in res["exports"]} == {"E=4,N=64,device_name=CPU_interpreter.json",
                                                        "E=8,N=32,device_name=CPU_interpreter.json"}
     assert "shipped / flytune" in (tmp_path / "res" / "sglang_moe.md").read_text()
+
+
+def test_a_file_sglang_cannot_read_is_failing_even_when_its_hidden_size_is_unknown(tmp_path):
+    """Reading a file needs no hidden size: a malformed file of an E and N no model, --shape or provenance covers is
+    still one a server fails on, so it is named as unreadable (exit 1), not left out as 'hidden size unknown'."""
+    import random
+
+    from flytune_nb.artifacts.sglang_audit import audit, known_shapes
+
+    rng = random.Random()
+    E, N = rng.randrange(3, 60), 16 * rng.randrange(3, 40)
+    while {(E, N), (E + 1, N), (E, N + 16), (E + 2, N)} & set(known_shapes()):
+        E, N = rng.randrange(3, 60), 16 * rng.randrange(3, 40)
+    root = tmp_path / "sglang"
+    folder = root / "configs" / running()
+    folder.mkdir(parents=True)
+    bad = {f"E={E},N={N},device_name=CPU_interpreter.json": '{"1": {"BLOCK_SIZE_M": 16,}}',
+           f"E={E + 1},N={N},device_name=CPU_interpreter.json": json.dumps({"triton_version": "3.6.0"}),
+           f"E={E},N={N + 16},device_name=CPU_interpreter.json": "[]"}
+    for name, text in bad.items():
+        (folder / name).write_text(text)
+    good = f"E={E + 2},N={N},device_name=CPU_interpreter.json"
+    (folder / good).write_text(files.render({1: _entry(1)}))
+    timed = []
+    a = audit(root, dtype="fp16", measure=lambda *args: timed.append(args))
+    assert timed == []
+    assert sorted(n for n, _ in a.unreadable) == sorted(bad)
+    assert [n for n, _ in a.skipped] == [good]  # readable, hidden size unknown: left out, not failing
+
