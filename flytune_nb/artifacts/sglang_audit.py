@@ -248,12 +248,26 @@ def audit(root=None, *, device=None, shapes: dict | None = None, dtype: str = "b
                 continue
             # what the file's own provenance records beats a model of the same E and N: MODELS is a guess by name
             extra, label = (recorded, "provenance") if recorded else table_of[(meta["E"], meta["N"])]
+            spec = down if meta["down"] else up
+            rest = {"E": meta["E"], "N": meta["N"], **extra}
+            try:  # a provenance.json can record a shape the kernel refuses: that file alone is left out, said why
+                spec.check_shape({"M": 1, **rest})
+            except UsageError as e:
+                why = e.reason if isinstance(e, ShapeRuleError) else str(e)
+                result.skipped.append((name, f"{label} records {shape_text(rest)}, which {why}: not timed; pass "
+                                             f"--shape \"E={meta['E']} N={meta['N']} K=... topk=...\""))
+                continue
             lacking = [m for m in files.BATCH_SIZES if m not in table]
             if lacking:
                 result.missing_sizes[name] = lacking
-            spec = down if meta["down"] else up
             for m in sorted(table):
-                shape = spec.check_shape({"M": m, "E": meta["E"], "N": meta["N"], **extra})
+                if m < 1:  # SGLang int()s it and serves it to the batch sizes nearest it: no shape to time it at
+                    result.entries.append(Entry(name, folder, meta["down"], {"M": m, **rest}, label, m,
+                                                json.dumps(table[m]), "", "ERROR", None, None,
+                                                reason=f"batch size {m} is no batch size (below 1); SGLang serves "
+                                                       f"this entry to the batch sizes nearest it"))
+                    continue
+                shape = spec.check_shape({"M": m, **rest})
                 knobs = {k: v for k, v in table[m].items() if k != "USE_TMA"}
                 try:
                     shipped = Config.from_dict(knobs)

@@ -1075,3 +1075,39 @@ def test_a_file_sglang_cannot_read_is_failing_even_when_its_hidden_size_is_unkno
     assert sorted(n for n, _ in a.unreadable) == sorted(bad)
     assert [n for n, _ in a.skipped] == [good]  # readable, hidden size unknown: left out, not failing
 
+
+
+def test_an_entry_or_a_recorded_shape_the_kernel_refuses_is_reported_and_the_audit_goes_on(tmp_path):
+    """A batch size key below 1 (SGLang int()s it and serves it to the batch sizes nearest it) and a provenance.json
+    whose top-k exceeds E are findings about those files: the audit names them and times every other entry, rather
+    than stopping at them with an error that names no file and writes no report."""
+    import random
+
+    from flytune_nb.artifacts.sglang_audit import audit, to_markdown
+    from flytune_nb.measure.trial import Trial
+
+    rng = random.Random()
+    zero_or_less = rng.choice([0, -1, -rng.randrange(2, 100)])
+    root = tmp_path / "sglang"
+    keyed = _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter.json",
+                          {1: _entry(1), 4: _entry(4)})
+    keyed.write_text(keyed.read_text().replace('"4":', f'"{zero_or_less}":'))
+    recorded = _fake_shipped(root, running(), "E=4,N=32,device_name=CPU_interpreter.json", {1: _entry(1)})
+    topk = rng.randrange(5, 9)  # more than the E=4 experts of the file's name
+    (recorded.parent / "provenance.json").write_text(json.dumps(
+        {recorded.name: {"1": {"shape": {"E": 4, "N": 32, "K": 32, "topk": topk}}}}))
+    timed = []
+
+    def measure(spec, shape, dtype, config):
+        timed.append((shape["N"], shape["M"]))
+        return Trial(spec.name, shape, dtype, config, "ok", p50=0.1)
+
+    a = audit(root, shapes={(4, 64): {"K": 32, "topk": 2}}, dtype="fp16", measure=measure)
+    assert sorted(set(timed)) == [(64, 1)]
+    by_m = {e.M: e for e in a.entries}
+    assert by_m[1].status == "OK"
+    assert by_m[zero_or_less].status == "ERROR" and by_m[zero_or_less] in a.wrong
+    assert f"batch size {zero_or_less}" in by_m[zero_or_less].reason
+    (skipped,) = [why for n, why in a.skipped if n == recorded.name]
+    assert f"topk={topk}" in skipped and "topk <= E" in skipped
+    assert recorded.name in to_markdown(a)
