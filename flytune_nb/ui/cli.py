@@ -618,12 +618,32 @@ def cmd_lookup(args) -> int:
             print(f"note: {e}; files named for {name} are checked against this machine's space "
                   f"({device.name})", file=sys.stderr)
             device = dataclasses.replace(device, name=name)
+    from contextlib import nullcontext
+
+    from flytune_nb.artifacts import sglang as sglang_files
+    from flytune_nb.artifacts.files import kernel_dir
+    from flytune_nb.serve.lookup import config_dir
+
+    # A SGLang MoE folder under the looked-up dir is what a server started with SGLANG_MOE_CONFIG_DIR at it reads: its
+    # down GEMM reuses that folder's up table when it has no _down file, and runs a _down entry with that folder's up
+    # BLOCK_SIZE_M (both GEMMs share one alignment), whatever this shell's SGLANG_MOE_CONFIG_DIR names.
+    served = kernel_dir(spec, config_dir(args.dir)).parent  # its files sit in <SGLANG_MOE_CONFIG_DIR>/configs/
+    sglang_folder = spec.artifact_render is sglang_files.render and (served / "configs").is_dir()
+    overridden = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        config, source = lookup(spec, shapes[0], dtype, device=device, directory=args.dir)
+        with sglang_files.serving_from(served) if sglang_folder else nullcontext():
+            config, source = lookup(spec, shapes[0], dtype, device=device, directory=args.dir)
+            if sglang_folder and source == "artifact" and spec.artifact_suffix == "_down":
+                up_m = spec.default(shapes[0], dtype, device)["BLOCK_SIZE_M"]
+                if config["BLOCK_SIZE_M"] != up_m:
+                    overridden, config = config["BLOCK_SIZE_M"], config.replace(BLOCK_SIZE_M=up_m)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     print(f"{config}  (source: {source}, device: {device.name})")
+    if overridden is not None:
+        print(f"note: the _down entry says BLOCK_SIZE_M={overridden}; SGLang runs it with the up config's "
+              f"BLOCK_SIZE_M={config['BLOCK_SIZE_M']} (both GEMMs share one alignment)")
     if source == "artifact":
         note = stale_note(spec, shapes[0], dtype, device, args.dir)
         if note:

@@ -1111,3 +1111,43 @@ def test_an_entry_or_a_recorded_shape_the_kernel_refuses_is_reported_and_the_aud
     (skipped,) = [why for n, why in a.skipped if n == recorded.name]
     assert f"topk={topk}" in skipped and "topk <= E" in skipped
     assert recorded.name in to_markdown(a)
+
+
+def test_lookup_of_the_down_gemm_answers_as_a_server_pointed_at_the_looked_up_folder(tmp_path, monkeypatch, capsys):
+    """``flytune lookup sglang_fused_moe_down ... --dir D`` is what a server started with
+    SGLANG_MOE_CONFIG_DIR=D/sglang_fused_moe runs: without a ``_down`` file there, the up entry of D's up file (SGLang
+    reuses the up table), not SGLang's get_default_config; with one, its entry with the BLOCK_SIZE_M of D's up entry
+    (SGLang overwrites a mismatching one), whatever this shell's SGLANG_MOE_CONFIG_DIR says."""
+    import random
+
+    from flytune_nb.serve.lookup import LOOKUP
+    from flytune_nb.ui.cli import main
+
+    rng = random.Random()
+    (tmp_path / "pkg" / "configs" / running()).mkdir(parents=True)  # SGLang ships nothing for this device
+    monkeypatch.setattr(files, "package_root", lambda: tmp_path / "pkg")
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    out_dir = tmp_path / "exports"
+    kdir = out_dir / "sglang_fused_moe"
+    up_bm, down_bm = rng.sample([16, 32, 64, 128], 2)
+    m_up = rng.choice([1, 2, 4, 8])
+    up_entry = {**_entry(m_up, bn=rng.choice([64, 128])), "BLOCK_SIZE_M": up_bm, "GROUP_SIZE_M": 16}
+    _fake_shipped(kdir, running(), "E=4,N=64,device_name=CPU_interpreter.json", {m_up: up_entry})
+    args = ["lookup", "sglang_fused_moe_down", f"M={rng.randrange(1, 64)} E=4 N=64 K=32 topk=2", "--dtype", "fp16",
+            "--dir", str(out_dir)]
+    LOOKUP.clear()
+    assert main(args) == 0
+    assert f"{Config.from_dict(up_entry)}  (source: default," in capsys.readouterr().out
+
+    down_entry = {**_entry(m_up, bn=32), "BLOCK_SIZE_M": down_bm, "num_warps": 8}
+    _fake_shipped(kdir, running(), "E=4,N=64,device_name=CPU_interpreter_down.json", {m_up: down_entry})
+    elsewhere = tmp_path / "elsewhere"  # this shell's folder pins yet another BLOCK_SIZE_M: not the one looked up
+    _fake_shipped(elsewhere, running(), "E=4,N=64,device_name=CPU_interpreter.json",
+                  {m_up: {**up_entry, "BLOCK_SIZE_M": 256}})
+    monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(elsewhere))
+    LOOKUP.clear()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"{Config.from_dict({**down_entry, 'BLOCK_SIZE_M': up_bm})}  (source: artifact," in out
+    assert f"BLOCK_SIZE_M={down_bm}" in out  # the file's value is named where it is overridden
+    LOOKUP.clear()
