@@ -142,6 +142,11 @@ def get_target(name: str) -> Target:
     for t in TARGETS.values():
         if key == t.alias or device_name == t.device_name.lower():
             return t
+    # an architecture is what the README's census names (gfx942, sm_90), but one arch is several GPUs with their
+    # own CU counts and memory, which the census's occupancy and the exports' device names need: name them
+    by_arch = [t.alias for t in TARGETS.values() if t.arch.lower() == key]
+    if by_arch:
+        raise UsageError(f"{name!r} is an architecture; a target is one GPU of it: {', '.join(by_arch)}")
     close = difflib.get_close_matches(key, list(TARGETS), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise UsageError(f"unknown target {name!r}.{hint} Known: {', '.join(TARGETS)}")

@@ -41,6 +41,17 @@ def test_a_target_is_found_by_alias_or_device_name_and_a_typo_is_one_line():
         get_target("h20")
 
 
+def test_an_architecture_named_as_a_target_lists_the_gpus_of_it():
+    """The README names the census by architecture (gfx942, sm_90); a target is one GPU (its CU count and memory
+    decide occupancy and the exports' device name), so an arch is answered with the GPUs it covers."""
+    import random
+
+    arch = random.choice(sorted({t.arch for t in TARGETS.values()}))
+    gpus = [t.alias for t in TARGETS.values() if t.arch == arch]
+    with pytest.raises(UsageError, match=f"is an architecture; a target is one GPU of it: {', '.join(gpus)}$"):
+        get_target(random.choice([arch, arch.upper()]))
+
+
 def test_an_arch_outside_the_table_takes_its_familys_rules_with_its_own_shared_memory():
     d = DeviceInfo("hip", "AMD_Instinct_MI210", "gfx90a", 104, 8 << 20, 64 << 30, "meta", 64 * KiB)
     assert arch_rules(d).vgprs_per_lane == 512 and arch_rules(d).smem_per_unit == 64 * KiB
