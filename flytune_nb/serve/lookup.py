@@ -109,6 +109,17 @@ def validated_table(spec, path: Path, rest: dict, dtype: str, device, raw: dict 
     return out
 
 
+def too_deep(spec, root: Path) -> str:
+    """A hint where ``root`` is (a folder inside) the kernel's own export folder rather than the config dir that holds
+    it: ``exports/rmsnorm`` for ``exports``, or ``runs/sglang_fused_moe`` (the value SGLANG_MOE_CONFIG_DIR takes)
+    for ``runs``."""
+    parts = Path(spec.artifact_folder).parts
+    if root.name not in parts:
+        return ""
+    above = root.parents[parts.index(root.name)] if parts.index(root.name) < len(root.parents) else root.parent
+    return f" ({root} looks like the kernel's own folder, {spec.artifact_folder}/: give the folder above it, {above})"
+
+
 class Lookup:
     def __init__(self) -> None:
         self._tables: dict[tuple, Table | None] = {}
@@ -169,8 +180,8 @@ class Lookup:
         kdir = kernel_dir(spec, root)
         folders, running = version_dirs(kdir, spec.backend)
         if not folders:
-            warnings.warn(f"no exported configs for {spec.name} under {root}; using the heuristic default",
-                          ArtifactWarning, stacklevel=4)
+            warnings.warn(f"no exported configs for {spec.name} under {root}{too_deep(spec, root)}; using the "
+                          f"heuristic default", ArtifactWarning, stacklevel=4)
             return None
         name = file_name(spec, rest, device_name, dtype)
         found = next((d for d in folders if (d / name).is_file()), None)

@@ -222,6 +222,19 @@ def test_lookup_says_when_the_entry_it_serves_was_tuned_for_another_source_of_th
     assert said[1].startswith(f"note: stale: batch size {served} of ") and name in said[1] and old in said[1], said
 
 
+def test_lookup_in_the_kernels_own_folder_says_to_give_the_folder_above(swept, tmp_path, capsys):
+    """--dir one level too deep (the kernel's own folder, as SGLANG_MOE_CONFIG_DIR takes it) finds nothing: the
+    warning says which folder to give instead, and that folder serves the export."""
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["lookup", "rmsnorm", "M=4", "N=256", "--dtype", "fp32", "--dir", str(out / "rmsnorm")]) == 0
+    got = capsys.readouterr()
+    assert "(source: default" in got.out and f"give the folder above it, {out})" in got.err, got
+    assert main(["lookup", "rmsnorm", "M=4", "N=256", "--dtype", "fp32", "--dir", str(out)]) == 0
+    assert "(source: artifact" in capsys.readouterr().out
+
+
 def test_lookup_for_a_device_name_too_long_for_a_file_name_says_so(tmp_path, capsys):
     """A file name holds at most 255 bytes: a longer device name is named as the problem, not reported as a config
     folder this user cannot read."""
