@@ -20,6 +20,13 @@ def _trial(n):
                  p80=1.0)
 
 
+def _write(store, n: int, first: int = 32) -> None:
+    """``n`` trials into ``store`` (keys k0, k1, ...), then closed."""
+    for i in range(n):
+        store.add(_trial(first + i), key=f"k{i}", run_id="r")
+    store.close()
+
+
 def _count(db):
     c = sqlite3.connect(db)
     try:
@@ -184,10 +191,7 @@ def test_reading_a_store_leaves_no_wal_or_shm_beside_it_and_keeps_a_writers(tmp_
 
     db = tmp_path / "runs.db"
     n = random.randint(1, 20)
-    w = Store(db)
-    for i in range(n):
-        w.add(_trial(64 + i), key=f"k{i}", run_id="r")
-    w.close()
+    _write(Store(db), n, first=64)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
     r = Store(db, readonly=True)
     assert len(r.frame()) == n
@@ -212,10 +216,7 @@ def test_a_store_whose_name_holds_uri_characters_is_read_back_read_only(tmp_path
 
     db = tmp_path / name
     n = random.randint(1, 9)
-    w = Store(db)
-    for i in range(n):
-        w.add(_trial(32 + i), key=f"k{i}", run_id="r")
-    w.close()
+    _write(Store(db), n, first=32)
     r = Store(db, readonly=True)
     assert len(r.frame()) == n
     r.close()
@@ -230,10 +231,7 @@ def test_a_store_named_by_a_path_with_two_leading_slashes_is_read_back_read_only
 
     db = tmp_path / "runs.db"
     n = random.randint(1, 9)
-    w = Store(db)
-    for i in range(n):
-        w.add(_trial(32 + i), key=f"k{i}", run_id="r")
-    w.close()
+    _write(Store(db), n, first=32)
     r = Store("/" + str(db), readonly=True)
     try:
         assert len(r.frame()) == n

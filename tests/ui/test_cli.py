@@ -252,12 +252,20 @@ def test_lookup_for_a_device_name_too_long_for_a_file_name_says_so(tmp_path, cap
     assert "more than the 255 a file name can hold" in captured.err and "not readable" not in captured.err, captured
 
 
+def _as_if_swept_on(store, device: str) -> None:
+    """Rewrite ``store`` (closed first) as if every trial and selection in it had been measured on ``device``."""
+    store.close()
+    with sqlite3.connect(store.path) as db:
+        for table in ("trials", "selections"):
+            db.execute(f"UPDATE {table} SET device=?", (device,))
+    db.close()
+
+
 def test_export_for_a_device_name_whose_file_name_just_fits_writes_that_file(swept, tmp_path, capsys):
     """file_name allows up to 255 bytes, so export must write every name it allows: its temp file beside the target
     (the name, a dot, 8 random characters, .tmp) must fit that limit too, or a 242 to 255 byte name fails with
     'File name too long' although lookup reads it."""
     import random
-    import sqlite3
 
     from flytune_nb.artifacts.files import NAME_MAX, PROVENANCE, file_name
     from flytune_nb.core.registry import get_kernel
@@ -267,11 +275,7 @@ def test_export_for_a_device_name_whose_file_name_just_fits_writes_that_file(swe
     device = "G" * (size - (len(file_name(spec, {"N": 256}, "G", "fp32")) - 1))
     name = file_name(spec, {"N": 256}, device, "fp32")
     assert len(name) == size
-    swept.close()
-    with sqlite3.connect(swept.path) as db:
-        for table in ("trials", "selections"):
-            db.execute(f"UPDATE {table} SET device=?", (device,))
-    db.close()
+    _as_if_swept_on(swept, device)
     out = tmp_path / "ex"
     assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0, capsys.readouterr().err
     assert sorted(p.name for p in out.rglob("*") if p.is_file()) == sorted([name, PROVENANCE])
@@ -282,14 +286,9 @@ def test_export_of_trials_on_a_device_too_long_for_a_file_name_says_so_without_a
     """Export takes the device name from the store's trials: the user has no name to shorten, so the refusal says
     what cannot be done and writes nothing."""
     import random
-    import sqlite3
 
     device = "GPU_" + "".join(random.choice("ABCDEFGH") for _ in range(random.randint(260, 400)))
-    swept.close()
-    with sqlite3.connect(swept.path) as db:
-        for table in ("trials", "selections"):
-            db.execute(f"UPDATE {table} SET device=?", (device,))
-    db.close()
+    _as_if_swept_on(swept, device)
     out = tmp_path / "ex"
     assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 2
     err = capsys.readouterr().err

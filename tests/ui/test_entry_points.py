@@ -223,17 +223,21 @@ def test_a_process_spawned_by_the_command_does_not_take_itself_for_the_command(t
     assert out.stdout.split("\n")[:2] == ["command True True", "spawned False False"], (out.stdout, out.stderr)
 
 
+def _toy_plugins_with(tmp_path, code: str) -> Path:
+    """A folder holding the toy kernel plugin with ``code`` (indented as in the caller) appended to its kernel.py."""
+    plugins = tmp_path / "plugins"
+    shutil.copytree(Path(PLUGINS) / "toy", plugins / "toy")
+    with open(plugins / "toy" / "kernel.py", "a") as f:
+        f.write(textwrap.dedent(code))
+    return plugins
+
+
 def test_ctrl_c_after_the_command_is_done_lets_it_end_with_its_own_status(tmp_path):
     """Once the command's output is out, tearing the interpreter down takes seconds where SGLang and FlyDSL were
     imported; a Ctrl-C then must not turn a finished command into one killed by SIGINT (status -2). A kernel folder
     whose module takes 20 s to tear down stands in for them, and says when its teardown has begun."""
-    import shutil
-
-    plugins = tmp_path / "plugins"
-    shutil.copytree(Path(PLUGINS) / "toy", plugins / "toy")
     marker = tmp_path / "tearing-down"
-    with open(plugins / "toy" / "kernel.py", "a") as f:
-        f.write(textwrap.dedent(f"""
+    plugins = _toy_plugins_with(tmp_path, f"""
 
             class _SlowTeardown:
                 def __del__(self, _open=open, _sleep=__import__("time").sleep):  # no imports at shutdown
@@ -242,7 +246,7 @@ def test_ctrl_c_after_the_command_is_done_lets_it_end_with_its_own_status(tmp_pa
 
 
             _SLOW_TEARDOWN = _SlowTeardown()
-            """))
+        """)
     proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", "kernels", "--path", str(plugins)],
                             env=clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -255,16 +259,11 @@ def test_ctrl_c_after_the_command_is_done_lets_it_end_with_its_own_status(tmp_pa
     assert "toy" in out and "Traceback" not in err, (out[-1000:], err[-2000:])
 
 
-def test_ctrl_c_in_a_hung_exit_handler_ends_the_finished_command_at_once_with_its_own_status(tmp_path):
-    """A library's exit handler that waits on something that never comes (a child's join) must not leave a finished
-    command un-interruptible: Ctrl-C ends it at once, with the command's own status and its output intact."""
-    import shutil
-
-    plugins = tmp_path / "plugins"
-    shutil.copytree(Path(PLUGINS) / "toy", plugins / "toy")
+def _ctrl_c_in_a_hung_exit_handler(tmp_path, args: list, env: dict | None = None) -> tuple:
+    """``flytune <args> --path <the toy kernel, whose import registers an exit handler that prints a line and then
+    hangs>``, sent a Ctrl-C once that handler hangs: (status, stdout, stderr, seconds from the Ctrl-C to the end)."""
     marker = tmp_path / "hanging"
-    with open(plugins / "toy" / "kernel.py", "a") as f:
-        f.write(textwrap.dedent(f"""
+    plugins = _toy_plugins_with(tmp_path, f"""
 
             def _hang_at_exit():
                 import time
@@ -274,59 +273,39 @@ def test_ctrl_c_in_a_hung_exit_handler_ends_the_finished_command_at_once_with_it
 
 
             __import__("atexit").register(_hang_at_exit)
-            """))
-    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", "kernels", "--path", str(plugins)],
-                            env=clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        """)
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", *args, "--path", str(plugins)],
+                            env=env or clean_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        _wait_for(lambda: marker.exists() or proc.poll() is not None, 120, "the exit handler never began")
+        _wait_for(lambda: marker.exists() or proc.poll() is not None, 240, "the exit handler never began")
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.5)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-        took = time.monotonic() - t0
+        return proc.returncode, out, err, time.monotonic() - t0
     finally:
         proc.kill()
-    assert proc.returncode == 0 and took < 30, (proc.returncode, took, err[-2000:])
+
+
+def test_ctrl_c_in_a_hung_exit_handler_ends_the_finished_command_at_once_with_its_own_status(tmp_path):
+    """A library's exit handler that waits on something that never comes (a child's join) must not leave a finished
+    command un-interruptible: Ctrl-C ends it at once, with the command's own status and its output intact."""
+    status, out, err, took = _ctrl_c_in_a_hung_exit_handler(tmp_path, ["kernels"])
+    assert status == 0 and took < 30, (status, took, err[-2000:])
     assert "toy" in out and "said at exit" in out and "Traceback" not in err, (out[-1000:], err[-2000:])
 
 
 def test_ctrl_c_in_a_hung_exit_handler_after_a_sweep_leaves_no_temp_folder(tmp_path):
     """Ending a finished sweep at once skips the exit handlers still to run, multiprocessing's too, which removes the
     temp folder holding the forkserver's socket: a normal exit leaves none in $TMPDIR, and neither may the Ctrl-C."""
-    import shutil
-
-    plugins = tmp_path / "plugins"
-    shutil.copytree(Path(PLUGINS) / "toy", plugins / "toy")
-    marker = tmp_path / "hanging"
-    with open(plugins / "toy" / "kernel.py", "a") as f:
-        f.write(textwrap.dedent(f"""
-
-            def _hang_at_exit():
-                import time
-                open({str(marker)!r}, "w").close()
-                time.sleep(600)
-
-
-            __import__("atexit").register(_hang_at_exit)
-            """))
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", "sweep", "toy", "--path", str(plugins), "--grid",
-                             "N=64", "--dtype", "fp32", "--db", str(tmp_path / "s.db"), "--quiet", "--baselines",
-                             "none"], env=clean_env(tmp_path, TMPDIR=str(tmp)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        _wait_for(lambda: marker.exists() or proc.poll() is not None, 240, "the exit handler never began")
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0 and "trials in" in out and "Traceback" not in err, (proc.returncode, err[-2000:])
+    status, out, err, _ = _ctrl_c_in_a_hung_exit_handler(
+        tmp_path, ["sweep", "toy", "--grid", "N=64", "--dtype", "fp32", "--db", str(tmp_path / "s.db"), "--quiet",
+                   "--baselines", "none"], env=clean_env(tmp_path, TMPDIR=str(tmp)))
+    assert status == 0 and "trials in" in out and "Traceback" not in err, (status, err[-2000:])
     assert not list(tmp.glob("pymp-*")), sorted(str(p) for p in tmp.rglob("*"))
 
 
