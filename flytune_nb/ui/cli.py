@@ -215,7 +215,7 @@ def _end_at_ctrl_c_in_teardown(rc: int) -> None:
     FlyDSL are imported (about 3 s of `flytune kernels`' 10 on 2 CPU cores), and an exit handler of a library may
     wait on a child that hangs. Python's own handler would turn a Ctrl-C there into a traceback or a death by signal
     (status -2, as if the command had failed, after its output). From the first exit handler on, a Ctrl-C ends the
-    process at once with the command's own status; past the last one, where Python can no longer run a handler,
+    process at once with the command's own status; past the last one, where Python no longer calls a signal handler,
     flytune_nb's own last exit handler ignores it instead. A thread still running at exit is waited for before
     either, and a Ctrl-C interrupts that wait as usual."""
     import atexit
