@@ -48,3 +48,27 @@ class DiskCache:
         with FileLock(str(p) + ".lock"):
             atomic_write(p, json.dumps(body, sort_keys=True, indent=1, default=str))
         return p
+
+
+def stale_entries(folder: Path) -> int:
+    """How many of a kernel's cached winners (``folder``: its folder of the cache) were tuned for another source of
+    it or another toolchain than this machine's: their keys can no longer match, so they are never hit again. 0 where
+    the kernel does not load here (nothing to compare with)."""
+    from flytune_nb import backends
+    from flytune_nb.core.key import source_fingerprint
+    from flytune_nb.core.registry import get_kernel
+
+    try:
+        spec = get_kernel(folder.name)
+        source = spec.fingerprint or source_fingerprint(spec.source_dir)
+        tools = {k: str(v) for k, v in backends.of(spec).toolchain().items()}
+    except Exception:  # noqa: BLE001 - a kernel of another machine or folder: its entries are counted, not judged
+        return 0
+    stale = 0
+    for f in folder.glob("*.json"):
+        try:
+            key = json.loads(f.read_text())["key"]
+            stale += key["source"] != source or {k: str(v) for k, v in key["toolchain"].items()} != tools
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # unreadable: the lookup warns about it and ignores it
+    return stale

@@ -844,7 +844,7 @@ def cmd_cache(args) -> int:
     one JSON file per tuning-key digest, written by searches (FLYTUNE_AUTOTUNE=1, tuned(...).tune, the notebook)."""
     import shutil
 
-    from flytune_nb.serve.disk_cache import default_dir
+    from flytune_nb.serve.disk_cache import default_dir, stale_entries
 
     root = default_dir()
     kdirs = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
@@ -866,37 +866,11 @@ def cmd_cache(args) -> int:
     if not counts:
         print("  (empty)")
     for d in kdirs:
-        n, stale = counts[d.name], _stale_cache_entries(d)
+        n, stale = counts[d.name], stale_entries(d)
         print(f"  {d.name}: {n} cached winner{'s' if n != 1 else ''}" + (
             f", {stale} of them stale (cached for another source of the kernel or another toolchain: never used "
             f"again)" if stale else ""))
     return 0
-
-
-def _stale_cache_entries(folder) -> int:
-    """How many of a kernel's cached winners were tuned for another source of it or another toolchain than this
-    machine's: their keys can no longer match, so they are never hit again. 0 where the kernel does not load here
-    (nothing to compare with)."""
-    import json
-
-    from flytune_nb import backends
-    from flytune_nb.core.key import source_fingerprint
-    from flytune_nb.core.registry import get_kernel
-
-    try:
-        spec = get_kernel(folder.name)
-        source = spec.fingerprint or source_fingerprint(spec.source_dir)
-        tools = {k: str(v) for k, v in backends.of(spec).toolchain().items()}
-    except Exception:  # noqa: BLE001 - a kernel of another machine or folder: its entries are counted, not judged
-        return 0
-    stale = 0
-    for f in folder.glob("*.json"):
-        try:
-            key = json.loads(f.read_text())["key"]
-            stale += key["source"] != source or {k: str(v) for k, v in key["toolchain"].items()} != tools
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue  # unreadable: the lookup warns about it and ignores it
-    return stale
 
 
 def _audit_sglang_parser(sub) -> None:
