@@ -200,6 +200,28 @@ def serving_from(root: Path):
         _AUDITED_ROOT.reset(token)
 
 
+def lookup_as_served(spec, shape: dict, dtype: str, device, directory=None) -> tuple:
+    """(config, source, the BLOCK_SIZE_M a down entry said where SGLang runs it with another, else None): the export
+    lookup's answer (serve/lookup.lookup), as a server started with SGLANG_MOE_CONFIG_DIR at the looked-up folder runs
+    it where ``directory`` holds a SGLang MoE folder: its down GEMM reuses that folder's up table when it has no _down
+    file, and runs a _down entry with that folder's up BLOCK_SIZE_M (both GEMMs share one alignment), whatever this
+    process's SGLANG_MOE_CONFIG_DIR names. Any other kernel: the lookup's answer as it is."""
+    from contextlib import nullcontext
+
+    from flytune_nb.artifacts.files import kernel_dir
+    from flytune_nb.serve.lookup import config_dir, lookup
+
+    served = kernel_dir(spec, config_dir(directory)).parent  # its files sit in <SGLANG_MOE_CONFIG_DIR>/configs/
+    sglang_folder = spec.artifact_render is render and (served / "configs").is_dir()
+    with serving_from(served) if sglang_folder else nullcontext():
+        config, source = lookup(spec, shape, dtype, device=device, directory=directory)
+        if sglang_folder and source == "artifact" and spec.artifact_suffix == "_down":
+            up_m = spec.default(shape, dtype, device)["BLOCK_SIZE_M"]
+            if config["BLOCK_SIZE_M"] != up_m:
+                return config.replace(BLOCK_SIZE_M=up_m), source, config["BLOCK_SIZE_M"]
+    return config, source, None
+
+
 def resolve(root: Path, name: str, triton_version: str) -> tuple[Path | None, str | None]:
     """(file SGLang would read, the triton folder it came from) under ``root``, following SGLang's order; (None,
     None) when no folder has it. ArtifactError where SGLang itself would raise (no ``configs/`` folder)."""

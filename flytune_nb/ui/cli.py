@@ -587,7 +587,6 @@ def cmd_lookup(args) -> int:
 
     from flytune_nb.core.device import current_device
     from flytune_nb.core.shapes import parse_grid
-    from flytune_nb.serve.lookup import lookup
     from flytune_nb.core.registry import get_kernel
 
     # else every lookup "falls back to the default", silently wrong: a served process warns and goes on, but this
@@ -618,26 +617,11 @@ def cmd_lookup(args) -> int:
             print(f"note: {e}; files named for {name} are checked against this machine's space "
                   f"({device.name})", file=sys.stderr)
             device = dataclasses.replace(device, name=name)
-    from contextlib import nullcontext
+    from flytune_nb.artifacts.sglang import lookup_as_served
 
-    from flytune_nb.artifacts import sglang as sglang_files
-    from flytune_nb.artifacts.files import kernel_dir
-    from flytune_nb.serve.lookup import config_dir
-
-    # A SGLang MoE folder under the looked-up dir is what a server started with SGLANG_MOE_CONFIG_DIR at it reads: its
-    # down GEMM reuses that folder's up table when it has no _down file, and runs a _down entry with that folder's up
-    # BLOCK_SIZE_M (both GEMMs share one alignment), whatever this shell's SGLANG_MOE_CONFIG_DIR names.
-    served = kernel_dir(spec, config_dir(args.dir)).parent  # its files sit in <SGLANG_MOE_CONFIG_DIR>/configs/
-    sglang_folder = spec.artifact_render is sglang_files.render and (served / "configs").is_dir()
-    overridden = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with sglang_files.serving_from(served) if sglang_folder else nullcontext():
-            config, source = lookup(spec, shapes[0], dtype, device=device, directory=args.dir)
-            if sglang_folder and source == "artifact" and spec.artifact_suffix == "_down":
-                up_m = spec.default(shapes[0], dtype, device)["BLOCK_SIZE_M"]
-                if config["BLOCK_SIZE_M"] != up_m:
-                    overridden, config = config["BLOCK_SIZE_M"], config.replace(BLOCK_SIZE_M=up_m)
+        config, source, overridden = lookup_as_served(spec, shapes[0], dtype, device, args.dir)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     print(f"{config}  (source: {source}, device: {device.name})")
