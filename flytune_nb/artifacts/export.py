@@ -36,7 +36,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
     Each entry is the shape's winner: the selection stage's (strategies/selection.py), whose latencies are the
     medians of its interleaved re-timing, or for a store without one the search's fastest median. ``cut_off``: the
     store's unfinished_keys, when the caller has them already. ``dtype``: only that dtype's rows."""
-    from flytune_nb.core.key import source_fingerprint
+    from flytune_nb.core.key import current_source
     from flytune_nb.core.registry import get_kernel, kernel_paths
 
     df = store.on_search_clock(_of_dtype(store.frame(kernel), dtype))
@@ -82,7 +82,7 @@ def plan_export(store, out_dir: str | Path, *, kernel: str | None = None, paths=
         if selection is not None:  # the re-timed medians: unbiased, unlike the fastest of the search's
             won_p50 = selection.get("winner_p50_ms") or won_p50
             d_p50 = selection.get("default_p50_ms") or d_p50
-        current = spec.fingerprint or source_fingerprint(spec.source_dir)
+        current = current_source(spec)
         candidates.append({
             "path": path, "m": int(shape[spec.batch_axis]), "last_id": int(g["id"].max()),
             "version": (won["source"] or "", won["toolchain"] or "", timing), "config": json.loads(won["config"]),

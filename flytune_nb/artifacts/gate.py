@@ -172,9 +172,9 @@ class ArtifactFile:
 
     @property
     def current_source(self) -> str:
-        from flytune_nb.core.key import source_fingerprint
+        from flytune_nb.core.key import current_source
 
-        return self.spec.fingerprint or source_fingerprint(self.spec.source_dir)
+        return current_source(self.spec)
 
     @property
     def stale(self) -> bool:

@@ -62,6 +62,12 @@ def source_fingerprint(folder: Path | None) -> str:
     return _fingerprint(str(Path(folder).resolve()), _mtimes(Path(folder)))
 
 
+def current_source(spec) -> str:
+    """The source fingerprint a kernel has now: the one its registry stamped at import, else its folder's hash. What
+    trials, exports and cached winners record, and what they are judged stale against."""
+    return spec.fingerprint or source_fingerprint(spec.source_dir)
+
+
 def _mtimes(folder: Path) -> tuple:
     # The mtime signature lets the (cached) hash notice edits made while a notebook is open.
     return tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*.py")))
@@ -222,7 +228,7 @@ def make_key(spec, shape: Mapping[str, int], dtype: str, inputs: Mapping[str, An
         strides=stride_classes(inputs or {}),
         device=device.name,
         arch=device.arch,
-        source=spec.fingerprint or source_fingerprint(spec.source_dir),
+        source=current_source(spec),
         toolchain=tuple(backend.toolchain().items()),
         env=tuple(backend.codegen_env().items()),
         timing=check_timing(timing),

@@ -55,12 +55,12 @@ def stale_entries(folder: Path) -> int:
     it or another toolchain than this machine's: their keys can no longer match, so they are never hit again. 0 where
     the kernel does not load here (nothing to compare with)."""
     from flytune_nb import backends
-    from flytune_nb.core.key import source_fingerprint
+    from flytune_nb.core.key import current_source
     from flytune_nb.core.registry import get_kernel
 
     try:
         spec = get_kernel(folder.name)
-        source = spec.fingerprint or source_fingerprint(spec.source_dir)
+        source = current_source(spec)
         tools = {k: str(v) for k, v in backends.of(spec).toolchain().items()}
     except Exception:  # noqa: BLE001 - a kernel of another machine or folder: its entries are counted, not judged
         return 0

@@ -666,9 +666,9 @@ def stale_note(spec, shape: dict, dtype: str, device, directory) -> str:
         record = read_provenance(Path(path).parent / PROVENANCE).get(Path(path).name, {}).get(str(m)) or {}
     except ProvenanceError:  # what lookup serves does not depend on the sidecar; `flytune check` reports it
         return ""
-    from flytune_nb.core.key import source_fingerprint
+    from flytune_nb.core.key import current_source
 
-    source, installed = record.get("source"), spec.fingerprint or source_fingerprint(spec.source_dir)
+    source, installed = record.get("source"), current_source(spec)
     if not source or source == installed:
         return ""
     return (f"note: stale: batch size {m} of {path} was tuned for another source of {spec.name} (source {source}; "
