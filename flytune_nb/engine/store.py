@@ -513,31 +513,39 @@ class Store:
                  trial.status, trial.reason, _num(trial.p20), _num(trial.p50), _num(trial.p80), trial.reps,
                  trial.method, trial.device, timing, _now()))
 
-    def beside_timings(self, key: str, config: Config) -> dict[tuple[Config, str], float]:
-        """Stored trials of ``key`` that a run timed beside a fresh timing of ``config`` (its retimes row of round -1,
-        Sweep's ``beside``), by (config, fidelity): that timing's p50, inf where it failed. The other trials were
-        timed beside ``config``'s stored trial."""
+    def timed_beside(self, key: str | None = None) -> list[tuple[int, str, Config, str, Config, float]]:
+        """The stored trials (of ``key``, where given) that a run timed beside fresh timings of other configs (its
+        retimes rows of round -1, Sweep's ``beside``: the heuristic editor's Measure missing times the default again
+        beside new picks the search never timed), one row per trial and config timed afresh: (trial id, key, config,
+        fidelity, the config timed afresh, that timing's p50, inf where it failed). Every other trial was timed
+        beside its shape's stored default."""
+        if not self.has_table("retimes"):
+            return []
+        where, args = ("AND t.key=?", (key,)) if key is not None else ("", ())
         with self._lock:
             rows = self._db.execute(
-                "SELECT t.config, t.fidelity, r.config, r.status, r.p50 FROM trials t JOIN retimes r "
-                "ON r.run_id = t.run_id AND r.key = t.key WHERE t.key=? AND r.round=-1", (key,)).fetchall()
-        return {(Config.from_json(c), fidelity): _inf(p50) if status == "ok" else math.inf
-                for c, fidelity, beside, status, p50 in rows if Config.from_json(beside) == config}
+                "SELECT t.id, t.key, t.config, t.fidelity, r.config, r.status, r.p50 FROM trials t JOIN retimes r "
+                f"ON r.run_id = t.run_id AND r.key = t.key WHERE r.round = -1 {where}", args).fetchall()
+        return [(i, k, Config.from_json(c), fidelity, Config.from_json(beside),
+                 _inf(p50) if status == "ok" else math.inf) for i, k, c, fidelity, beside, status, p50 in rows]
 
     def on_search_clock(self, df):
         """``df``, a frame of this store's trials, with those a run timed beside a fresh timing of their shape's
-        default (the heuristic editor's Measure missing: new picks the search never timed) scaled by the default's
-        stored p50 / that timing, as every view of the sweep shows them (engine/sweep.py): taken minutes later under
-        another load (4x on a busy CPU), their raw medians would compete with the search's on the load."""
-        if df.empty or not self.has_table("retimes"):
+        default (``timed_beside``) scaled by the default's stored p50 / that timing, as every view of the sweep shows
+        them (engine/sweep.py): taken minutes later under another load (4x on a busy CPU), their raw medians would
+        compete with the search's on the load."""
+        beside = self.timed_beside() if not df.empty else []
+        if not beside:
             return df
         with self._lock:
-            rows = self._db.execute(
-                "SELECT t.id, d.p50, r.p50 FROM trials t JOIN retimes r ON r.run_id = t.run_id AND r.key = t.key "
-                "JOIN trials d ON d.key = t.key AND d.is_default = 1 AND d.fidelity = 'full' AND d.config = r.config "
-                "WHERE r.round = -1 AND r.status = 'ok' AND d.status = 'ok'").fetchall()
-        factors = {i: then / fresh for i, then, fresh in rows
-                   if then is not None and fresh is not None and 0 < then < math.inf and 0 < fresh < math.inf}
+            rows = self._db.execute("SELECT key, config, p50 FROM trials WHERE is_default = 1 AND fidelity = 'full' "
+                                    "AND status = 'ok'").fetchall()
+        default_p50 = {(k, Config.from_json(c)): _inf(p50) for k, c, p50 in rows}
+        factors = {}
+        for i, k, _, _, beside_config, fresh in beside:
+            then = default_p50.get((k, beside_config), math.nan)
+            if 0 < then < math.inf and 0 < fresh < math.inf:
+                factors[i] = then / fresh
         hit = df["id"].isin(list(factors))
         if not hit.any():
             return df

@@ -458,7 +458,8 @@ class Sweep:
         # picks, which a budgeted search never timed) was timed beside that run's timing of the default: replayed
         # as stored, it would read 4x off the search's configs after a Measure missing on a busy CPU.
         # (config, fidelity) -> p50 of the default its stored trial was timed beside, where not the stored default
-        default_then = self.store.beside_timings(key, default)
+        default_then = {(c, fidelity): p50 for _, _, c, fidelity, beside, p50 in self.store.timed_beside(key)
+                        if beside == default}
 
         def default_now() -> float:
             d = timed_beside.get((default, "full")) or stored.get((default, "full"))
