@@ -111,6 +111,29 @@ def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
 
 NAME_MAX = 255
 
+# AXIS=int parts, the device (SGLang's name for it, which may itself hold "," or "="), an optional dtype tag
+_NAME = re.compile(r"^(?P<axes>(?:[A-Za-z_][A-Za-z0-9_]*=-?\d+,)*)device_name=(?P<device>.+?)"
+                   r"(?:,dtype=(?P<tag>[^,=]+))?$")
+
+
+def parse_file_name(name: str, suffix: str = "") -> tuple[dict, str, str | None]:
+    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json`` -> ({"N": 4096}, "NVIDIA_H200", "bf16"); the tag is None
+    for names without one (SGLang's bf16/fp16 MoE files). ``suffix``: the kernel's ``artifact_suffix``, which its
+    names carry before ".json" (``…,dtype=fp8_w8a8_down.json``: the tag is ``fp8_w8a8``)."""
+    stem = name.removesuffix(".json")
+    m = _NAME.match(stem.removesuffix(suffix)) if name.endswith(".json") and stem.endswith(suffix) else None
+    if m is None:
+        raise ArtifactError(f"{name}: not an artifact name (AXIS=v,...,device_name=D,dtype=T{suffix}.json)")
+    rest = {k: int(v) for k, v in (p.split("=", 1) for p in m["axes"].split(",") if p)}
+    return rest, m["device"], m["tag"]
+
+
+def of_device(name: str, device_name: str) -> bool:
+    """Whether the file ``name`` holds configs for ``device_name``: ``…,device_name=D.json``, ``…,device_name=D,`` then
+    more parts (``dtype=``, SGLang's ``block_shape=[128, 128]``), either with a kernel's lower-case suffix
+    (``_down``). A device whose name starts another's (``NVIDIA_H200`` and ``NVIDIA_H200,X``) claims only its own."""
+    return re.search(rf"device_name={re.escape(device_name)}(,[^=,]+=.*)?(_[a-z]+)?\.json$", name) is not None
+
 
 def kernel_dir(spec, root) -> Path:
     """The folder under a config dir that holds ``spec``'s ``triton_X_Y_Z/`` folders."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -37,7 +36,8 @@ import fnmatch
 import time
 
 from flytune_nb.errors import KernelUnavailable, UsageError
-from flytune_nb.artifacts.files import PROVENANCE, ProvenanceError, atomic_write, read_provenance
+from flytune_nb.artifacts.files import (PROVENANCE, ProvenanceError, atomic_write, of_device, parse_file_name,
+                                        read_provenance)
 from flytune_nb.serve.lookup import validated_table
 from flytune_nb.strategies.selection import FLOOR as SELECTION_FLOOR  # a row inside it needs no confirming
 
@@ -74,17 +74,6 @@ class CheckRow:
     confirmed: bool = False  # re-timed, interleaved with the default, before this verdict
 
 
-def parse_name(name: str) -> tuple[dict, str, str | None]:
-    """``N=4096,device_name=NVIDIA_H200,dtype=bf16.json`` -> ({"N": 4096}, "NVIDIA_H200", "bf16"); the dtype is None
-    for names without one (SGLang's bf16/fp16 MoE files)."""
-    try:
-        fields = dict(p.split("=", 1) for p in name.removesuffix(".json").split(","))
-        device, dtype = fields.pop("device_name"), fields.pop("dtype", None)
-        return {k: int(v) for k, v in fields.items()}, device, dtype
-    except (ValueError, KeyError):
-        raise UsageError(f"{name}: not an artifact name (AXIS=v,...,device_name=D,dtype=T.json)") from None
-
-
 def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
     """(kernel, file) for every artifact of this device, in the folder lookup would read (the running Triton's, or
     FlyDSL's for a FlyDSL kernel, else the newest)."""
@@ -98,10 +87,7 @@ def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
                         None)
         if tdir is None:
             continue
-        # "…,device_name=D,dtype=T.json", "…,device_name=D.json" where the kernel writes no dtype part (MoE), and
-        # either with a kernel's lower-case name suffix ("…_down.json").
-        mine = re.compile(rf"device_name={re.escape(device_name)}(,|(_[a-z]+)?\.json$)")
-        names = {f for f in tdir.glob("*.json") if mine.search(f.name)}
+        names = {f for f in tdir.glob("*.json") if of_device(f.name, device_name)}
         try:
             prov = read_provenance(tdir / PROVENANCE)
         except ProvenanceError:
@@ -111,7 +97,7 @@ def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:
             prov = {}
         # a file the sidecar lists but the folder lacks (deleted by hand, lost in a merge): an engine would serve its
         # defaults there, so it is checked, and fails, rather than leaving "nothing to check" to pass a CI gate
-        names |= {tdir / n for n in prov if n.endswith(".json") and mine.search(n) and not (tdir / n).exists()}
+        names |= {tdir / n for n in prov if of_device(n, device_name) and not (tdir / n).exists()}
         # the kernel that wrote a file, as its provenance says (several kernels may share one folder), else the folder
         out += [(_kernel_of(prov.get(f.name, {}), kdir.name), f) for f in sorted(names)]
     return out
@@ -215,7 +201,7 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
             f.sidecar = e
             f.error = f"not checked: the {PROVENANCE} beside it is unusable: {e.problem}"[:200]
             try:  # the row shows the shape the file's name says, so that the folder's rows are told apart
-                f.rest, _, dtype = parse_name(path.name)
+                f.rest, _, dtype = parse_file_name(path.name)
                 f.dtype = dtype or ""
             except UsageError:
                 pass
@@ -236,7 +222,7 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
                            f"(--path my_adopt.py:SPEC) or the folder holding its kernel folder with --path")
                 out.append(f)
                 continue
-            rest, _, dtype = parse_name(path.name)
+            rest, _, dtype = parse_file_name(path.name, f.spec.artifact_suffix)
             f.rest, f.dtype = file_shape(f.spec, path.name, rest, dtype, f.prov)
         except (LookupError, ValueError) as e:  # unknown kernel, bad name, a sidecar that contradicts the name
             f.error = str(e)[:200]

@@ -53,7 +53,8 @@ def file_name(E: int, N: int, device_name: str, dtype: str | None = None, block_
     return name + ("_down" if down else "") + ".json"
 
 
-NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=([^,]*?)((?:,[a-z_]+=[^,]+?|,block_shape=\[\d+, \d+\])*)"
+# the device as torch names it, spaces made "_", which may itself hold "," or "="
+NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=(.+?)((?:,[a-z_]+=[^,]+?|,block_shape=\[\d+, \d+\])*)"
                   r"(_down)?\.json$")
 
 

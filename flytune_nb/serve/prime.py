@@ -24,7 +24,6 @@ where there is none; ties go to the winner of the largest batch). A key whose sh
 """
 from __future__ import annotations
 
-import glob
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -217,8 +216,8 @@ def served(kernel, shape: dict, dtype: str, exports_dir=None, *, device=None) ->
 
 def _exported(spec, root: Path, device, report: PrimeReport) -> list:
     """(shape, dtype, config, weight) for every entry of the kernel's files for ``device``."""
-    from flytune_nb.artifacts.files import PROVENANCE, ArtifactError, read_provenance
-    from flytune_nb.artifacts.gate import file_shape, parse_name
+    from flytune_nb.artifacts.files import PROVENANCE, ArtifactError, of_device, parse_file_name, read_provenance
+    from flytune_nb.artifacts.gate import file_shape
     from flytune_nb.serve.lookup import triton_dir, validated_table
 
     tdir, _ = triton_dir(root / spec.name)
@@ -226,13 +225,10 @@ def _exported(spec, root: Path, device, report: PrimeReport) -> list:
         report.note = f"no exported configs for {spec.name} under {root}"
         return []
     out = []
-    # escaped: a device name is SGLang's, which may hold glob characters ("[", "*", "?")
-    dev = glob.escape(device.name)
-    names = set(tdir.glob(f"*device_name={dev},*.json")) | set(tdir.glob(f"*device_name={dev}.json"))
-    for path in sorted(names):
+    for path in sorted(p for p in tdir.glob("*.json") if of_device(p.name, device.name)):
         try:  # a stray file the glob matched, a hand-broken sidecar: named and left out, start-up goes on
             prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
-            rest, _, dtype = parse_name(path.name)
+            rest, _, dtype = parse_file_name(path.name, spec.artifact_suffix)
             # the name may show only some axes (the provenance holds the full shape); where the two disagree, the
             # name is what lookup serves the file for, and priming it for the provenance's shape would serve a
             # config to a key no engine looks it up for

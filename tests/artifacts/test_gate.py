@@ -464,6 +464,61 @@ def test_a_name_and_sidecar_that_agree_in_the_kernels_own_dtype_tag_are_read_as_
     assert "says it was tuned for dtype bf16, which its name does not say" in f.error
 
 
+@pytest.mark.parametrize("dtype, tag", [("fp8", ",dtype=fp8_w8a8"), ("bf16", "")])
+def test_a_down_gemm_file_is_read_without_its_suffix_by_check(tmp_path, dev, dtype, tag):
+    """The down GEMM's files end in ``_down`` (``…,dtype=fp8_w8a8_down.json``, ``…,device_name=D_down.json``): the
+    suffix is the kernel's, not part of the dtype tag or the device, so the fp8 file is checked as fp8 rather than
+    refused as a sidecar that contradicts its name."""
+    pytest.importorskip("sglang")
+    from flytune_nb.artifacts.gate import gather
+    from flytune_nb.core.registry import get_kernel
+
+    spec = get_kernel("sglang_fused_moe_down")
+    folder = tmp_path / "ex" / "sglang_fused_moe" / "configs" / f"triton_{triton.__version__.replace('.', '_')}"
+    folder.mkdir(parents=True)
+    name = f"E=4,N=64,device_name={dev.name}{tag}_down.json"
+    (folder / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64,
+                                                 "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 2}}))
+    record = {"kernel": "sglang_fused_moe_down", "shape": {"E": 4, "N": 64, "K": 32, "topk": 2}, "dtype": dtype,
+              "source": spec.fingerprint}
+    (folder / "provenance.json").write_text(json.dumps({name: {"1": record}}))
+    [f] = gather(tmp_path / "ex", dev.name)
+    assert (f.kernel, f.error, f.dtype, f.rest) == ("sglang_fused_moe_down", "", dtype,
+                                                    {"E": 4, "N": 64, "K": 32, "topk": 2})
+
+
+@pytest.mark.parametrize("name, suffix, parsed", [
+    ("N=4096,K=128,device_name=NVIDIA_H200,dtype=bf16.json", "", ({"N": 4096, "K": 128}, "NVIDIA_H200", "bf16")),
+    ("E=8,N=64,device_name=NVIDIA_H200,dtype=fp8_w8a8_down.json", "_down",
+     ({"E": 8, "N": 64}, "NVIDIA_H200", "fp8_w8a8")),
+    ("E=8,N=64,device_name=NVIDIA_H200_down.json", "_down", ({"E": 8, "N": 64}, "NVIDIA_H200", None)),
+    # SGLang writes the device as torch names it, spaces made "_": "," and "=" stay part of the device
+    ("N=8,device_name=Card,_rev=2,dtype=fp16.json", "", ({"N": 8}, "Card,_rev=2", "fp16")),
+])
+def test_an_artifact_name_reads_back_as_written(name, suffix, parsed):
+    from flytune_nb.artifacts.files import parse_file_name
+
+    assert parse_file_name(name, suffix) == parsed
+
+
+def test_sglangs_moe_file_names_keep_a_device_name_that_holds_a_comma():
+    from flytune_nb.artifacts.sglang import file_name, parse_name
+
+    name = file_name(8, 64, "Card, rev 2", "fp8_w8a8", block_shape=[128, 128], down=True)
+    assert parse_name(name) == {"E": 8, "N": 64, "device": "Card,_rev_2", "dtype": "fp8_w8a8",
+                                "block_shape": [128, 128], "per_channel_quant": False, "down": True}
+
+
+def test_a_device_claims_only_its_own_files():
+    from flytune_nb.artifacts.files import of_device
+
+    assert of_device("E=1,N=2,device_name=A,dtype=fp8_w8a8,block_shape=[128, 128].json", "A")
+    assert of_device("E=1,N=2,device_name=A_down.json", "A")
+    assert not of_device("N=8,device_name=A,B,dtype=bf16.json", "A")  # device "A,B"
+    assert of_device("N=8,device_name=A,B,dtype=bf16.json", "A,B")
+    assert not of_device("N=8,device_name=AB.json", "A")
+
+
 def test_a_batch_size_below_one_fails_its_file_and_the_check_goes_on(tmp_path, capsys, dev):
     """A hand-edited key 0 or -4 is that file's FAIL (exit 1) beside the other files' rows, not one error line that
     stops the whole check (exit 2)."""
