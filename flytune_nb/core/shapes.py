@@ -54,7 +54,10 @@ def parse_values(axis: str, text: str, batch_axis: str | None = None) -> list[in
             raise GridError(f"axis {axis}: empty value in {text!r} (write e.g. {axis}=1,64,4096)")
         if not re.fullmatch(r"[0-9]+", part):  # not \d: it takes other scripts' digits too
             raise GridError(f"axis {axis}: {part!r} is not a positive integer (write e.g. {axis}=1,64,4096)")
-        v = int(part)
+        try:
+            v = int(part)
+        except ValueError:  # past sys.get_int_max_str_digits() (4300 by default) Python refuses to read it
+            raise GridError(f"axis {axis}: a value of {len(part)} digits is too large to be a size") from None
         if v < 1:
             raise GridError(f"axis {axis}: sizes must be >= 1, got {v}")
         values.append(v)

@@ -43,6 +43,16 @@ def test_grid_refuses_an_empty_value_and_other_scripts_digits():
             parse_values("M", bad)
 
 
+def test_a_value_too_long_to_read_as_a_number_is_one_grid_error():
+    """Python refuses int() of more than 4300 digits with a ValueError of its own (sys.set_int_max_str_digits)."""
+    from flytune_nb.core.shapes import GridError, parse_values
+
+    with pytest.raises(GridError, match="axis M: a value of 5000 digits is too large"):
+        parse_values("M", "1" * 5000)
+    with pytest.raises(GridError, match="axis M: a value of 5000 digits"):
+        parse_grid({"M": "1," + "9" * 5000, "N": 8}, ("M", "N"))
+
+
 
 
 def test_a_shape_is_written_as_the_grid_syntax_writes_it():
