@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -15,6 +16,13 @@ from filelock import FileLock
 
 from flytune_nb.artifacts.files import atomic_write
 from flytune_nb.core.config import Config, ConfigError
+from flytune_nb.errors import RunError
+
+# The files the cache writes in a kernel's folder: a winner, named by its tuning key's digest (TuningKey.digest), and
+# the lock and staging files its write makes beside it. FLYTUNE_CACHE_DIR is taken as it is, so it may name a folder
+# other tools keep theirs in (~/.cache itself): only these files are the cache's to count or delete.
+ENTRY = re.compile(r"[0-9a-f]{24}\.json")
+_OWN = re.compile(r"[0-9a-f]{24}\.json\.lock|\.[0-9a-f]{24}\.json\..+\.tmp")
 
 
 def default_dir() -> Path:
@@ -50,6 +58,41 @@ class DiskCache:
         return p
 
 
+def entries(folder: Path) -> list[Path]:
+    """A kernel folder's cached winners."""
+    try:
+        return sorted(p for p in folder.iterdir() if ENTRY.fullmatch(p.name) and p.is_file())
+    except OSError:
+        return []
+
+
+def kernel_folders(root: Path) -> list[Path]:
+    """The folders under the cache's root that hold cached winners (another tool's folders beside them are not)."""
+    try:
+        return sorted(d for d in Path(root).iterdir() if d.is_dir() and not d.is_symlink() and entries(d))
+    except OSError:
+        return []
+
+
+def clear(folder: Path) -> int:
+    """Delete a kernel folder's cached winners and the files their writes left beside them, then the folder where
+    nothing else is in it; the number of winners deleted. Whatever else the folder holds is not the cache's and
+    stays. RunError when a file cannot be deleted."""
+    n = 0
+    try:
+        for p in sorted(folder.iterdir()):
+            if ENTRY.fullmatch(p.name) or _OWN.fullmatch(p.name):
+                if p.is_file():
+                    p.unlink()
+                    n += bool(ENTRY.fullmatch(p.name))
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    except OSError as e:
+        raise RunError(f"cannot clear {folder}: {e.strerror or e} at {e.filename or folder} "
+                       f"({n} cached winner{'s' if n != 1 else ''} deleted before it)") from None
+    return n
+
+
 def stale_entries(folder: Path) -> int:
     """How many of a kernel's cached winners (``folder``: its folder of the cache) were tuned for another source of
     it or another toolchain than this machine's: their keys can no longer match, so they are never hit again. 0 where
@@ -65,7 +108,7 @@ def stale_entries(folder: Path) -> int:
     except Exception:  # noqa: BLE001 - a kernel of another machine or folder: its entries are counted, not judged
         return 0
     stale = 0
-    for f in folder.glob("*.json"):
+    for f in entries(folder):
         try:
             key = json.loads(f.read_text())["key"]
             stale += key["source"] != source or {k: str(v) for k, v in key["toolchain"].items()} != tools

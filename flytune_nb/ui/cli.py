@@ -826,23 +826,19 @@ def cmd_check(args) -> int:
 def cmd_cache(args) -> int:
     """The on-disk tuning cache ($FLYTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flytune_nb, else ~/.cache/flytune_nb):
     one JSON file per tuning-key digest, written by searches (FLYTUNE_AUTOTUNE=1, tuned(...).tune, the notebook)."""
-    import shutil
-
-    from flytune_nb.serve.disk_cache import default_dir, stale_entries
+    from flytune_nb.serve.disk_cache import clear, default_dir, entries, kernel_folders, stale_entries
 
     root = default_dir()
-    kdirs = sorted(d for d in root.glob("*") if d.is_dir()) if root.is_dir() else []
+    kdirs = kernel_folders(root)
     if args.kernel is not None:
         from flytune_nb.core.registry import discover
 
         _known_name(args.kernel, sorted({d.name for d in kdirs} | set(discover())), "no kernel named",
                     "known")
         kdirs = [d for d in kdirs if d.name == args.kernel]
-    counts = {d.name: len(list(d.glob("*.json"))) for d in kdirs}
+    counts = {d.name: len(entries(d)) for d in kdirs}
     if args.clear:
-        for d in kdirs:
-            shutil.rmtree(d)
-        cleared = sum(counts.values())
+        cleared = sum(clear(d) for d in kdirs)
         print(f"flytune: cleared {cleared} cached winner{'s' if cleared != 1 else ''} under {root}"
               f"{'' if args.kernel is None else f' for {args.kernel}'}")
         return 0

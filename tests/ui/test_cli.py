@@ -651,3 +651,30 @@ def test_cache_says_which_cached_winners_are_stale(tmp_path, capsys, monkeypatch
             "toolchain: never used again)") in out, out
     assert main(["cache", "--clear", "--kernel", "rmsnorm"]) == 0
     assert not list((default_dir() / "rmsnorm").glob("*.json"))
+
+
+def test_cache_clear_deletes_only_the_caches_own_files_in_a_shared_folder(tmp_path, capsys, monkeypatch):
+    """FLYTUNE_CACHE_DIR is used as it is, so it may name a folder other tools keep theirs in (~/.cache itself):
+    `flytune cache` lists, and --clear deletes, only the cached winners and the files their writes make beside them,
+    never another tool's folder or a file the cache did not write."""
+    import secrets
+
+    shared = tmp_path / "cache"
+    (shared / "pip" / "http").mkdir(parents=True)
+    (shared / "pip" / "http" / "blob").write_text("another tool's")
+    (shared / "pip" / "selfcheck.json").write_text("{}")
+    kdir = shared / "rmsnorm"
+    kdir.mkdir()
+    digest = secrets.token_hex(12)
+    (kdir / f"{digest}.json").write_text(json.dumps({"config": {"BLOCK_N": 64, "num_warps": 1, "num_stages": 1}}))
+    (kdir / f"{digest}.json.lock").write_text("")
+    (kdir / "notes.txt").write_text("mine")
+    monkeypatch.setenv("FLYTUNE_CACHE_DIR", str(shared))
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert "rmsnorm: 1 cached winner" in out and "pip" not in out, out
+    assert main(["cache", "--clear"]) == 0
+    assert "cleared 1 cached winner " in capsys.readouterr().out
+    assert (shared / "pip" / "http" / "blob").read_text() == "another tool's"
+    assert (shared / "pip" / "selfcheck.json").exists() and (kdir / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in kdir.iterdir()) == ["notes.txt"]
