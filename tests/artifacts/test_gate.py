@@ -723,3 +723,16 @@ def test_a_sidecar_that_disagrees_with_the_file_name_fails_the_check_instead_of_
     assert (row.status, row.kind, timed) == ("FAIL", "file", [])
     assert f"provenance.json says it was tuned for {said}, which its name does not say" in row.reason
     assert main(["check", str(out), "--quiet"]) == 1
+
+
+def test_a_folder_inside_a_config_dirs_layout_is_refused_naming_the_config_dir(swept, tmp_path, capsys):
+    """`flytune check exports/rmsnorm` (the kernel's own folder) or `.../triton_3_6_0` finds no kernel folder in it:
+    "nothing to check" would pass a CI gate while the configs sit right there. It says which folder to give."""
+    out = tmp_path / "exports"
+    [path] = export(swept, out)
+    kdir, tdir = path.parent.parent, path.parent
+    for given in (kdir, tdir):
+        assert main(["check", str(given), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert f"give the config dir that holds it, {out}" in err and "\n" not in err.strip(), err
+    assert main(["check", str(out), "--quiet"]) == 0
