@@ -230,6 +230,15 @@ def _import_module(target: str, ref: str):
         raise RegistryError(f"{ref} failed to import: {type(e).__name__}: {e}") from e
     except Exception as e:  # a module that does not import is reported by name, not as a traceback
         raise RegistryError(f"{ref} failed to import: {type(e).__name__}: {e}") from e
+    except SystemExit as e:
+        raise _exited(ref, e) from None
+
+
+def _exited(where, e: SystemExit) -> RegistryError:
+    """A module that ended the process while imported (a script's argument parsing or sys.exit at module level):
+    SystemExit is no Exception, and would end the command with the script's code and at most its usage line."""
+    return RegistryError(f"{where} exited while being imported (SystemExit: {e.code}); a module flytune imports "
+                         f"must only define things at import: put script code under if __name__ == '__main__':")
 
 
 def _import_file(path: Path):
@@ -260,6 +269,9 @@ def _import_file(path: Path):
     except Exception as e:  # noqa: BLE001 - reported by name, not as a traceback
         sys.modules.pop(modname, None)
         raise RegistryError(f"{path} failed to import: {type(e).__name__}: {e}") from e
+    except SystemExit as e:
+        sys.modules.pop(modname, None)
+        raise _exited(path, e) from None
     return mod
 
 
@@ -302,6 +314,9 @@ def _load_folder(folder: Path) -> KernelSpec:
         except Exception as e:  # a plugin that does not import is reported by name, not as a traceback
             sys.modules.pop(modname, None)
             raise RegistryError(f"kernel folder {folder} failed to import: {type(e).__name__}: {e}") from e
+        except SystemExit as e:
+            sys.modules.pop(modname, None)
+            raise _exited(f"kernel folder {folder}", e) from None
     kspec = getattr(mod, "SPEC", None)
     if not isinstance(kspec, KernelSpec):
         raise RegistryError(f"{folder}/__init__.py must define SPEC = KernelSpec(...); found {type(kspec).__name__}")

@@ -142,3 +142,25 @@ def test_a_folders_shape_rules_file_is_read_and_keeps_its_source_fingerprint(tmp
     rules.write_text(json.dumps({"K >= 32": "no such axis"}))
     with pytest.raises(RegistryError, match=r"shape_rules\.json: toy: shape rule 'K >= 32' names 'K'"):
         get_kernel("toy", [str(tmp_path)])
+
+
+def test_a_module_that_exits_while_imported_is_one_error_naming_it(tmp_path, capsys):
+    """A script named to adopt from that parses its arguments or calls sys.exit at import raises SystemExit, which
+    is no Exception: it ended the command with the script's exit code and nothing said, or with argparse's usage
+    line for flytune's own arguments. A kernel folder doing it hid every other kernel from `flytune kernels`."""
+    from flytune_nb.ui.cli import main
+
+    script = tmp_path / "my_script.py"
+    script.write_text("import argparse\nargparse.ArgumentParser().parse_args(['--no-such'])\n")
+    with pytest.raises(RegistryError, match=r"my_script.py exited while being imported \(SystemExit: 2\).*"
+                                            r"if __name__ == '__main__'"):
+        get_kernel(f"{script}:SPEC")
+    capsys.readouterr()
+    shutil.copytree(f"{PLUGINS}/toy", tmp_path / "kernels" / "quits")
+    (tmp_path / "kernels" / "quits" / "__init__.py").write_text("import sys\nsys.exit(3)\n")
+    shutil.copytree(f"{PLUGINS}/toy", tmp_path / "kernels" / "toy")
+    with pytest.raises(RegistryError, match=r"quits.* exited while being imported \(SystemExit: 3\)"):
+        get_kernel("quits", [str(tmp_path / "kernels")])
+    assert main(["kernels", "--path", str(tmp_path / "kernels")]) == 1  # a broken kernel is listed as one
+    out = capsys.readouterr().out
+    assert "\ntoy " in out and "ERROR: kernel folder" in out and "exited while being imported" in out, out
