@@ -29,8 +29,21 @@ from flytune_nb.measure.trial import evaluate
 from flytune_nb.strategies.loop import SearchResult, search
 from flytune_nb.strategies.selection import as_rule, for_device, select, shortlist
 
+# FLYTUNE_AUTOTUNE's values. A serving process turns search off with whichever word it uses for off: read as on,
+# every new shape would start a search of the kernel's whole space on the serving path.
+AUTOTUNE_ON = ("1", "true", "yes", "on")
+AUTOTUNE_OFF = ("0", "false", "no", "off", "")
+
+
 def autotune_requested() -> bool:
-    return os.environ.get("FLYTUNE_AUTOTUNE", "0") not in ("", "0")
+    value = os.environ.get("FLYTUNE_AUTOTUNE", "0")
+    word = value.strip().lower()
+    if word in AUTOTUNE_ON:
+        return True
+    if word not in AUTOTUNE_OFF:  # read on a miss only (once per shape): a warning, not an error on the serving path
+        warnings.warn(f"FLYTUNE_AUTOTUNE={value!r} is neither on ({', '.join(AUTOTUNE_ON)}) nor off "
+                      f"({', '.join(AUTOTUNE_OFF[:-1])}); not searching", RuntimeWarning, stacklevel=4)
+    return False
 
 
 class TunedKernel:

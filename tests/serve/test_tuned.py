@@ -409,3 +409,32 @@ def test_declared_input_names_are_what_a_call_may_pass(dev, tmp_path):
         op(x=x, factr=3.0)
     with pytest.raises(SpecError, match=r"\['out'\] missing from input_names"):
         _generic_spec(input_names=("x", "factor"))
+
+
+def test_autotune_env_set_to_a_word_for_off_never_searches(spec, dev, tmp_path, monkeypatch):
+    """FLYTUNE_AUTOTUNE=false (or no, off) is how a serving process says "do not search": read as on, every new
+    shape would start a search of the kernel's whole space on the serving path. A value that is neither is said in
+    one warning and searches nothing."""
+    import warnings
+
+    def no_search(*a, **k):
+        raise AssertionError("searched")
+
+    monkeypatch.setattr(tuner_mod, "search", no_search)
+    inputs = spec.make_inputs(SHAPE, "fp32", dev)
+    for off in ("false", "No", " off ", "0", ""):
+        monkeypatch.setenv("FLYTUNE_AUTOTUNE", off)
+        op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+        op.config_for(inputs)
+        assert op.last_source == "default", off
+    for on in ("1", "true", "YES", "on"):
+        monkeypatch.setenv("FLYTUNE_AUTOTUNE", on)
+        assert TunedKernel(spec, device=dev, cache_dir=tmp_path)._want_search(), on
+    monkeypatch.setenv("FLYTUNE_AUTOTUNE", "maybe")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+        op.config_for(inputs)
+    assert op.last_source == "default"
+    assert [str(w.message) for w in caught] == [
+        "FLYTUNE_AUTOTUNE='maybe' is neither on (1, true, yes, on) nor off (0, false, no, off); not searching"]
