@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import tempfile
@@ -352,6 +353,13 @@ def _bad_record(m: str, record) -> str:
         v = record.get(field)
         if v is not None and (isinstance(v, bool) or not isinstance(v, types)):
             return f"{field} is {type(v).__name__} {v!r:.40}"
+    # check judges an entry by now / best_p50_ms: NaN, 0 or a negative there would make every comparison false and
+    # pass any slowdown. The default's may be NaN (its timing failed: export writes none to compare with).
+    best, default = record.get("best_p50_ms"), record.get("default_p50_ms")
+    if best is not None and not 0 < best < math.inf:
+        return f"best_p50_ms is {best!r}, not a latency (a number above 0)"
+    if default is not None and default <= 0:
+        return f"default_p50_ms is {default!r}, not a latency (a number above 0)"
     shape = record.get("shape") or {}
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in shape.values()):
         return f"shape {shape!r:.60} holds a value that is not a whole number"

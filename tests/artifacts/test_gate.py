@@ -1,6 +1,7 @@
 """The regression gate (flytune check): thresholds and exit codes, confirmation of suspect rows, drift, stale
 entries and what to do about them, on the CPU interpreter and on stored H200 checks."""
 import json
+import math
 import os
 from pathlib import Path
 from collections import Counter
@@ -626,15 +627,19 @@ BAD_RECORDS = {
     "selection as a number": lambda rec: {**rec, "selection": 5},
     "band as text": lambda rec: {**rec, "selection": {**(rec.get("selection") or {}), "band": "2%"}},
     "source as a list": lambda rec: {**rec, "source": [rec.get("source")]},
+    # every comparison with NaN is false: check would pass any slowdown against it
+    "latency NaN": lambda rec: {**rec, "best_p50_ms": math.nan},
+    "latency zero": lambda rec: {**rec, "best_p50_ms": 0},
+    "default latency negative": lambda rec: {**rec, "default_p50_ms": -1.0},
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_RECORDS))
 def test_a_provenance_record_of_the_wrong_type_is_one_line_for_check_and_export(case, swept, tmp_path, capsys):
     """provenance.json is committed and edited by hand: a record whose field has another JSON type than export
-    writes (a latency typed in as text, a null record) is never a TypeError from the middle of the check, nor a gate
-    that passes on it. `flytune check` FAILs the files beside that sidecar (exit 1) and says once which file, batch
-    size and field, and what to do; `flytune export` stops with that one line and writes nothing."""
+    writes (a latency typed in as text, a null record), or a latency no timing gives (NaN, 0), is never a TypeError
+    from the middle of the check, nor a gate that passes on it. `flytune check` FAILs the files beside that sidecar
+    (exit 1) and says once which file, batch size and field, and what to do; `flytune export` stops with that one line and writes nothing."""
     out = tmp_path / "ex"
     [path] = export(swept, out)
     sidecar = path.parent / "provenance.json"
