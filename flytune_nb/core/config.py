@@ -23,6 +23,20 @@ HIP_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 
 _ABSENT = object()
 
+# Knob names whose value is a tile size, a group or a split count, by the naming every Triton kernel here and SGLang's
+# follow: 0 or less makes no launch (rmsnorm's wrapper divides N by BLOCK_N).
+_COUNT_PREFIXES = ("BLOCK", "GROUP", "SPLIT")
+
+
+def knob_value_problem(name: str, value: int) -> str:
+    """Why ``value`` cannot be the knob ``name`` of any launch, or "". Read where a config comes from a file (a hand
+    edit), so that it fails there, naming the knob, and not as a ZeroDivisionError or a Triton error in a serving
+    call (num_warps is checked where a Config is built). Only what no kernel accepts is refused: 0 is legal for HIP's
+    waves_per_eu and matrix_instr_nonkdim and for a kernel's on/off knobs (SWAP_AB)."""
+    if name.upper().startswith(_COUNT_PREFIXES) and value < 1:
+        return f"{name}={value} is not a size or count >= 1"
+    return ""
+
 
 class ConfigError(UsageError):
     """A config that cannot be built or launched as written (unknown option, wrong type, HIP knob on CUDA)."""

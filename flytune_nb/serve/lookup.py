@@ -31,7 +31,7 @@ from flytune_nb.artifacts.files import (
     kernel_dir,
     read_table,
 )
-from flytune_nb.core.config import Config, ConfigError, HIP_OPTIONS
+from flytune_nb.core.config import Config, ConfigError, HIP_OPTIONS, knob_value_problem
 
 
 
@@ -105,6 +105,9 @@ def validated_table(spec, path: Path, rest: dict, dtype: str, device, raw: dict 
             raise ArtifactError(f"{Path(path).name}: entry {m}: " + "; ".join(
                 p for p in (f"missing knob {sorted(missing)}" if missing else "",
                             f"unknown knob {sorted(extra)}" if extra else "") if p))
+        bad = next((why for k, v in sorted(knobs.items()) if (why := knob_value_problem(k, v))), "")
+        if bad:
+            raise ArtifactError(f"{Path(path).name}: entry {m}: {bad}")
         out[m] = spec.canonical(Config.from_dict(knobs))
     return out
 

@@ -39,6 +39,10 @@ MALFORMED = {
     "list top level": '[{"BLOCK_N": 256}]',
     "batch size 0": '{"0": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
     "negative batch size": '{"-4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
+    # a value no launch takes: served, the wrapper divided N by 0 in the serving call
+    "tile size 0": '{"4": {"BLOCK_N": 0, "num_warps": 1, "num_stages": 1}}',
+    "negative tile size": '{"4": {"BLOCK_N": -64, "num_warps": 1, "num_stages": 1}}',
+    "num_warps not a power of two": '{"4": {"BLOCK_N": 256, "num_warps": 3, "num_stages": 1}}',
 }
 
 
