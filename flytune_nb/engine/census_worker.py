@@ -29,6 +29,7 @@ def main() -> int:
     # Ctrl-C is the parent's (a terminal sends it to the whole process group): a process dying of it mid-compile would
     # read as its config crashing the compiler. The parent stops handing out configs; stdin's end ends this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as SIGINT: a batch scheduler's SIGTERM reaches the whole group
     from flytune_nb.engine.processes import watch_parent
 
     # stdin's end only reaches a process between compiles: one in a hung compile would outlive a killed parent

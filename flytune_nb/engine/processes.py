@@ -67,12 +67,13 @@ def child_env(overrides: dict | None = None) -> dict:
 
 def child_init(env: dict) -> None:
     """First thing in every worker and pool process. Interrupts are the parent's: Ctrl-C in a terminal reaches the
-    whole process group, and a child dying of SIGINT mid-trial would be recorded as that config crashing; the parent
-    stops after the trial in flight instead. Then the caller's environment (adopt_env), and the child ends when its
-    caller is gone (watch_parent)."""
+    whole process group, as a batch scheduler's SIGTERM does, and a child dying of either mid-trial would be recorded
+    as that config crashing; the parent stops after the trial in flight instead. Then the caller's environment
+    (adopt_env), and the child ends when its caller is gone (watch_parent)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     env = dict(env or {})
     caller = env.pop(PARENT_VAR, None)
     adopt_env(env)

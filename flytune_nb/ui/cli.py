@@ -197,7 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before the command started: nothing was run or written
         print("flytune: interrupted before anything ran", file=sys.stderr)
         return 130
+    if argv is None:
+        _stop_at_sigterm()
     rc = _run(args)
+    if argv is None:
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if _TERMINATED:
+            rc = 128 + signal.SIGTERM
     try:
         # Output shorter than stdout's buffer (8 KiB into a pipe) is written only here or at exit; a reader that left
         # (`| head`) makes that write fail, and at exit Python can only print "Exception ignored" and exit 120
@@ -208,6 +216,25 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the program itself (`flytune`, `python -m flytune_nb`), not a caller in its own process
         _end_at_ctrl_c_in_teardown(rc)
     return rc
+
+
+_TERMINATED: list[int] = []  # the SIGTERM that stopped the command, once one has
+
+
+def _stop_at_sigterm() -> None:
+    """SIGTERM (`kill`, a batch scheduler's time limit, a container's stop) is met as a Ctrl-C is: the command stops
+    where it is, keeps what it stored, stops its workers, removes its lock and says so in one line, then ends with
+    128 + SIGTERM as a killed command does. Left to the default, it died at once with no word and left the store's
+    -wal/-shm and the sweep's lock file behind. A second SIGTERM ends the process at once. Workers ignore it
+    (engine/processes.child_init): the parent stops them, and one dying of it mid-trial would read as a crash."""
+    import signal
+
+    def stop(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _TERMINATED.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _end_at_ctrl_c_in_teardown(rc: int) -> None:
@@ -276,8 +303,8 @@ def _run(args) -> int:
         return 1
     except KeyboardInterrupt:
         cut = [f"; not recorded, in flight: {t}" for t in _INTERRUPTED]
-        print("flytune: interrupted; everything measured so far is in the results store (re-run to resume)"
-              + "".join(cut), file=sys.stderr)
+        print(f"flytune: {'terminated (SIGTERM)' if _TERMINATED else 'interrupted'}; everything measured so far is "
+              f"in the results store (re-run to resume)" + "".join(cut), file=sys.stderr)
         return 130
 
 

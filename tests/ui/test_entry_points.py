@@ -330,6 +330,35 @@ def test_ctrl_c_during_a_hang_ends_at_once_and_names_the_trial_it_cut(tmp_path):
     assert [r[0] for r in sqlite3.connect(db).execute("SELECT status FROM trials")] == ["ok"]
 
 
+@pytest.mark.parametrize("to", ["the process", "its process group"])
+def test_sigterm_during_a_hang_stops_the_sweep_as_ctrl_c_does_and_ends_with_143(tmp_path, to):
+    """`kill` (the process) or a batch scheduler's time limit (the whole group): the sweep stops at once, says in one
+    line what was kept and which trial it cut, removes its lock, and ends with 128 + SIGTERM; the worker, which the
+    signal reaches too, is not recorded as that config crashing."""
+    db = tmp_path / "t.db"
+    env = clean_env(tmp_path, FLYTUNE_EVIL_MODES="0,3", FLYTUNE_EVIL_SLEEPS="0")
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb.ui.cli", "sweep", "evil", "--path", PLUGINS, "--grid",
+                             "N=16", "--dtype", "fp32", "--db", str(db), "--quiet", "--timeout", "300"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            start_new_session=True)
+    _wait_for(lambda: _count(db) >= 1, 240, "the default config was not stored")
+    time.sleep(1.0)
+    workers = _descendants(proc.pid)
+    t0 = time.monotonic()
+    if to == "the process":
+        os.kill(proc.pid, signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert time.monotonic() - t0 < 20  # not the 300 s timeout
+    assert "flytune: terminated (SIGTERM); everything measured so far is in the results store" in err, err[-2000:]
+    assert "not recorded, in flight: N=16 fp32 MODE=3" in err and "Traceback" not in err, err[-2000:]
+    assert [r[0] for r in sqlite3.connect(db).execute("SELECT status FROM trials")] == ["ok"]
+    assert not (tmp_path / "t.db-sweep.lock").exists()
+    _wait_for(lambda: not any(Path(f"/proc/{p}").exists() for p in workers), 20, "the workers did not end")
+
+
 def test_stop_ends_an_isolated_sweep_during_a_hang_within_a_second_or_so(tmp_path, monkeypatch):
     """Stop kills the worker after a 0.5 s grace instead of waiting for the per-trial timeout (120 s here); the trial
     in flight is not stored, and Run measures it next time."""
