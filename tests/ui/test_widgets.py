@@ -1063,3 +1063,25 @@ def test_a_workbench_whose_start_failed_is_collected_without_a_second_error(tmp_
     assert start() == "no worker server"
     gc.collect()
     assert [str(u.exc_value) for u in unraisable] == []
+
+
+def test_the_heat_map_follows_the_knobs_that_vary_as_a_live_shape_fills_in(dev):
+    """While a shape is measured, the explorer draws after its first trial, when no knob varies yet: the heat map's
+    axes picked then (two knobs fixed across the space) must not stay once num_warps and BLOCK_M vary, or the map is
+    one cell that says nothing. A pair the user picked is kept."""
+    from flytune_nb.ui.notebook.views import ExplorerView
+
+    cfgs = [Config({"BLOCK_N": 256, "BLOCK_M": m}, num_warps=w, num_stages=1) for m in (1, 2) for w in (1, 2)]
+    shown: list = []
+    view = ExplorerView(get_kernel("rmsnorm"))
+    view.source = lambda label: SearchResult("rmsnorm", SHAPE, "fp32", dev, cfgs[0], list(shown))
+    for i, c in enumerate(cfgs):  # one trial at a time, each followed by a redraw, as a live sweep draws
+        shown.append(_trial(c, p50=0.01 + 0.001 * i))
+        view.follow("M=4 N=256 fp32")
+    assert {view.heat_x.value, view.heat_y.value} == {"num_warps", "BLOCK_M"}
+    assert len(view.heat.figure.data[0].x) * len(view.heat.figure.data[0].y) == 4
+
+    view.heat_x.value, view.heat_y.value = "BLOCK_N", "num_warps"  # the user's choice
+    shown.append(_trial(Config({"BLOCK_N": 256, "BLOCK_M": 4}, num_warps=4, num_stages=1), p50=0.02))
+    view.follow("M=4 N=256 fp32")
+    assert (view.heat_x.value, view.heat_y.value) == ("BLOCK_N", "num_warps")

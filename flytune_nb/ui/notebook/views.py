@@ -105,9 +105,14 @@ class ExplorerView(W.VBox):
         self.pinned = False  # True once the user picks a shape; until then the view follows the running one
         self.source = None  # fn(label) -> SearchResult | None
         self._programmatic = False
+        # The heat map's pair, once the user picks one: until then it follows the knobs that vary, which a live
+        # shape's first trials do not show yet
+        self._heat_chosen = False
         super().__init__([W.HBox([self.shape, self.x, self.colour, self.facet]), W.HBox([self.metric, self.census]),
                           self.influence, self.slot, self.parallel, W.HBox([self.heat_x, self.heat_y]), self.heat])
         self.shape.observe(self._picked, "value")
+        for w in (self.heat_x, self.heat_y):
+            w.observe(self._heat_picked, "value")
         for w in (self.x, self.colour, self.facet, self.metric, self.heat_x, self.heat_y, self.census):
             w.observe(lambda _: self.redraw(), "value")
 
@@ -155,6 +160,10 @@ class ExplorerView(W.VBox):
         if not self._programmatic and change["new"]:
             self.select(change["new"], pin=True)
 
+    def _heat_picked(self, _) -> None:
+        if not self._programmatic:
+            self._heat_chosen = True
+
     def select(self, label: str, pin: bool = True) -> None:
         self.selected, self.pinned = label, pin
         if label not in self.shape.options:
@@ -175,6 +184,7 @@ class ExplorerView(W.VBox):
 
     def clear(self) -> None:
         self.selected, self.pinned = None, False
+        self._heat_chosen = False
         self.set_shapes([])
         self.influence.value = ""
 
@@ -202,11 +212,13 @@ class ExplorerView(W.VBox):
             # the heat map offers every knob; by default the two that vary (one that varies against a fixed one
             # when only one does: a knob against itself says nothing)
             every = ks + [k for k in knobs(frame, varying=False) if k not in ks]
+            keep = self._heat_chosen and self.heat_x.value in every
+            hx = self.heat_x.value if keep else (every[0] if every else None)
+            hy = self.heat_y.value if keep and self.heat_y.value in every and self.heat_y.value != hx else next(
+                (k for k in every if k != hx), hx)
             if list(self.heat_x.options) != every:
-                hx = self.heat_x.value if self.heat_x.value in every else (every[0] if every else None)
-                hy = self.heat_y.value if self.heat_y.value in every and self.heat_y.value != hx else next(
-                    (k for k in every if k != hx), hx)
                 self.heat_x.options, self.heat_y.options = every, every
+            if (self.heat_x.value, self.heat_y.value) != (hx, hy):
                 self.heat_x.value, self.heat_y.value = hx, hy
         finally:
             self._programmatic = False
