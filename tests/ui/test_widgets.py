@@ -1085,3 +1085,36 @@ def test_the_heat_map_follows_the_knobs_that_vary_as_a_live_shape_fills_in(dev):
     shown.append(_trial(Config({"BLOCK_N": 256, "BLOCK_M": 4}, num_warps=4, num_stages=1), p50=0.02))
     view.follow("M=4 N=256 fp32")
     assert (view.heat_x.value, view.heat_y.value) == ("BLOCK_N", "num_warps")
+
+
+def test_the_copy_bandwidth_toggle_says_when_it_has_no_ceiling_and_plots_percent_when_it_has(dev):
+    """"% of copy BW" needs a measured copy bandwidth for the device: without one (any device but the H200) the view
+    must say so rather than redraw the latency as if it had switched. With one, the y axis is in percent (not a
+    time unit chosen from the numbers: 0.5% would read "500 ns"), and the title's best is the highest percentage,
+    not the lowest (the slowest config)."""
+    from tests.conftest import H200
+    from flytune_nb.ui.notebook.views import ExplorerView
+
+    cfgs = [Config({"BLOCK_N": 256}, num_warps=w, num_stages=1) for w in (1, 2, 4)]
+    spec = get_kernel("rmsnorm")
+    here = ExplorerView(spec)
+    here.source = lambda label: SearchResult("rmsnorm", SHAPE, "fp32", dev, cfgs[0],
+                                             [_trial(c, p50=1.0 + i) for i, c in enumerate(cfgs)])
+    here.select("M=4 N=256 fp32")
+    here.metric.value = "roofline"
+    assert "no measured copy bandwidth" in html.unescape(here.influence.value)
+    assert here.slot.figure.layout.yaxis.title.text.startswith("p50")
+
+    h200 = ExplorerView(spec)
+    # M=4 N=256 fp32 moves 8 KiB: 2, 4 and 8 µs are 0.10%, 0.05% and 0.02% of the H200's copy bandwidth
+    h200.source = lambda label: SearchResult("rmsnorm", SHAPE, "fp32", H200, cfgs[0],
+                                             [_trial(c, p50=0.002 * 2 ** i) for i, c in enumerate(cfgs)])
+    h200.select("M=4 N=256 fp32")
+    h200.metric.value = "roofline"
+    fig = h200.slot.figure
+    bw = [spec.bytes(SHAPE, "fp32") / (0.002 * 2 ** i * 1e-3) / 4.27e12 * 100 for i in range(3)]
+    assert "%" in fig.layout.yaxis.title.text and "s)" not in fig.layout.yaxis.title.text
+    ys = sorted(y for t in fig.data if t.name.startswith("num_warps") for y in t.y)
+    assert ys == [pytest.approx(v) for v in sorted(bw)]
+    assert f"best {max(bw):.3g}%" in fig.layout.title.text
+    assert "no measured copy bandwidth" not in html.unescape(h200.influence.value)

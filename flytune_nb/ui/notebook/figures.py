@@ -37,7 +37,7 @@ def _template(fig: go.Figure, height: int) -> go.Figure:
 
 def _hover(row, unit, per, spec=None) -> str:
     parts = [f"<b>{html.escape(row['config'])}</b>", f"status: {row['status']}"]
-    if row["ok"]:
+    if row["ok"] and unit != "%":  # a percentage of copy bandwidth is said by the bw line below
         parts.append(f"p50 {in_unit(row['p50'], per):.4g} {unit} (p20 {in_unit(row['p20'], per):.4g}, "
                      f"p80 {in_unit(row['p80'], per):.4g})")
     if isinstance(row.get("rel_error"), float) and math.isfinite(row["rel_error"]):
@@ -46,7 +46,7 @@ def _hover(row, unit, per, spec=None) -> str:
         reason = row["reason"]
         parts.append("reason: " + "<br>".join(html.escape(reason[i:i + 90]) for i in range(0, min(len(reason), 450), 90)))
     if row.get("bw") is not None and isinstance(row.get("bw"), float) and math.isfinite(row["bw"]):
-        parts.append(f"{row['bw']:.0%} of copy bandwidth")
+        parts.append(f"{row['bw'] * 100:.3g}% of copy bandwidth")  # a decode shape's 0.04% is not "0%"
     if row.get("census"):  # a compile census of this config (flytune_nb.analysis.resources.annotate)
         text = row["census"]
         parts.append("<br>".join(html.escape(text[i:i + 90]) for i in range(0, min(len(text), 360), 90)))
@@ -81,11 +81,15 @@ def _positions(part, x: str) -> list[float]:
 
 def explorer_figure(frame, x: str = RANK, colour: str | None = None, facet: str | None = None, *,
                     baselines: dict | None = None, title: str = "", log_y: bool | None = None,
-                    height: int = 430) -> go.Figure:
+                    height: int = 430, percent: bool = False) -> go.Figure:
     """One shape's configs: y = p50 with p20..p80 error bars, x = a knob (or latency rank / order measured), colour
     = another knob, one column per value of a third (``facet``). ``frame``: analysis.explore.trials_frame rows of
-    one shape (a ``bw`` column, fraction of copy bandwidth, shows on hover when present)."""
-    unit, per = unit_for(frame["p50"]) if len(frame) else ("µs", 1e-3)
+    one shape (a ``bw`` column, fraction of copy bandwidth, shows on hover when present). ``percent``: its p20 / p50
+    / p80 hold percentages of copy bandwidth instead of milliseconds (higher is better)."""
+    if percent:
+        unit, per = "%", 1.0
+    else:
+        unit, per = unit_for(frame["p50"]) if len(frame) else ("µs", 1e-3)
     facets = axis_values(frame[facet]) if facet and facet in frame else [None]
     dropped = max(0, len(facets) - MAX_FACETS)
     facets = facets[:MAX_FACETS]
@@ -169,12 +173,13 @@ def explorer_figure(frame, x: str = RANK, colour: str | None = None, facet: str 
     if len(ok) and len(frame) > len(ok):
         fig.add_hrect(y0=band * (0.93 if not log_y else 0.8), y1=band * (1.07 if not log_y else 1.25),
                       fillcolor=FAILED, opacity=0.06, line_width=0)
-    fig.update_yaxes(title_text=f"p50 ({unit})", type="log" if log_y else "linear", row=1, col=1)
+    fig.update_yaxes(title_text="% of measured copy bandwidth" if percent else f"p50 ({unit})",
+                     type="log" if log_y else "linear", row=1, col=1)
     n_fail = int((~frame["ok"]).sum()) if len(frame) else 0
     text = title or "configs"
     text += f": {len(frame)} configs" + (f", <span style='color:{FAILED}'>{n_fail} failed</span>" if n_fail else "")
     if len(ok):
-        text += f", best {fmt_time(ok['p50'].min())}"
+        text += f", best {ok['p50'].max():.3g}%" if percent else f", best {fmt_time(ok['p50'].min())}"
     if dropped:
         text += f" ({dropped} more {facet} values not shown)"
     fig.update_layout(title=dict(text=text, x=0.01, xanchor="left", y=0.98))

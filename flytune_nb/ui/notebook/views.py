@@ -247,22 +247,26 @@ class ExplorerView(W.VBox):
             return
         self._choices(df)
         inf = knob_influence(df)
-        self.influence.value = ("<small>which knob matters (best p50 at its worst value / at its best value): "
-                                + ", ".join(f"<b>{html.escape(k)}</b> {v:.2f}x" for k, v in inf[:6]) + "</small>"
-                                if inf else "")
+        percent = self.metric.value == "roofline" and "bw" in df and df["bw"].notna().any()
+        no_ceiling = ""
+        if self.metric.value == "roofline" and not percent:  # the toggle must not look as if it had switched
+            no_ceiling = error_html(f"no measured copy bandwidth for {r.device.name} (or no traffic model for this "
+                                    f"kernel): showing latency") + "<br>"
+        self.influence.value = no_ceiling + (
+            "<small>which knob matters (best p50 at its worst value / at its best value): "
+            + ", ".join(f"<b>{html.escape(k)}</b> {v:.2f}x" for k, v in inf[:6]) + "</small>" if inf else "")
         if not plotly_ready():
             return
         from flytune_nb.ui.notebook.figures import explorer_figure, heat_figure, parallel_figure
 
         plot = df
         title = self.selected + (" (partial)" if r.stopped else "")
-        if self.metric.value == "roofline" and "bw" in df and df["bw"].notna().any():
-            plot = df.copy()  # y = % of copy bandwidth, drawn as "latency" columns so one figure function serves
+        if percent:
+            plot = df.copy()  # y = % of copy bandwidth: higher is faster
             for c in ("p20", "p50", "p80"):
-                plot[c] = [b * 100 * 1e-3 if b is not None and b == b else math.nan for b in df["bw"]]
-            title += " — y: % of measured copy bandwidth (µs axis reads as %)"
+                plot[c] = [b * 100 if b is not None and b == b else math.nan for b in df["bw"]]
         self.slot.show(explorer_figure(plot, self.x.value, self.colour.value, self.facet.value,
-                                       baselines=r.baselines if plot is df else None, title=title))
+                                       baselines=None if percent else r.baselines, title=title, percent=percent))
         if len(knobs(df)) >= 1:
             self.parallel.show(parallel_figure(df))
         if self.heat_x.value and self.heat_y.value:
