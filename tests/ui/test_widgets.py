@@ -1118,3 +1118,31 @@ def test_the_copy_bandwidth_toggle_says_when_it_has_no_ceiling_and_plots_percent
     assert ys == [pytest.approx(v) for v in sorted(bw)]
     assert f"best {max(bw):.3g}%" in fig.layout.title.text
     assert "no measured copy bandwidth" not in html.unescape(h200.influence.value)
+
+
+def test_a_stopped_sweep_leaves_the_bar_at_what_it_measured():
+    """Stop after 2 of 14 trials: the bar shows 2 of 14 and says stopped, not a full bar marked done (a finished
+    sweep fills it: a budget or the selection may plan more than it measures)."""
+    rc = RunControl()
+    rc.start([4, 10])
+    cfg = _space()
+    for i, c in enumerate(cfg[:2]):
+        rc(TrialStarted("rmsnorm", SHAPE, "fp32", c, i, 4))
+        t = _trial(c)
+        rc(TrialDone("rmsnorm", t, i, 4, t))
+    partial = SearchResult("rmsnorm", SHAPE, "fp32", current_device(), cfg[0], [_trial(c) for c in cfg[:2]],
+                           stopped=True)
+    rc(ShapeDone("rmsnorm", partial))
+    rc(SweepDone("rmsnorm", [partial]))
+    rc.finish("stopped: ...")
+    assert (rc.bar.value, rc.bar.max) == (2, 12) and rc.bar.description == "stopped"
+
+    rc.start([2])
+    for i, c in enumerate(cfg[:1]):
+        t = _trial(c)
+        rc(TrialDone("rmsnorm", t, i, 2, t))
+    whole = SearchResult("rmsnorm", SHAPE, "fp32", current_device(), cfg[0], [_trial(cfg[0])])
+    rc(ShapeDone("rmsnorm", whole))
+    rc(SweepDone("rmsnorm", [whole]))
+    rc.finish("finished: ...")
+    assert rc.bar.value == rc.bar.max and rc.bar.description == "done"

@@ -391,6 +391,7 @@ class RunControl(W.VBox):
         self.spent = 0.0  # seconds of measured trials (TrialStarted -> done)
         self.shapes_done = 0
         self.shape_index = 0
+        self.cut = False  # the sweep ended before its plan: Stop, or a stopped shape
         self.in_flight: tuple | None = None  # the latest started: (label, config, i, n, monotonic start)
         # every trial started and not yet done, (label, config) -> monotonic start: a multi-GPU sweep has one per GPU,
         # and a trial Stop cuts off is started but never done (nor stored), so it is never counted as measured
@@ -413,7 +414,7 @@ class RunControl(W.VBox):
             self.running = False
             self.in_flight = None
         self.run_button.disabled, self.stop_button.disabled = False, True
-        self.bar.description = "done"
+        self.bar.description = "stopped" if self.cut else "done"
         self.label.value = message
 
     def eta_s(self) -> float | None:
@@ -484,7 +485,13 @@ class RunControl(W.VBox):
             self.bar.value = min(self.done, self.bar.max)
             self._render()
         elif isinstance(event, SweepDone):
-            self.bar.value = self.bar.max
+            # A finished sweep fills the bar (a budget or the selection may plan other counts than it measures); a
+            # stopped one shows what it measured of the plan
+            with self._lock:
+                self.cut = self.shapes_done < len(self.planned) or any(r.stopped for r in event.results)
+                total, done = max(self.total, 1), self.done
+            self.bar.max = total
+            self.bar.value = min(done, total) if self.cut else total
 
 
 def run_in_thread(target, on_done) -> threading.Thread:
