@@ -1146,3 +1146,25 @@ def test_a_stopped_sweep_leaves_the_bar_at_what_it_measured():
     rc(SweepDone("rmsnorm", [whole]))
     rc.finish("finished: ...")
     assert rc.bar.value == rc.bar.max and rc.bar.description == "done"
+
+
+def test_the_export_and_compare_boxes_read_a_home_folder_as_the_home_folder(tmp_path, monkeypatch):
+    """"~/exports" typed in the export box writes under the home folder, as the editor's "save to" box does, not into
+    a folder named "~" beside the notebook (while saying "wrote: ~/exports/..."); a store named "~/cut.db" in the
+    compare tab is that file."""
+    from flytune_nb.ui.notebook.views import ExportPanel, RunsView
+
+    home, here = tmp_path / "home", tmp_path / "nb"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    store = _stopped_sweep(home, "M=1,16 N=256", stop_at_m=16)  # home/cut.db
+    panel = ExportPanel(lambda: store, out_dir="~/ex", kernel_getter=lambda: "rmsnorm")
+    panel.write()
+    assert "wrote:" in panel.html.value and list((home / "ex").rglob("*.json"))
+    assert not (here / "~").exists()
+
+    runs = RunsView(lambda: None, lambda: "rmsnorm")
+    runs.db_a.value = runs.db_b.value = "~/cut.db"
+    assert runs.load() and runs.side_a.options, runs.summary.value

@@ -460,7 +460,7 @@ class RunsView(W.VBox):
                 raise UsageError("sweep first, or name a store")
             return (store.on_search_clock(store.frame(self.kernel_getter())),
                     store.frame(self.kernel_getter(), table="selections"))
-        store = Store(path.strip(), readonly=True)
+        store = Store(Path(path.strip()).expanduser(), readonly=True)
         try:
             return (store.on_search_clock(store.frame(self.kernel_getter())),
                     store.frame(self.kernel_getter(), table="selections"))
@@ -557,7 +557,7 @@ class ExportPanel(W.VBox):
             raise UsageError("sweep first: there is nothing to export yet")
         if not self.out.value.strip():
             raise UsageError("choose a folder to export to")
-        return store, self.out.value.strip()
+        return store, str(Path(self.out.value.strip()).expanduser())  # a box is read as a shell would read it
 
     def refresh(self) -> list:
         from flytune_nb.artifacts.export import preview
