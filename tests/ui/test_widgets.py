@@ -1168,3 +1168,23 @@ def test_the_export_and_compare_boxes_read_a_home_folder_as_the_home_folder(tmp_
     runs = RunsView(lambda: None, lambda: "rmsnorm")
     runs.db_a.value = runs.db_b.value = "~/cut.db"
     assert runs.load() and runs.side_a.options, runs.summary.value
+
+
+def test_an_unsaved_edit_survives_a_look_at_another_kernel(tmp_path, dev, monkeypatch):
+    """Switching the kernel loads the new kernel's rule into the editor; switching back must bring back the edit
+    not yet saved, not the kernel's file (the edit would be gone without a word). The save path follows the kernel."""
+    monkeypatch.chdir(tmp_path)
+    specs = {"toy": get_kernel("toy", [PLUGINS]), "rmsnorm": get_kernel("rmsnorm")}
+    shown = ["toy"]
+    ed = HeuristicEditor(lambda: specs[shown[0]], lambda: [], lambda: dev)
+    edit = ed.code.value.replace('"BLOCK": 128', '"BLOCK": 64')
+    assert edit != ed.code.value
+    ed.code.value = edit
+    shown[0] = "rmsnorm"
+    ed.load()
+    assert "def default" in ed.code.value and "BLOCK_N" in ed.code.value
+    assert ed.save_path.value == "rmsnorm_heuristic.py"
+    shown[0] = "toy"
+    ed.load()
+    assert ed.code.value == edit and ed.save_path.value == "toy_heuristic.py"
+    assert "not saved" in html.unescape(ed.note.value)

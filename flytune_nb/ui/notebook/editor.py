@@ -46,6 +46,10 @@ class HeuristicEditor(W.VBox):
         self.code.observe(lambda _: self.score(), "value")
         self.last = None
         self._scored = ""  # what the last re-score showed: a save's line goes under it, replacing the previous save's
+        # kernel name -> an edit that differed from its saved rule when another kernel was picked: brought back when
+        # that kernel is picked again (the textarea is the only copy of it)
+        self._unsaved: dict[str, str] = {}
+        self._shown: tuple | None = None  # (kernel name, its user file, its kernel file) of the rule shown
         self.load()
 
     def _kernel_file(self) -> Path:
@@ -55,13 +59,31 @@ class HeuristicEditor(W.VBox):
     def _user_file(self) -> Path:
         return Path(f"{self.spec_getter().name}_heuristic.py")
 
+    @staticmethod
+    def _saved_rule(user: Path, kernel: Path) -> str:
+        return user.read_text() if user.is_file() else kernel.read_text()
+
     def load(self) -> None:
-        """The kernel's rule as it is (or the user's saved draft of it), saving to the user's file."""
+        """The kernel's rule as it is (or the user's saved draft of it, or the edit left unsaved when another kernel
+        was picked), saving to the user's file."""
+        if self._shown is not None:
+            name, user, kernel = self._shown
+            try:
+                saved = self._saved_rule(user, kernel)
+            except OSError:
+                saved = None
+            if self.code.value != saved:
+                self._unsaved[name] = self.code.value
         self.into_kernel.value = False
-        user = self._user_file()
+        name, user, kernel = self.spec_getter().name, self._user_file(), self._kernel_file()
+        self._shown = (name, user.resolve(), kernel)
         self.save_path.value = str(user)
-        self.code.value = user.read_text() if user.is_file() else self._kernel_file().read_text()
+        unsaved = self._unsaved.pop(name, None)
+        self.code.value = unsaved if unsaved is not None else self._saved_rule(user, kernel)
         self._target_changed()
+        if unsaved is not None:
+            self.note.value = (f"<small>&#9888; your edit of {html.escape(name)}'s rule, not saved, is back as you left "
+                               f"it; Save keeps it.</small><br>" + self.note.value)
 
     def _target_changed(self) -> None:
         if self.into_kernel.value:
