@@ -1188,3 +1188,14 @@ def test_an_unsaved_edit_survives_a_look_at_another_kernel(tmp_path, dev, monkey
     ed.load()
     assert ed.code.value == edit and ed.save_path.value == "toy_heuristic.py"
     assert "not saved" in html.unescape(ed.note.value)
+
+
+def test_the_preview_estimates_from_what_the_sweep_just_measured(tmp_path):
+    """Before the first sweep the time is a guess; once it has finished the preview line must not keep saying
+    "nothing measured yet for this kernel here" beside a store that holds every trial of the grid."""
+    wb = _wb(tmp_path, {"N": "64"})
+    wb.grid.fits_thread.join(60)
+    assert "a guess" in wb.grid.preview.value
+    wb.run().join(120)
+    wb.grid.fits_thread.join(60)
+    assert "a guess" not in wb.grid.preview.value and "trials this store measured" in wb.grid.preview.value

@@ -393,6 +393,7 @@ class Workbench(W.VBox):
     def _finished(self, results, error) -> None:
         sweep = self.sweep
         self.grid.forget_estimate()
+        self.grid.update_preview()  # its time estimate, from the trials just stored
         line = self._finish_line(sweep, results, error)
         with self._finish_lock:  # a kernel switch clears the finish line: this one is written before it or not at all
             if self._relay is not None and self._relay.was_cut and sweep is not None:
