@@ -1199,3 +1199,22 @@ def test_the_preview_estimates_from_what_the_sweep_just_measured(tmp_path):
     wb.run().join(120)
     wb.grid.fits_thread.join(60)
     assert "a guess" not in wb.grid.preview.value and "trials this store measured" in wb.grid.preview.value
+
+
+def test_measure_missing_is_off_once_the_shown_results_are_gone(tmp_path, dev, monkeypatch):
+    """After a kernel switch the editor has no results ("sweep first"): Measure missing must not stay enabled with
+    the previous kernel's unmeasured picks, which a click would time under the kernel picked now."""
+    monkeypatch.chdir(tmp_path)
+    results = Sweep("toy", "N=64", ["fp32"], isolate=False, paths=[PLUGINS], baselines=()).run()
+    spec = get_kernel("toy", [PLUGINS])
+    shown = [results]
+    asked = []
+    ed = HeuristicEditor(lambda: spec, lambda: shown[0], lambda: dev, measure=asked.append)
+    ed.code.value = ed.code.value.replace("num_warps=1", "num_warps=2")  # a pick no one measured
+    assert ed.last.unmeasured and not ed.measure_button.disabled
+    shown[0] = []  # what the workbench's views hold after a kernel switch
+    ed.score()
+    assert "sweep first" in ed.result.value
+    assert ed.measure_button.disabled and ed.last is None
+    ed._measure_missing()
+    assert asked == []

@@ -107,6 +107,9 @@ class HeuristicEditor(W.VBox):
     def score(self):
         results = [r for r in self.results_getter() if r.best is not None]
         if not results:
+            # nothing left to score (another kernel picked): the previous rows' picks are not this kernel's to measure
+            self.last = None
+            self.measure_button.disabled = True
             self.result.value = self._scored = "<i>sweep first: the edit is scored on its stored timings</i>"
             return None
         spec, device, source, package = self.spec_getter(), self.device_getter(), self.code.value, self._package()
