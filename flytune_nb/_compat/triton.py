@@ -20,6 +20,8 @@ import re
 import threading
 from functools import lru_cache
 
+from flytune_nb.errors import UsageError
+
 # (major, minor) of the Triton releases whose launcher layout the fast path was verified against.
 FAST_LAUNCH = {(3, 6)}
 
@@ -367,8 +369,9 @@ CONFIG_EXTRAS = {"ir_override": None, "num_buffers_warp_spec": 0, "num_consumer_
                  "reg_inc_consumer": 0}
 
 
-class AutotunerLayoutError(Exception):
-    """The object is not an autotuned kernel this module can read (its message says what is missing)."""
+class AutotunerLayoutError(UsageError):
+    """The object is not an autotuned kernel this module can read (its message says what is missing). A UsageError:
+    what was passed is not a ``@triton.autotune`` kernel of a layout flytune_nb reads."""
 
 
 def autotuner_layout_verified() -> bool:

@@ -130,6 +130,8 @@ def test_counting_benchmarks_leaves_the_autotuner_as_it_was():
 
 
 def test_unreadable_objects_are_named():
+    from flytune_nb.errors import UsageError
+
     @triton.jit
     def plain(x):
         pass
@@ -141,8 +143,9 @@ def test_unreadable_objects_are_named():
         tc.unwrap_autotuned(twice)
     at = tc.unwrap_autotuned(make_kernel())[0]
     del at.keys
-    with pytest.raises(tc.AutotunerLayoutError, match="Autotuner has no keys"):
+    with pytest.raises(tc.AutotunerLayoutError, match="Autotuner has no keys") as e:
         tc.read_autotuner(at)
+    assert isinstance(e.value, UsageError)  # under the one root the CLI and the workbench catch
 
 
 def test_config_fields_report_what_flytune_cannot_carry():
