@@ -334,6 +334,21 @@ def read_provenance(path: Path) -> dict:
     return data
 
 
+def tuned_sources(records: dict) -> set[str]:
+    """The kernel sources (core.key.current_source) that one file's provenance records (batch size -> record) say
+    its entries were tuned for; a record that names none is left out."""
+    return {r["source"] for r in records.values() if isinstance(r, dict) and r.get("source")}
+
+
+def tuned_for_another_source(records: dict, spec) -> bool:
+    """Whether an entry of one file (its provenance records, batch size -> record) was tuned for another source of
+    the kernel than the installed one: it is still served (its knobs are the kernel's), but its timing was taken on
+    code that changed since, so it may no longer be the fastest."""
+    from flytune_nb.core.key import current_source
+
+    return bool(tuned_sources(records) - {current_source(spec)})
+
+
 # The fields of a provenance record that export and `flytune check` compute with, and the JSON types each may have
 # (null: unknown). A record edited by hand into another type would otherwise surface as a TypeError mid-check.
 _NUMBER = (int, float)

@@ -38,7 +38,7 @@ import time
 
 from flytune_nb.errors import KernelUnavailable, UsageError
 from flytune_nb.artifacts.files import (PROVENANCE, ArtifactError, ProvenanceError, atomic_write, of_device,
-                                        parse_file_name, read_provenance)
+                                        parse_file_name, read_provenance, tuned_for_another_source, tuned_sources)
 from flytune_nb.serve.lookup import validated_table
 from flytune_nb.strategies.selection import FLOOR as SELECTION_FLOOR  # a row inside it needs no confirming
 
@@ -186,7 +186,7 @@ class ArtifactFile:
 
     @property
     def sources(self) -> set:
-        return {p.get("source") for p in (self.prov or {}).values() if isinstance(p, dict) and p.get("source")}
+        return tuned_sources(self.prov or {})
 
     @property
     def current_source(self) -> str:
@@ -196,7 +196,7 @@ class ArtifactFile:
 
     @property
     def stale(self) -> bool:
-        return self.spec is not None and bool(self.sources) and self.sources != {self.current_source}
+        return self.spec is not None and tuned_for_another_source(self.prov or {}, self.spec)
 
     @property
     def timing(self) -> str:

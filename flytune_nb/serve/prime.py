@@ -216,7 +216,8 @@ def served(kernel, shape: dict, dtype: str, exports_dir=None, *, device=None) ->
 
 def _exported(spec, root: Path, device, report: PrimeReport) -> list:
     """(shape, dtype, config, weight) for every entry of the kernel's files for ``device``."""
-    from flytune_nb.artifacts.files import PROVENANCE, ArtifactError, of_device, parse_file_name, read_provenance
+    from flytune_nb.artifacts.files import (PROVENANCE, ArtifactError, of_device, parse_file_name, read_provenance,
+                                            tuned_for_another_source)
     from flytune_nb.artifacts.gate import file_shape
     from flytune_nb.serve.lookup import triton_dir, validated_table
 
@@ -238,7 +239,7 @@ def _exported(spec, root: Path, device, report: PrimeReport) -> list:
             report.skipped.append((path, str(e).removeprefix(f"{path.name}: ")))
             continue
         report.files.append(path)
-        if {p.get("source") for p in prov.values() if isinstance(p, dict)} - {None, spec.fingerprint}:
+        if tuned_for_another_source(prov, spec):
             report.stale.append(path)
         for m, config in table.items():
             shape = spec.check_shape({**rest, spec.batch_axis: m})
