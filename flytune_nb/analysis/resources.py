@@ -38,22 +38,6 @@ FILTERS = {
 }
 
 
-def load_rows(store, kernel: str) -> list:
-    """Every census row of ``kernel`` in ``store`` (a Store), as CensusRows, in the order they were stored."""
-    from flytune_nb.measure.census import CensusRow
-
-    df = store.frame(kernel, table="census")
-    if df.empty:
-        return []
-    from flytune_nb.engine.store import CENSUS_COLUMNS
-
-    return [CensusRow.from_record({c: _none(r.get(c)) for c in CENSUS_COLUMNS}) for _, r in df.iterrows()]
-
-
-def _none(v):
-    return None if isinstance(v, float) and v != v else v
-
-
 def devices(rows) -> list[str]:
     """The targets the rows were taken for, in first-seen order (AMD_Instinct_MI300X, NVIDIA_H200, ...)."""
     return list(dict.fromkeys(r.device for r in rows))

@@ -620,12 +620,24 @@ class Store:
 
     def census_for(self, key: str) -> dict:
         """Stored census rows of one tuning key, by Config."""
+        return {row.config: row for row in self._census("key", key)}
+
+    def census_rows(self, kernel: str) -> list:
+        """Every stored census row of ``kernel``, as CensusRows, in the order they were stored."""
+        return self._census("kernel", kernel)
+
+    def _census(self, column: str, value: str) -> list:
         from flytune_nb.measure.census import CensusRow
 
+        if not self.has_table("census"):  # a store written before the table existed, opened read-only
+            return []
         with self._lock:
-            cur = self._db.execute(f"SELECT {', '.join(CENSUS_COLUMNS)} FROM census WHERE key=?", (key,))
-            rows = [dict(zip(CENSUS_COLUMNS, r)) for r in cur.fetchall()]
-        return {row.config: row for row in map(CensusRow.from_record, rows)}
+            # every column the table has: one written before a column existed, opened read-only (not migrated),
+            # lacks it, and CensusRow reads such a column as unset
+            cur = self._db.execute(f"SELECT * FROM census WHERE {column}=? ORDER BY id", (value,))
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r)) for r in cur.fetchall()]
+        return [CensusRow.from_record(r) for r in rows]
 
     # -- reading -------------------------------------------------------------------------------------------------
     def frame(self, kernel: str | None = None, table: str = "trials"):

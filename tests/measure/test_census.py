@@ -125,6 +125,10 @@ def test_the_store_keeps_census_rows_beside_the_trials_and_reads_them_back(tmp_p
     assert math.isclose(got.compile_s, 0.5) and back[r2.config].error == "CompilationError: x"
     store.add_census(r1, key="k1")  # same config again: replaced, not duplicated
     assert store.count("census") == 3
+    # the kernel's rows in the order stored, the replaced one last, read as the tuning key's are
+    assert [(r.config, r.device) for r in store.census_rows("matmul")] == [
+        (r2.config, "AMD_Instinct_MI300X"), (cfg(16), "NVIDIA_H200"), (r1.config, "AMD_Instinct_MI300X")]
+    assert store.census_rows("matmul")[2] == back[r1.config] and store.census_rows("rmsnorm") == []
 
     df = census_frame(store, "matmul", device="mi300x")
     assert len(df) == 2 and set(df["status"]) == {"ok", "error"} and list(df["M"].unique()) == [64]

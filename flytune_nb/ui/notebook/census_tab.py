@@ -15,7 +15,7 @@ import math
 import ipywidgets as W
 import pandas as pd
 
-from flytune_nb.analysis.resources import FILTERS, devices, load_rows, rows_for, table
+from flytune_nb.analysis.resources import FILTERS, devices, rows_for, table
 from flytune_nb.analysis.units import fmt_time
 from flytune_nb.errors import first_line
 from flytune_nb.ui.notebook.controls import error_html, run_in_thread
@@ -101,7 +101,7 @@ class CensusView(W.VBox):
         if not force and stamp == getattr(self, "_stamp", None):
             return
         self._stamp = stamp
-        self.rows = load_rows(store, kernel) if store is not None and kernel else []
+        self.rows = store.census_rows(kernel) if store is not None and kernel else []
         if self.on_rows is not None:
             self.on_rows(self.rows)
         self.render()
