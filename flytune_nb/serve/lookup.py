@@ -26,10 +26,13 @@ from flytune_nb.artifacts.files import (
     BUILTIN_DIR,
     PROVENANCE,
     ArtifactError,
+    ProvenanceError,
     device_name_problem,
     file_name,
     kernel_dir,
+    read_provenance,
     read_table,
+    tuned_for_another_source,
 )
 from flytune_nb.core.config import Config, ConfigError, HIP_OPTIONS, knob_value_problem
 
@@ -229,6 +232,25 @@ def lookup(spec, shape: dict, dtype: str, *, device=None, directory=None) -> tup
     if found is not None:
         return found, "artifact"
     return spec.default(shape, dtype, device), "default"
+
+
+def stale_entry(spec, shape: dict, dtype: str, device, directory=None) -> tuple[str, int, str] | None:
+    """(the file's path, the entry's batch size, the kernel source it was tuned for) where the export entry that
+    serves this call was tuned for another source of the kernel than the installed one: it is still served (its knobs
+    are the kernel's), but its timing was taken on code that changed since. None: no entry serves the call, it is
+    current, or its sidecar does not say (or cannot be read: what lookup serves does not depend on it, and
+    ``flytune check`` reports it)."""
+    found = LOOKUP.entry(spec, shape, dtype, device, directory)
+    if found is None:
+        return None
+    _, path, m = found
+    try:
+        record = read_provenance(Path(path).parent / PROVENANCE).get(Path(path).name, {}).get(str(m))
+    except ProvenanceError:
+        return None
+    if not isinstance(record, dict) or not tuned_for_another_source({str(m): record}, spec):
+        return None
+    return path, m, record["source"]
 
 
 def artifact_hook(spec, shape: dict, dtype: str, device) -> Config | None:

@@ -645,6 +645,7 @@ def cmd_lookup(args) -> int:
                   f"({device.name})", file=sys.stderr)
             device = dataclasses.replace(device, name=name)
     from flytune_nb.artifacts.sglang import lookup_as_served
+    from flytune_nb.serve.lookup import stale_entry
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -655,10 +656,14 @@ def cmd_lookup(args) -> int:
     if overridden is not None:
         print(f"note: the _down entry says BLOCK_SIZE_M={overridden}; SGLang runs it with the up config's "
               f"BLOCK_SIZE_M={config['BLOCK_SIZE_M']} (both GEMMs share one alignment)")
-    if source == "artifact":
-        note = stale_note(spec, shapes[0], dtype, device, args.dir)
-        if note:
-            print(note)
+    stale = stale_entry(spec, shapes[0], dtype, device, args.dir) if source == "artifact" else None
+    if stale:
+        from flytune_nb.core.key import current_source
+
+        path, m, tuned = stale
+        print(f"note: stale: batch size {m} of {path} was tuned for another source of {spec.name} (source {tuned}; "
+              f"installed {current_source(spec)}): it is served, but may no longer be the fastest; `flytune check` "
+              f"re-times it and prints the command that sweeps its file again")
     from flytune_nb.artifacts.sglang import served_instead
 
     found = served_instead(spec, shapes[0], dtype, device) if source == "default" else None
@@ -674,33 +679,6 @@ def cmd_lookup(args) -> int:
         if note:
             print(note)
     return 0
-
-
-def stale_note(spec, shape: dict, dtype: str, device, directory) -> str:
-    """A note when the export entry that serves this call was tuned for another source of the kernel than the one
-    installed: it is still served (its knobs are the kernel's), but its timing was taken on code that changed since,
-    so it may no longer be the fastest."""
-    from pathlib import Path
-
-    from flytune_nb.artifacts.files import PROVENANCE, ProvenanceError, read_provenance
-    from flytune_nb.serve.lookup import LOOKUP
-
-    found = LOOKUP.entry(spec, shape, dtype, device, directory)
-    if found is None:
-        return ""
-    _, path, m = found
-    try:
-        record = read_provenance(Path(path).parent / PROVENANCE).get(Path(path).name, {}).get(str(m)) or {}
-    except ProvenanceError:  # what lookup serves does not depend on the sidecar; `flytune check` reports it
-        return ""
-    from flytune_nb.core.key import current_source
-
-    source, installed = record.get("source"), current_source(spec)
-    if not source or source == installed:
-        return ""
-    return (f"note: stale: batch size {m} of {path} was tuned for another source of {spec.name} (source {source}; "
-            f"installed {installed}): it is served, but may no longer be the fastest; `flytune check` re-times "
-            f"it and prints the command that sweeps its file again")
 
 
 def primed_note(spec, shape: dict, dtype: str, device, directory, answered) -> str:
