@@ -663,9 +663,8 @@ def test_a_shape_finished_without_a_selection_is_exported_once_a_run_has_finishe
 
 def test_the_selections_winner_is_exported_even_where_its_search_trial_failed(tmp_path):
     """The heuristic default fails its first launch (a transient fault) and passes every round of the re-timing,
-    where no candidate beats it: the selection keeps it. Export used to skip a winner without a passing search
-    trial and write the search's fastest instead, the very candidate the selection turned down, with no selection
-    in its provenance. It writes the default, with the selection's evidence."""
+    where no candidate beats it: the selection keeps it. Export writes the default, with the selection's evidence,
+    not the search's fastest (the very candidate the selection turned down) for want of a passing search trial."""
     from flytune_nb.strategies.selection import Rule
 
     from flytune_nb.core.device import current_device
