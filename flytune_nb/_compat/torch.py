@@ -34,6 +34,12 @@ def gpu_sleep(cycles: int) -> None:
         sleep(cycles)
 
 
+def view_base(t):
+    """The tensor ``t`` is a view of (``Tensor._base``), or None for a tensor that owns its storage: adopt() tells
+    an input written in place from the argument launch passes for it, often a view of it (``x.view(-1, N)``)."""
+    return getattr(t, "_base", None)
+
+
 def dynamo_reset() -> None:
     """Fresh dynamo state: one worker serves every shape of a sweep, and without a reset dynamo recompiles the same
     function per shape until its recompile limit (8), then silently runs it eagerly."""

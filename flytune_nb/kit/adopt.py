@@ -231,6 +231,8 @@ class AdoptedKernel:
         """(Layout, the reference's result) for one call on ``inputs``; AdoptError naming what does not fit."""
         import torch
 
+        from flytune_nb._compat.torch import view_base
+
         args, kwargs = self.call(inputs)
         named = {**dict(zip(self.fields["arg_names"], args)), **kwargs}
         try:
@@ -252,7 +254,7 @@ class AdoptedKernel:
         def input_of(arg: str, what: str) -> str:
             value = named.get(arg)
             for k, v in inputs.items():
-                if torch.is_tensor(v) and value is not None and (value is v or getattr(value, "_base", None) is v):
+                if torch.is_tensor(v) and value is not None and (value is v or view_base(value) is v):
                     return k
             raise AdoptError(f"{self.where}: {what} names {arg!r}, but launch passes it "
                              f"{'nothing' if value is None else 'a tensor that is not one of the inputs'}; "

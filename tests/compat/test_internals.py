@@ -104,6 +104,9 @@ def test_torch_and_cpython_internals_are_where_compat_reads_them():
         assert torch_compat.cuda_stream_getter() is raw
     else:
         assert callable(torch_compat.cuda_stream_getter())
+    x = torch.zeros(4, 8)
+    assert torch_compat.view_base(x.view(-1)) is x and torch_compat.view_base(x[1:]) is x
+    assert torch_compat.view_base(x) is None and torch_compat.view_base(x.clone()) is None
     if os.name == "posix":
         data = stdlib.environ_bytes()
         assert data is not None and data[b"PATH"] == os.environ["PATH"].encode()
