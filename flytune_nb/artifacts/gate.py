@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import statistics
 from dataclasses import asdict, dataclass, replace
@@ -222,7 +223,9 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
             continue
         f = ArtifactFile(kernel, path)
         if not path.exists():
-            f.error = f"listed in {PROVENANCE} but missing from {path.parent}"
+            # a link whose target is gone is in the folder, not missing from it, and provenance may not list it
+            f.error = (f"a symlink to {os.readlink(path)}, which does not exist" if path.is_symlink()
+                       else f"listed in {PROVENANCE} but missing from {path.parent}")
             out.append(f)
             continue
         try:

@@ -193,6 +193,10 @@ class Lookup:
         found = next((d for d in folders if (d / name).is_file()), None)
         if found is None:
             want = folders[0]
+            if (want / name).is_symlink():
+                warnings.warn(f"{want / name} is a symlink to {os.readlink(want / name)}, which does not exist; "
+                              f"using the heuristic default", ArtifactWarning, stacklevel=4)
+                return None
             others = sorted(p.name for p in want.glob("*.json") if p.name != PROVENANCE)
             hint = f" (files there: {', '.join(others[:3])}{'...' if len(others) > 3 else ''})" if others else ""
             older = f" or {', '.join(d.name for d in folders[1:])}" if folders[1:] else ""

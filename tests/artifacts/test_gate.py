@@ -12,6 +12,7 @@ import triton
 from flytune_nb.artifacts.export import export
 from flytune_nb.artifacts.files import triton_dir_name
 from flytune_nb.artifacts.gate import check
+from flytune_nb.serve.lookup import ArtifactWarning
 from flytune_nb.core.config import Config
 from flytune_nb.engine.store import Store
 from flytune_nb.engine.sweep import Sweep
@@ -518,6 +519,26 @@ def test_a_device_claims_only_its_own_files():
     assert not of_device("N=8,device_name=A,B,dtype=bf16.json", "A")  # device "A,B"
     assert of_device("N=8,device_name=A,B,dtype=bf16.json", "A,B")
     assert not of_device("N=8,device_name=AB.json", "A")
+
+
+def test_a_dangling_symlink_is_named_as_one_by_check_and_lookup(tmp_path, capsys, dev):
+    """A config file that is a link whose target is gone: check FAILs it saying so (not "listed in provenance.json
+    but missing", which no sidecar said), and lookup warns the same instead of "no config file X (files there: X)"."""
+    from flytune_nb.artifacts.files import file_name
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.serve.lookup import lookup
+
+    spec = get_kernel("rmsnorm")
+    folder = tmp_path / "ex" / "rmsnorm" / triton_dir_name(triton.__version__)
+    folder.mkdir(parents=True)
+    name = file_name(spec, {"M": 4, "N": 256}, dev.name, "fp32")
+    (folder / name).symlink_to("gone.json")
+    assert main(["check", str(tmp_path / "ex"), "--quiet"]) == 1
+    printed = capsys.readouterr().out
+    assert f"{name}: a symlink to gone.json, which does not exist; export it again" in printed
+    assert "listed in provenance.json" not in printed
+    with pytest.warns(ArtifactWarning, match=r"is a symlink to gone.json, which does not exist; using the heuristic"):
+        assert lookup(spec, {"M": 4, "N": 256}, "fp32", directory=tmp_path / "ex")[1] == "default"
 
 
 def test_a_batch_size_below_one_fails_its_file_and_the_check_goes_on(tmp_path, capsys, dev):
