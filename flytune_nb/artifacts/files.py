@@ -289,22 +289,35 @@ def _lock_file_in(folder: Path):
     return release
 
 
+class _Pairs(list):
+    """A JSON object as its (key, value) pairs in order: json.loads keeps only the last of two equal keys."""
+
+
 def read_table(path: Path) -> dict[int, dict]:
     """Strict read of one artifact (export merges into it): raises ArtifactError on anything malformed."""
     try:
-        data = json.loads(Path(path).read_text())
+        pairs = json.loads(Path(path).read_text(), object_pairs_hook=_Pairs)
     except (OSError, ValueError) as e:
         raise ArtifactError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(data, dict) or not data:
+    if not isinstance(pairs, _Pairs) or not pairs:
         raise ArtifactError(f"{path}: expected a non-empty JSON object of batch size -> config")
-    table = {}
-    for k, v in data.items():
+    table, keys = {}, {}
+    for k, v in pairs:
         try:
             m = int(k)
         except ValueError:
             raise ArtifactError(f"{path}: key {k!r} is not a batch size (SGLang applies int() to every key)") from None
         if m < 1:  # no call has such a batch: a hand edit, and a shape no kernel can be timed at
             raise ArtifactError(f"{path}: key {k!r} is not a batch size (a whole number >= 1)")
+        if m in keys:
+            # SGLang keeps the last silently, and an export merging into the file would keep one of them: which
+            # config serves that batch size is for the file's author to say
+            raise ArtifactError(f"{path}: keys {keys[m]!r} and {k!r} are both batch size {m}: keep one")
+        keys[m] = k
+        if isinstance(v, _Pairs):
+            if len({knob for knob, _ in v}) < len(v):
+                raise ArtifactError(f"{path}: entry {k!r} names a knob twice")
+            v = dict(v)
         if not isinstance(v, dict) or not v:
             raise ArtifactError(f"{path}: entry {k!r} is not a config object")
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()):

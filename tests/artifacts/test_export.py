@@ -39,6 +39,13 @@ MALFORMED = {
     "list top level": '[{"BLOCK_N": 256}]',
     "batch size 0": '{"0": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
     "negative batch size": '{"-4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}}',
+    # which config serves batch size 4 is ambiguous: SGLang keeps the last silently
+    "one batch size twice": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}, '
+                            '"04": {"BLOCK_N": 128, "num_warps": 1, "num_stages": 1}}',
+    "one key twice": '{"4": {"BLOCK_N": 256, "num_warps": 1, "num_stages": 1}, '
+                     '"4": {"BLOCK_N": 128, "num_warps": 1, "num_stages": 1}}',
+    "one knob twice": '{"4": {"BLOCK_N": 256, "BLOCK_N": 128, "num_warps": 1, "num_stages": 1}}',
+    "list of configs": '{"4": [["BLOCK_N", 256]]}',
     # a value no launch takes: served, the wrapper divided N by 0 in the serving call
     "tile size 0": '{"4": {"BLOCK_N": 0, "num_warps": 1, "num_stages": 1}}',
     "negative tile size": '{"4": {"BLOCK_N": -64, "num_warps": 1, "num_stages": 1}}',
