@@ -26,6 +26,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from flytune_nb.artifacts.files import ArtifactError
+from flytune_nb.errors import UsageError
 
 KNOB_ORDER = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages",
               "waves_per_eu", "USE_TMA")
@@ -214,6 +215,12 @@ def lookup_as_served(spec, shape: dict, dtype: str, device, directory=None) -> t
 
     served = kernel_dir(spec, config_dir(directory)).parent  # its files sit in <SGLANG_MOE_CONFIG_DIR>/configs/
     sglang_folder = spec.artifact_render is render and (served / "configs").is_dir()
+    if sglang_folder:
+        import triton
+
+        # this lookup reads the folder as flytune does; a server may fail on it before it reads any file
+        resolve(served, file_name(shape["E"], shape["N"], device.name, config_dtype(dtype),
+                                  down=spec.artifact_suffix == "_down"), triton.__version__)
     with serving_from(served) if sglang_folder else nullcontext():
         config, source = lookup(spec, shape, dtype, device=device, directory=directory)
         if sglang_folder and source == "artifact" and spec.artifact_suffix == "_down":
@@ -223,17 +230,29 @@ def lookup_as_served(spec, shape: dict, dtype: str, device, directory=None) -> t
     return config, source, None
 
 
+class UnreadableVersionFolder(UsageError):
+    """A name under ``configs/`` that SGLang cannot read a Triton version from. Not an ArtifactError, which callers
+    read as "no configs/ folder": the folder is there, and a server reading it fails on this name."""
+
+
 def resolve(root: Path, name: str, triton_version: str) -> tuple[Path | None, str | None]:
     """(file SGLang would read, the triton folder it came from) under ``root``, following SGLang's order; (None,
-    None) when no folder has it. ArtifactError where SGLang itself would raise (no ``configs/`` folder)."""
+    None) when no folder has it. ArtifactError where SGLang itself would raise FileNotFoundError (no ``configs/``
+    folder), UnreadableVersionFolder where it would raise ValueError (a ``triton_*`` name with no version)."""
     configs = Path(root) / "configs"
     exact = configs / version_dir(triton_version) / name
     if exact.is_file():
         return exact, exact.parent.name
     if not configs.is_dir():
         raise ArtifactError(f"{root} has no configs/ folder: SGLang raises FileNotFoundError reading it")
-    folders = [d.name for d in configs.iterdir() if d.is_dir() and d.name.startswith("triton_")]
-    parsed = [(k, f) for f in folders if (k := _version_key(f)) is not None]
+    folders = [d.name for d in configs.iterdir() if d.name.startswith("triton_")]
+    unreadable = sorted(f for f in folders if _version_key(f) is None)
+    if unreadable:
+        raise UnreadableVersionFolder(
+            f"{configs / unreadable[0]}: SGLang reads a Triton version from every name in {configs} that starts with "
+            f"triton_ (int() of each _-separated part), and this one has none: a server that does not find {name} "
+            f"in {version_dir(triton_version)}/ raises ValueError at its first MoE layer; rename or remove it")
+    parsed = [(k, f) for f in folders if (k := _version_key(f)) is not None and (configs / f).is_dir()]
     for _, folder in sorted(parsed, reverse=True):
         if folder != version_dir(triton_version) and (configs / folder / name).is_file():
             return configs / folder / name, folder

@@ -5,6 +5,7 @@ get_moe_configs reads back, and the audit."""
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -1150,4 +1151,42 @@ def test_lookup_of_the_down_gemm_answers_as_a_server_pointed_at_the_looked_up_fo
     out = capsys.readouterr().out
     assert f"{Config.from_dict({**down_entry, 'BLOCK_SIZE_M': up_bm})}  (source: artifact," in out
     assert f"BLOCK_SIZE_M={down_bm}" in out  # the file's value is named where it is overridden
+    LOOKUP.clear()
+
+
+def test_a_folder_sglang_reads_no_version_from_is_named_where_a_server_would_fail_on_it(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """SGLang int()s every ``triton_*`` name under configs/ once the running Triton's folder lacks the file: a
+    ``triton_3_6_0+git1`` folder (a local Triton build's name) or a stray ``triton_notes`` file makes a server raise
+    ValueError at its first MoE layer. Read as flytune reads it, the folder served the older folder's entry; lookup
+    and the down GEMM's pinned up config say the folder fails instead, and the file in the running folder is read
+    as SGLang reads it, first."""
+    from flytune_nb.serve.lookup import LOOKUP
+    from flytune_nb.ui.cli import main
+
+    (tmp_path / "pkg" / "configs" / running()).mkdir(parents=True)
+    monkeypatch.setattr(files, "package_root", lambda: tmp_path / "pkg")
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    kdir = tmp_path / "exports" / "sglang_fused_moe"
+    name = "E=4,N=64,device_name=CPU_interpreter.json"
+    older = _fake_shipped(kdir, "triton_1_0_0", name, {1: _entry(1)})
+    for stray in ("triton_3_6_0+git1", "triton_notes"):
+        path = kdir / "configs" / stray
+        path.mkdir() if stray.endswith("git1") else path.write_text("")
+        with pytest.raises(files.UnreadableVersionFolder, match=re.escape(stray) + ": SGLang reads a Triton version"):
+            files.resolve(kdir, name, "3.6.0")
+        LOOKUP.clear()
+        assert main(["lookup", "sglang_fused_moe", "M=1 E=4 N=64 K=32 topk=2", "--dtype", "fp16", "--dir",
+                     str(tmp_path / "exports")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"flytune: error: {path}: SGLang reads a Triton version") and "\n" not in err.strip()
+        monkeypatch.setenv("SGLANG_MOE_CONFIG_DIR", str(kdir))
+        with pytest.raises(files.UnreadableVersionFolder):
+            get_kernel("sglang_fused_moe_down").default(TINY, "fp16", current_device())
+        monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR")
+        (path.rmdir if path.is_dir() else path.unlink)()
+    assert files.resolve(kdir, name, "3.6.0") == (older, "triton_1_0_0")
+    (kdir / "configs" / "triton_3_6_0+git1").mkdir()
+    here = _fake_shipped(kdir, files.version_dir("3.6.0"), name, {1: _entry(1)})
+    assert files.resolve(kdir, name, "3.6.0") == (here, "triton_3_6_0")  # found first: nothing else is listed
     LOOKUP.clear()
