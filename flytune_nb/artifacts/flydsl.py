@@ -31,13 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from flytune_nb.artifacts.files import ArtifactError, atomic_write, atomic_write_all
+from flytune_nb.artifacts.files import PROVENANCE, ArtifactError, atomic_write, atomic_write_all
 from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.config import Config
 
 VERSION = 1
 DIR = "flydsl_autotune"  # under a config dir, beside the kernels' SGLang-style folders: FLYDSL_AUTOTUNE_CONFIG_DIR
-PROVENANCE = "provenance.json"
 COMPILER_HINTS = ("waves_per_eu",)  # flydsl.Config.compiler_opts() in 0.5.0 (it has no maxnreg)
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
