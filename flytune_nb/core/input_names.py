@@ -252,7 +252,20 @@ def _read_code(code, fn, cells: dict, r: _Reading, depth: int, watched: frozense
     if not watched:
         return
     for j, i in enumerate(ins):
+        if i.opname == "STORE_FAST_LOAD_FAST":  # 3.13+: stores one local, then pushes another (in a comprehension)
+            loaded = i.argval[1] if isinstance(i.argval, tuple) else None
+            if loaded in watched:
+                if depths[j] is None:
+                    r.unknowable(f"{code.co_name}: its bytecode could not be read")
+                else:
+                    _use(ins, depths, j, depths[j] - 1, True, fn, cells, code, r, depth, watched)
+            continue
         if i.opname not in _LOADS:
+            # another push of a local (a later Python's spelling): missed, its reads would go unseen and a call
+            # passing the names it reads would be refused
+            if i.opname.startswith(("LOAD_FAST", "LOAD_DEREF")) \
+                    and set(i.argval if isinstance(i.argval, tuple) else (i.argval,)) & watched:
+                r.unknowable(f"{_where(code, ins, j)} loads the inputs with {i.opname}, which is not read")
             continue
         names = i.argval if isinstance(i.argval, tuple) else (i.argval,)
         for k, name in enumerate(names):

@@ -11,6 +11,7 @@ from flytune_nb.core.input_names import check_call, read
 from flytune_nb.core.registry import get_kernel, list_kernels
 from flytune_nb.errors import KernelUnavailable, UsageError
 from flytune_nb.serve.tuned import TunedKernel
+from tests.serve import input_name_rules as rules
 
 ADOPTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kit", "adopted.py")
 # Optional inputs a kernel reads that its make_inputs leaves out (outputs are made)
@@ -62,93 +63,14 @@ def test_an_adopted_kernel_refuses_a_name_its_launch_does_not_read(dev, tmp_path
     assert torch.allclose(inputs["acc"], acc + 2.0 * inputs["x"])
 
 
-# -- the rules, on small functions -------------------------------------------------------------------------------------
-NAMES = ("x", "w")
-
-
-def _reads_x_and_eps(inputs, config):
-    return inputs["x"] * inputs.get("eps", 1e-6)
-
-
-def _passes_on(inputs, config):
-    return _reads_x_and_eps(inputs, config)
-
-
-def _nested(inputs, config):
-    def inner():
-        return inputs["q"]
-
-    return inner() if "out" in inputs else None
-
-
-def _keys_by_name(inputs, config):
-    return [inputs[k] for k in NAMES]
-
-
-def _iterates(inputs, config):
-    return [inputs[k] for k in inputs]
-
-
-def _items(inputs, config):
-    return {k: v for k, v in inputs.items()}
-
-
-def _aliases(inputs, config):
-    other = inputs
-    return other["x"]
-
-
-def _to_torch(inputs, config):
-    return torch.stack(inputs)
-
-
-def _to_a_method(inputs, config):
-    return config.launch(inputs)
-
-
-def _d1(a):
-    return _d2(a)
-
-
-def _d2(b):
-    return _d3(b)
-
-
-def _d3(c):
-    return _d4(c)
-
-
-def _d4(d):
-    return d["deep"]
-
-
-def _deep(inputs, config):
-    return _d1(inputs)
-
-
-@pytest.mark.parametrize("fn,known", [
-    (_reads_x_and_eps, {"x", "eps"}),
-    (_passes_on, {"x", "eps"}),  # a function of this package it passes the inputs to is read too
-    (lambda i, c: _reads_x_and_eps(i, c), {"x", "eps"}),
-    (_nested, {"q", "out"}),
-    (_keys_by_name, {"x", "w"}),  # a key that is not a literal: the strings the code names
-])
+# -- the rules, on small functions (tests/serve/input_name_rules.py) --------------------------------------------------
+@pytest.mark.parametrize("fn,known", rules.KNOWN)
 def test_names_read_by_literal_are_known(fn, known):
     names = read([(fn, 0)])
     assert not names.unknowable and names.known == known
 
 
-@pytest.mark.parametrize("fn,why", [
-    (lambda i, c: _reads_x_and_eps(**i), r"passes the inputs on whole \(DICT_MERGE\)"),
-    (_iterates, r"passes the inputs on whole \(GET_ITER\)"),
-    (_items, "reads inputs.items"),
-    (_aliases, r"passes the inputs on whole \(STORE_FAST\)"),
-    (_to_torch, "passes the inputs to .*stack, which is not read"),  # another package's: not followed
-    (_to_a_method, "passes the inputs to a call, which is not read"),
-    (_deep, "more than 3 calls deep"),
-    # by keyword the stack position says nothing of the parameter: d would be missed and cfg read as the inputs
-    (lambda i, c: _reads_x_and_eps(config=c, inputs=i), "in a call with keyword arguments"),
-])
+@pytest.mark.parametrize("fn,why", rules.UNKNOWABLE)
 def test_inputs_read_out_of_sight_make_nothing_knowable(fn, why):
     names = read([(fn, 0)])
     assert names.unknown(["x", "anything"]) == []
@@ -157,5 +79,44 @@ def test_inputs_read_out_of_sight_make_nothing_knowable(fn, why):
 
 def test_a_call_naming_nothing_known_is_not_checked():
     """Code these rules do not see through names none of the call's inputs: then none is refused."""
-    names = read([(_reads_x_and_eps, 0)])
+    names = read([(rules._reads_x_and_eps, 0)])
     assert names.unknown(["a", "b"]) == [] and names.unknown(["x", "b"]) == ["b"]
+
+
+def _other_pythons() -> list[str]:
+    """Every other CPython 3.10+ here: on PATH (python3.10 ... python3.14) or under pyenv."""
+    import ast
+    import glob
+    import shutil
+    import subprocess
+    import sys
+
+    found = {shutil.which(f"python3.{minor}") for minor in range(10, 15)}
+    found |= set(glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python")))
+    out = {}
+    for exe in sorted(p for p in found if p):
+        try:
+            version = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                                     text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if version and version != str(sys.version_info[:2]) and ast.literal_eval(version) >= (3, 10):
+            out.setdefault(version, exe)
+    return sorted(out.values())
+
+
+def test_the_rules_hold_on_every_other_python_here():
+    """The reader reads bytecode, which each Python spells its own way (3.13's STORE_FAST_LOAD_FAST hid every read
+    of a comprehension, so a call passing a name read there was refused): the cases run under each other Python
+    found. Skipped where there is none (a CI image with one Python)."""
+    import subprocess
+
+    pythons = _other_pythons()
+    if not pythons:
+        pytest.skip("no other Python 3.10+ here")
+    from tests.conftest import REPO
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "input_name_rules.py")
+    for exe in pythons:
+        done = subprocess.run([exe, script, REPO], capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert done.returncode == 0, f"{exe}:\n{done.stdout}{done.stderr}"
