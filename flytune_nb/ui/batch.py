@@ -10,6 +10,7 @@ from flytune_nb.errors import RunError, UsageError
 from flytune_nb.analysis.scores import speedup_rows
 from flytune_nb.artifacts.export import export, refuse_interpreter_timings
 from flytune_nb.artifacts.files import ArtifactError, check_writable
+from flytune_nb.core.paths import beside
 from flytune_nb.ui.progress import LineListener, TqdmListener
 from flytune_nb.ui.report import failure_line, measured_line, summary_table, trials_table
 from flytune_nb.engine.sweep import Sweep
@@ -65,13 +66,6 @@ def _check_outputs(db, export_dir, **files) -> None:
         except ArtifactError as e:
             raise UsageError(f"export_dir: {e}") from None
         refuse_interpreter_timings(export_dir, {current_device().name})
-
-
-def _beside(db, suffix: str) -> str:
-    """``runs.db`` -> ``runs.results.csv``, in the store's folder: a batch's outputs stay with its store instead of
-    landing in whatever folder papermill was started from."""
-    db = Path(db)
-    return str(db.with_name(db.stem + suffix))
 
 
 class Interrupted(RunError):
@@ -133,8 +127,8 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
     isolate, retry_failed, progress = _flag("isolate", isolate), _flag("retry_failed", retry_failed), _progress(progress)
     if isinstance(paths, str):  # papermill -p paths ./my_kernels
         paths = [p for p in paths.split(",") if p.strip()]
-    results_csv = _beside(db, ".results.csv") if results_csv == "" else results_csv
-    results_json = _beside(db, ".results.json") if results_json == "" else results_json
+    results_csv = beside(db, ".results.csv") if results_csv == "" else results_csv
+    results_json = beside(db, ".results.json") if results_json == "" else results_json
     _check_outputs(db, export_dir, results_csv=results_csv, results_json=results_json)  # before the sweep, not after
     # the tqdm listener also tracks the trials in flight, for the message after an interrupt, when it shows nothing
     tracker = TqdmListener(disable=progress is not True)

@@ -494,6 +494,20 @@ def test_results_table_filters_sorts_both_ways_scrolls_and_writes_csv(tmp_path, 
     assert "download='wb.trials.csv'" in t.link.value and "data:text/csv;base64," in t.link.value
 
 
+def test_the_results_csv_is_written_beside_the_store_as_the_batch_notebook_writes_its_own(tmp_path, monkeypatch):
+    """db="runs/x.db" puts the table's CSV at runs/x.trials.csv, where the batch notebook puts x.results.csv, not in
+    whatever folder Jupyter was started from; the line under the button names the file."""
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    wb = Workbench("toy", {"N": "64"}, ["fp32"], db=str(tmp_path / "runs" / "x.db"), isolate=False, paths=[PLUGINS])
+    assert wb.wait_ready(60)
+    wb.run().join(60)
+    path = wb.table.write_csv()
+    assert path == tmp_path / "runs" / "x.trials.csv" and path.is_file()
+    assert not list((tmp_path / "elsewhere").iterdir())
+    assert f"wrote <code>{html.escape(str(path))}</code>" in wb.table.link.value
+
+
 def test_compare_two_stores_and_two_toolchains_in_one(tmp_path):
     import json
     import sqlite3

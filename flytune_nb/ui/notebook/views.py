@@ -279,7 +279,7 @@ class ResultsTable(W.VBox):
 
     MAX_ROWS = 500  # rendered; the CSV has them all
 
-    def __init__(self, csv_name: str = "trials.csv") -> None:
+    def __init__(self, csv_path: str = "trials.csv") -> None:
         self.shape = W.Dropdown(description="shape", options=[("all shapes", None)], layout=W.Layout(width="300px"))
         self.status = W.Dropdown(description="status", options=["all", "passed", "failed"], value="all",
                                  layout=W.Layout(width="200px"))
@@ -288,7 +288,7 @@ class ResultsTable(W.VBox):
         self.descending = W.ToggleButton(value=False, description="descending", icon="sort",
                                          layout=W.Layout(width="120px"))
         self.csv_button = W.Button(description="CSV", icon="download", tooltip="write and download the rows shown")
-        self.csv_name = csv_name
+        self.csv_path = csv_path
         self.link = W.HTML()
         self.html = W.HTML()
         self.frame = None
@@ -355,7 +355,7 @@ class ResultsTable(W.VBox):
         if not text:
             self.link.value = "<i>nothing to write</i>"
             return None
-        path = Path(self.csv_name)
+        path = Path(self.csv_path)
         try:
             path.write_text(text)
         except OSError as e:

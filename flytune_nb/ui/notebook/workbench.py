@@ -19,6 +19,7 @@ from IPython.display import display
 from flytune_nb.analysis.explore import shape_label
 from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
+from flytune_nb.core.paths import beside
 from flytune_nb.core.registry import drop_unusable_env_paths, kernel_paths, search_path
 from flytune_nb.engine.events import Emitter, ShapeDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.engine.store import StoreGone
@@ -121,7 +122,9 @@ class Workbench(W.VBox):
             v["overview"] = OverviewView()
             v["explorer"] = ExplorerView(self.picker.spec)
             v["explorer"].source = self.live.get
-            v["table"] = ResultsTable(csv_name=f"{_stem(self.db_path)}.trials.csv")
+            # beside the store, where the batch notebook writes its results (a store in memory has no folder)
+            v["table"] = ResultsTable(csv_path=beside(self.db_path, ".trials.csv") if self.db_path != ":memory:"
+                                      else "workbench.trials.csv")
             v["compare"] = CompareView()
             v["editor"] = HeuristicEditor(lambda: self.picker.spec, self.finished_results, current_device,
                                           measure=self.measure_configs, time_limit=self._time_limit)
@@ -589,12 +592,6 @@ class _AddedTimings:
             self.live.add(event.trial)
         elif not isinstance(event, ShapeDone):
             self.live(event)
-
-
-def _stem(db: str) -> str:
-    from pathlib import Path
-
-    return Path(db).stem if db != ":memory:" else "workbench"
 
 
 def _widgets_under(root) -> list:
