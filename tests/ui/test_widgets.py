@@ -452,6 +452,25 @@ def test_sweep_settings_reach_the_sweep_and_bad_entries_are_one_line(tmp_path):
     assert wb.run() is None and "timeout must be" in wb.message.value
 
 
+def test_a_refused_run_never_reads_as_the_finished_line_of_the_run_before(tmp_path):
+    """A setting refused at Run starts nothing: the status must say "not run", and the previous run's "finished: ..."
+    line must read as that run's, not as the outcome of the Run just pressed."""
+    import re
+
+    wb = _wb(tmp_path, {"N": "64"})
+    wb.run().join(60)
+    text = lambda w: re.sub("<[^>]+>", "", html.unescape(w.value))  # noqa: E731
+    assert text(wb.control.label).startswith("finished: 1 shape(s)")
+    wb.settings.gpus.value = "0,x"
+    for _ in range(2):  # refused twice: marked once
+        assert wb.run() is None
+        assert text(wb.message).startswith("\u26a0 not run: GPUs must be comma-separated integers")
+        assert text(wb.control.label).startswith("the Run before this one: finished: 1 shape(s)")
+    wb.settings.gpus.value = ""
+    wb.run().join(60)
+    assert wb.message.value == "" and text(wb.control.label).startswith("finished: 1 shape(s)")
+
+
 def test_retry_failed_measures_every_failure_status_again(tmp_path):
     """A resumed Run measures nothing again; with retry-failed it measures every failure status again (wrong and
     launch_error too, not only crashed/timeout)."""

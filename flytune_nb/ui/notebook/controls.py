@@ -381,6 +381,7 @@ class RunControl(W.VBox):
         self.label = W.HTML()
         super().__init__([W.HBox([self.run_button, self.stop_button, self.bar]), self.label])
         self.running = False
+        self._marked = False  # the label is a finish line marked as the run before a refused Run's
         self._lock = threading.Lock()
         self._reset([])
 
@@ -407,6 +408,7 @@ class RunControl(W.VBox):
         self.run_button.disabled, self.stop_button.disabled = True, False
         self.bar.value, self.bar.max, self.bar.description = 0, max(self.total, 1), "running"
         self.label.value = "<i>starting the workers…</i>"
+        self._marked = False
         self._tick()
 
     def finish(self, message: str) -> None:
@@ -416,6 +418,15 @@ class RunControl(W.VBox):
         self.run_button.disabled, self.stop_button.disabled = False, True
         self.bar.description = "stopped" if self.cut else "done"
         self.label.value = message
+        self._marked = False
+
+    def mark_previous(self) -> None:
+        """A Run refused before it started: the finish line shown is the run before's, and says so (once)."""
+        if self.running or not self.label.value or self._marked:
+            return
+        self._marked = True
+        self.label.value = (f"<span style='color:#888'>the Run before this one: <span style='opacity:0.7'>"
+                            f"{self.label.value}</span></span>")
 
     def eta_s(self) -> float | None:
         if not self.measured:

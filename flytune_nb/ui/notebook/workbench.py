@@ -284,8 +284,9 @@ class Workbench(W.VBox):
                 return None
             self.message.value = ""
             if self.views_ready.is_set() and self.census.running:  # the compilers would compete with the timing
-                self.message.value = error_html("a census is compiling; Run after it finishes (or stop it in the "
-                                                "census tab)")
+                self.message.value = error_html("not run: a census is compiling; Run after it finishes (or stop it "
+                                                "in the census tab)")
+                self.control.mark_previous()
                 return None
             try:
                 gone = self._gone_store()  # first: the preview below reads the store
@@ -310,7 +311,10 @@ class Workbench(W.VBox):
                                    db=self._store(), paths=self.paths, isolate=self.isolate, timer=timer,
                                    listeners=self._listeners(relay), **opts)
             except Exception as e:  # noqa: BLE001 - bad grid / dtype / kernel / setting: one inline line
-                self.message.value = error_html(str(e))
+                said = str(e)
+                self.message.value = error_html(said if said.startswith("not run:") else f"not run: {said}")
+                # the finish line left from the run before would otherwise read as this Run's outcome
+                self.control.mark_previous()
                 return None
             self._relay = relay
             self._measuring = False
