@@ -471,6 +471,24 @@ def test_a_refused_run_never_reads_as_the_finished_line_of_the_run_before(tmp_pa
     assert wb.message.value == "" and text(wb.control.label).startswith("finished: 1 shape(s)")
 
 
+@pytest.mark.skipif(current_device().is_gpu, reason="what GPU indices mean on a machine without a GPU")
+def test_gpus_on_a_machine_without_a_gpu_say_what_runs_instead(tmp_path):
+    """On the interpreter the GPUs box only counts CPU workers: "0,1" must not pass for two GPUs in silence."""
+    wb = Workbench("toy", {"N": "64,96"}, ["fp32"], db=str(tmp_path / "g.db"), isolate=True, paths=[PLUGINS])
+    assert wb.wait_ready(60)
+    wb.settings.gpus.value = "0,1"
+    th = wb.run()
+    assert th is not None
+    said = html.unescape(wb.message.value)
+    assert "no GPU here" in said and "2 CPU workers" in said and "0,1" in said
+    th.join(120)
+    assert "finished: 2 shape(s)" in wb.control.label.value and "no GPU here" in html.unescape(wb.message.value)
+    wb.settings.gpus.value = ""
+    wb.run().join(120)
+    assert wb.message.value == ""
+    wb.close()
+
+
 def test_retry_failed_measures_every_failure_status_again(tmp_path):
     """A resumed Run measures nothing again; with retry-failed it measures every failure status again (wrong and
     launch_error too, not only crashed/timeout)."""

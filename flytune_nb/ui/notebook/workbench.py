@@ -316,6 +316,7 @@ class Workbench(W.VBox):
                 # the finish line left from the run before would otherwise read as this Run's outcome
                 self.control.mark_previous()
                 return None
+            self.message.value = _no_gpu_note(opts["gpus"], self.isolate)
             self._relay = relay
             self._measuring = False
             self._stop_asked.clear()
@@ -596,6 +597,17 @@ class _AddedTimings:
             self.live.add(event.trial)
         elif not isinstance(event, ShapeDone):
             self.live(event)
+
+
+def _no_gpu_note(gpus, isolate: bool) -> str:
+    """What the GPUs box runs on a machine without a GPU: check_gpus takes 0..k-1 there as a count of CPU workers
+    of Triton's interpreter (the multi-lane path, exercised without a GPU), which no one typing "0,1" expects."""
+    if not gpus or current_device().is_gpu:
+        return ""
+    n = len(gpus) if isolate else 1  # in-process trials (isolate=False) run in the notebook's own process
+    runs = f"{n} CPU worker{'s' if n != 1 else ''} of Triton's interpreter" + (" sharing the shapes" if n > 1 else "")
+    return (f"<span style='color:#b35900'>&#9888; no GPU here: GPUs {html.escape(','.join(map(str, gpus)))} runs "
+            f"{runs}; its timings say nothing about GPU speed</span>")
 
 
 def _widgets_under(root) -> list:
