@@ -496,3 +496,29 @@ def test_a_kernel_switched_as_the_sweep_ends_leaves_a_finish_line_that_says_it_f
     with sqlite3.connect(db) as c:
         finished = c.execute("SELECT finished FROM runs").fetchall()
     assert len(finished) == 1 and finished[0][0] is not None  # all it planned was measured: export takes it all
+
+
+def test_a_reopened_notebook_says_that_run_shows_the_stored_results_without_measuring_them(tmp_path):
+    """A new workbench on a store that holds this grid's results shows no shape until Run; the views must not read
+    as if nothing was measured ("sweep first"): they say Run shows the stored results, and Run measures nothing."""
+    db = str(tmp_path / "w.db")
+    first = Workbench("toy", {"N": "64,96"}, ["fp32"], db=db, isolate=False, paths=[PLUGINS])
+    assert first.wait_ready(60)
+    first.run().join(120)
+    stored = first.store.count()
+
+    reopened = Workbench("toy", {"N": "64,96"}, ["fp32"], db=db, isolate=False, paths=[PLUGINS])
+    assert reopened.wait_ready(60)
+    line = f"the store holds {stored} trials of 2 of this grid's 2 shapes"
+    for shown in (reopened.message, reopened.overview.summary, reopened.editor.result):
+        said = html.unescape(shown.value)
+        assert line in said and "press Run to show them" in said and "not measured again" in said, said
+    assert "sweep first" not in reopened.editor.result.value
+    reopened.run().join(120)
+    assert reopened.control.measured == 0 and len(reopened.live.finished_results()) == 2
+    assert "press Run" not in reopened.overview.summary.value and "heuristic regret" in reopened.overview.summary.value
+    assert "press Run" not in reopened.editor.result.value
+
+    other = Workbench("toy", {"N": "128"}, ["fp32"], db=db, isolate=False, paths=[PLUGINS])  # nothing stored of it
+    assert other.wait_ready(60)
+    assert "press Run" not in other.message.value and "sweep first" in other.editor.result.value

@@ -45,6 +45,8 @@ class HeuristicEditor(W.VBox):
         self.into_kernel.observe(lambda _: self._target_changed(), "value")
         self.code.observe(lambda _: self.score(), "value")
         self.last = None
+        # the workbench's line, while it shows no results, when the store holds the grid's: Run shows them
+        self.stored_note = ""
         self._scored = ""  # what the last re-score showed: a save's line goes under it, replacing the previous save's
         # kernel name -> an edit that differed from its saved rule when another kernel was picked: brought back when
         # that kernel is picked again (the textarea is the only copy of it)
@@ -110,7 +112,9 @@ class HeuristicEditor(W.VBox):
             # nothing left to score (another kernel picked): the previous rows' picks are not this kernel's to measure
             self.last = None
             self.measure_button.disabled = True
-            self.result.value = self._scored = "<i>sweep first: the edit is scored on its stored timings</i>"
+            self.result.value = self._scored = (f"<i>{html.escape(self.stored_note)}; the edit is then scored on "
+                                                f"their timings</i>" if self.stored_note else
+                                                "<i>sweep first: the edit is scored on its stored timings</i>")
             return None
         spec, device, source, package = self.spec_getter(), self.device_getter(), self.code.value, self._package()
         try:

@@ -68,6 +68,7 @@ class Workbench(W.VBox):
         self._finish_lock = threading.Lock()  # a run's finish line against a kernel switch clearing it
         self._relay: _Relay | None = None  # the running sweep's events to the progress bar and the views
         self._store_lock = threading.Lock()
+        self._stored_shown = ""  # the stored-results line the message shows, replaced as the grid's results come
         self.live = LiveResults()
         self.picker = KernelPicker(kernel, self.paths)
         if paths_problem:  # it comes first: a kernel of those folders reads as unknown because of it
@@ -93,6 +94,7 @@ class Workbench(W.VBox):
                               layout=W.Layout(width="100%", min_height="500px"))
         self._export_dir, self._time_limit = export_dir, heuristic_time_limit
         self.views_ready = threading.Event()
+        self.first_drawn = threading.Event()  # the views have drawn what there is to show at the start
         self._views: dict = {}
         super().__init__([W.HTML("<h3 style='margin:4px 0'>flytune workbench</h3>"), self.picker, self.grid,
                           W.HTML("<small><b>sweep settings</b></small>"), self.settings, self.control,
@@ -150,7 +152,10 @@ class Workbench(W.VBox):
                 _close_tree(w)
         finally:
             self.views_ready.set()
-        self.refresh_views()
+        try:
+            self.refresh_views()
+        finally:
+            self.first_drawn.set()
         load_plotly(on_ready=self._plotly_ready)
 
     def _view(self, name: str):
@@ -173,10 +178,11 @@ class Workbench(W.VBox):
         self.explorer.redraw()
 
     def wait_ready(self, timeout: float = 120) -> bool:
-        """Until the tab pages and plotly are loaded (tests; a script that reads figures)."""
+        """Until the tab pages are built and have drawn what there is to show, and plotly is loaded (tests; a script
+        that reads figures)."""
         from flytune_nb.ui.notebook.slots import wait_plotly
 
-        return self.views_ready.wait(timeout) and wait_plotly(timeout)
+        return self.views_ready.wait(timeout) and self.first_drawn.wait(timeout) and wait_plotly(timeout)
 
     def _store_if_exists(self):
         if self.store is not None:
@@ -448,14 +454,52 @@ class Workbench(W.VBox):
             return
         results = self.live.finished_results()
         spec = self.picker.spec
+        # Nothing shown yet (a notebook reopened on its store, another kernel picked): the views say whether the
+        # store holds this grid's results, which Run replays without measuring them, instead of reading as if
+        # nothing had been measured
+        stored = "" if self.live.entries else self._stored_line()
         self.overview.update(results, spec.batch_axis)
+        if stored:
+            self.overview.summary.value = f"<i>{stored}</i>"
         self.table.update(self.live.results())
         self.compare.update(results)
+        self.editor.stored_note = stored
         self.editor.score()
+        if self.message.value == self._stored_shown or not self.message.value:
+            self.message.value = self._stored_shown = f"<i>{stored}</i>" if stored else ""
         try:
             self.census.refresh()
         except Exception as e:  # noqa: BLE001 - an unreadable census must not stop the other views updating
             self.census.message.value = error_html(f"cannot read the census rows: {first_line(e)}")
+
+    def _stored_line(self) -> str:
+        """One line when the store holds trials of the grid shown, for this kernel's current source on this device:
+        how many, and that Run shows them without measuring them again (a sweep replays every stored trial); "" when
+        it holds none, or the grid cannot be read."""
+        import json
+
+        from flytune_nb.core.key import current_source
+
+        store = self._store_if_exists()
+        if store is None:
+            return ""
+        try:
+            spec = self.picker.spec
+            wanted = {(tuple(s.items()), d) for s in self.grid.shapes() for d in self.grid.dtypes.value}
+            df = store.frame(spec.name)
+            if df.empty:
+                return ""
+            df = df[(df["device"] == current_device().name) & (df["source"] == current_source(spec))]
+            found = [(tuple(json.loads(sh).items()), d) in wanted for sh, d in zip(df["shape"], df["dtype"])]
+            df = df[found]
+        except Exception:  # noqa: BLE001 - a grid typo (the preview says it) or an unreadable store (Run says it)
+            return ""
+        if df.empty:
+            return ""
+        shapes = df.groupby(["shape", "dtype"]).ngroups
+        rest = "; the grid's other shapes are measured" if shapes < len(wanted) else ""
+        return (f"the store holds {len(df)} trials of {shapes} of this grid's {len(wanted)} shapes: press Run to "
+                f"show them (stored trials are replayed, not measured again{rest})")
 
     def measure_configs(self, items):
         """Time the configs an edited heuristic picks but nobody measured, with each shape's default and best
