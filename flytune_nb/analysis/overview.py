@@ -20,7 +20,9 @@ def overview_frame(results, batch_axis: str) -> pd.DataFrame:
     series along the batch axis), ``batch`` (the batch-axis value), ``best_ms``, ``default_ms`` (inf: the default
     fails; NaN: not measured), ``speedup`` (default / best), ``named:<label>_ms`` per reference config the spec names
     (SGLang's shipped entry, ...), ``best`` and ``default`` configs, ``changed`` (the best
-    is not the default), ``trials``, ``failed``, ``partial``, the torch baselines' p50 (ms), ``label``.
+    is not the default), ``trials``, ``failed``, ``partial``, ``band`` and ``margin`` (the tie band the selection
+    decided with and its deciding candidate's lead over the default; NaN where nothing was re-timed against the
+    default), the torch baselines' p50 (ms), ``label``.
     "Best" is the shape's pick (``SearchResult.pick``: the selection stage's winner, what an export ships), its time
     and the default's re-timed where the stage re-timed them; ``fastest`` is the search's fastest config when it is
     another (a lead the re-timing did not confirm), else ""."""
@@ -39,6 +41,9 @@ def overview_frame(results, batch_axis: str) -> pd.DataFrame:
                and fastest.config != b.config else "",
                "changed": b is not None and b.config != r.default, "trials": len(r.trials),
                "failed": sum(not t.ok for t in r.trials), "partial": bool(getattr(r, "stopped", False))}
+        decided = r.selection.deciding if getattr(r, "selection", None) is not None else None
+        row["band"], row["margin"] = ((decided.band, decided.margin) if decided is not None and decided.ratios
+                                      else (math.nan, math.nan))
         for name, base in (r.baselines or {}).items():
             row[f"{name}_ms"] = base.get("p50", math.nan) if base.get("status") == "ok" else math.nan
         for name, t in (getattr(r, "named_trials", None) or {}).items():  # reference configs the spec names

@@ -252,6 +252,7 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
             text = render_for(entry["spec"], merged)
             _warn_far(entry["spec"], path.name, merged)
             _warn_shipped(entry, merged)
+            _warn_wide_bands(entry)
         except ArtifactError as e:
             text = f"(not written: {e})\n"
         out.append((path, text, old))
@@ -304,6 +305,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
             merged = _merge(entry, read_table(path), old, replace_stale)[0]
         _warn_far(entry["spec"], path.name, merged)
         _warn_shipped(entry, merged)
+        _warn_wide_bands(entry)
     flydsl.check_sidecars(fly)
     for folder in sorted({e["path"].parent for e in plan + fly}):
         check_writable(folder)
@@ -341,6 +343,22 @@ def _old_provenance(path: Path) -> dict:
     sidecar whole, and would otherwise drop the records of every other file beside it."""
     prov = read_provenance(path.parent / PROVENANCE)
     return prov.get(path.name, {}) if path.exists() else {}
+
+
+def _warn_wide_bands(entry: dict) -> None:
+    """One warning per file naming the batch sizes this export writes whose selection decided with a tie band past
+    selection.WIDE_BAND (a busy machine's noisy rounds): such a band calls a config several times faster a tie."""
+    from flytune_nb.strategies.selection import WIDE_BAND, too_wide
+
+    wide = {m: p["selection"] for m, p in sorted(entry["prov"].items())
+            if isinstance(p.get("selection"), dict) and too_wide(p["selection"].get("band"))}
+    if not wide:
+        return
+    said = "; ".join(f"M={m}: tie band of {s['band']:.0%}" + (
+        f", the best candidate took {s['margin']:.1%} less time than the default"
+        if isinstance(s.get("margin"), (int, float)) and s["margin"] > 0 else "") for m, s in wide.items())
+    _warn(f"{entry['path'].name}: {said}; decided with a tie band over {WIDE_BAND:.0%}, too noisy to tell the configs "
+          f"apart: sweep {'it' if len(wide) == 1 else 'them'} again on a quieter machine before shipping", stacklevel=4)
 
 
 def _warn_far(spec, name: str, table: dict) -> None:

@@ -43,6 +43,11 @@ MAX_ROUNDS = 1000
 # 1.4826 * MAD estimates a normal standard deviation; the median of n draws has a standard error of ~1.2533 s / sqrt(n)
 MAD_TO_SIGMA = 1.4826
 MEDIAN_SE = 1.2533
+# Past this tie band a decision says nothing: at 25% a config taking 0.75x the default's time (1.33x faster) is called a
+# tie, a gap larger than any heuristic default's worst regret on the H200's row kernels (9%, heuristic_regret.md). The
+# interpreter's 3 rounds reach it at a round-to-round spread of ~11.5% (band = 3 x 1.2533 x s / sqrt(3)); a quiet GPU
+# decides at the 2% floor. Views and exports warn above it (the decision stands: the default is a correct config).
+WIDE_BAND = 0.25
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,11 @@ def tie_band(sel: Selection | None) -> float:
         return FLOOR
     d = sel.deciding
     return d.band if d is not None and d.ratios else sel.rule.floor
+
+
+def too_wide(band) -> bool:
+    """Whether a shape was decided with a tie band too wide to tell its configs apart (``WIDE_BAND``)."""
+    return band is not None and band == band and band > WIDE_BAND
 
 
 def _less_or_more(margin: float) -> str:

@@ -692,7 +692,8 @@ def test_the_selections_winner_is_exported_even_where_its_search_trial_failed(tm
     default = result.default
     assert failed_once == [default] and result.default_trial.status == "launch_error"
     assert result.selection.winner == default and result.best.config != default
-    [path] = export(Store(db), tmp_path / "ex")
+    with pytest.warns(ArtifactWarning, match="M=4: tie band of 99%"):  # the 99% floor is this test's own
+        [path] = export(Store(db), tmp_path / "ex")
     assert json.loads(path.read_text()) == {"4": default.to_dict()}
     record = json.loads((path.parent / "provenance.json").read_text())[path.name]["4"]
     assert record["selection"]["winner"] == "default" and record["default_config"] == default.to_dict()
@@ -807,3 +808,31 @@ def test_a_pick_timed_beside_a_fresh_default_competes_on_the_searchs_clock_where
     assert json.loads(path.read_text())["4"] == new.to_dict(), (new, path.read_text())
     prov = json.loads((path.parent / "provenance.json").read_text())[path.name]["4"]
     assert prov["best_p50_ms"] == pytest.approx(best_search * 0.8)
+
+
+def test_an_entry_decided_with_a_tie_band_too_wide_to_tell_configs_apart_is_exported_with_a_warning(swept, tmp_path):
+    """On a busy CPU the noise-adaptive band can reach 300%: the default is then kept against a config 4x faster.
+    The entry is still written (the default is a correct config), but the export says which and how wide."""
+    import json
+    import sqlite3
+    import warnings
+
+    from flytune_nb.artifacts.export import preview
+
+    with sqlite3.connect(swept.path) as c:
+        key, summary = c.execute("SELECT key, summary FROM selections WHERE shape LIKE '%\"M\":4%'").fetchone()
+        wide = {**json.loads(summary), "winner": "default", "band": 3.0, "margin": 0.75}
+        c.execute("UPDATE selections SET summary=? WHERE key=?", (json.dumps(wide), key))
+    swept._db.commit()
+    said = r"M=4: tie band of 300%, the best candidate took 75.0% less time than the default; .* over 25%"
+    with pytest.warns(ArtifactWarning, match=said):
+        preview(swept, tmp_path / "p")
+    with pytest.warns(ArtifactWarning, match=said) as caught:
+        export(swept, tmp_path / "out")
+    assert not any("M=1," in str(w.message) or "M=16" in str(w.message) for w in caught)  # their bands are sane
+    with sqlite3.connect(swept.path) as c:
+        c.execute("UPDATE selections SET summary=? WHERE key=?", (summary, key))
+    swept._db.commit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ArtifactWarning)
+        export(swept, tmp_path / "again")

@@ -934,6 +934,33 @@ def test_a_bad_grid_term_keeps_the_good_axes_and_answering_it_hides_the_accept_b
     assert wb.grid.axis_boxes["N"].value == "1024" and "unknown [&#x27;Q&#x27;]" in wb.grid.preview.value
 
 
+def test_the_overview_warns_where_a_shape_was_decided_with_a_tie_band_too_wide_to_mean_anything(dev):
+    """Re-timed on a busy CPU, the default kept its place against a config taking a quarter of its time: the band,
+    77% wide, called that a tie. The overview says which shape and how wide, instead of a quiet "1.00x"."""
+    from flytune_nb.strategies.selection import Rule, decide
+
+    d, c = Config({"BLOCK": 128, "MODE": 0}, num_warps=1), Config({"BLOCK": 256, "MODE": 0}, num_warps=1)
+
+    def shape(n, ratios):
+        sel = decide(d, [c], {d: [1.0] * 3, c: ratios}, Rule(top=1, rounds=3))
+        trials = [Trial("toy", {"N": n}, "fp32", d, "ok", p20=1.0, p50=1.0, p80=1.0, device=dev.name),
+                  Trial("toy", {"N": n}, "fp32", c, "ok", p20=0.3, p50=0.3, p80=0.3, device=dev.name)]
+        return SearchResult("toy", {"N": n}, "fp32", dev, d, trials, selection=sel)
+
+    noisy, quiet = shape(64, [0.01, 0.25, 2.0]), shape(128, [0.25, 0.26, 0.24])
+    assert noisy.selection.chose_default and noisy.selection.deciding.band > 0.7  # the default kept against 0.25x
+    from flytune_nb.ui.notebook.views import OverviewView
+
+    view = OverviewView()
+    view.update([noisy, quiet], "N")
+    said = html.unescape(view.summary.value)
+    assert "N=64 fp32" in said and "tie band" in said and "77%" in said and "75.0% less time" in said
+    assert "N=128 fp32" not in said.split("tie band")[0].split("\u26a0")[-1]  # the quiet shape is not named
+    assert "&#9888; band 77%" in view.table.value
+    view.update([quiet], "N")
+    assert "tie band" not in view.summary.value
+
+
 def test_named_reference_configs_show_in_heuristic_vs_best_and_the_explorer(dev):
     """A spec's named configs (SGLang's shipped entry, ...) are timed beside the default: heuristic vs best shows
     their p50 and the best's speed-up over them; the explorer marks them."""

@@ -58,11 +58,12 @@ class OverviewView(W.VBox):
             parts.append(f"{dtype}: heuristic regret {text} over {s['shapes']} shapes"
                          + (f", worst at {html.escape(s['worst'])}" if s["worst"] else "")
                          + (f" ({s['partial']} partial shapes left out)" if s["partial"] else ""))
+        parts += _wide_bands(df)
         self.summary.value = "<br>".join(parts) + "<br><small>click a point to open that shape in the explorer</small>"
         rows = "".join(
             f"<tr{' class=failed' if not r['best'] else ''}><td>{html.escape(r['label'])}"
             f"{' <i>(partial)</i>' if r['partial'] else ''}</td><td><code>{html.escape(r['best'] or 'none passed')}"
-            f"</code>{_unconfirmed(r)}</td><td>{fmt_time(r['best_ms'])}</td><td><code>{html.escape(r['default'])}</code></td>"
+            f"</code>{_unconfirmed(r)}{_band_mark(r)}</td><td>{fmt_time(r['best_ms'])}</td><td><code>{html.escape(r['default'])}</code></td>"
             f"<td>{fmt_time(r['default_ms']) if math.isfinite(r['default_ms']) else 'fails'}</td>"
             f"<td>{r['speedup']:.2f}x</td><td>{r['failed']} / {r['trials']}</td></tr>" for _, r in df.iterrows())
         self.table.value = (TABLE_CSS + f"<div style='{SCROLL}'><table class='flytune-table'><tr><th>shape</th>"
@@ -76,6 +77,27 @@ class OverviewView(W.VBox):
     def _clicked(self, label: str) -> None:
         if label and self.on_open is not None:
             self.on_open(label)
+
+
+def _wide_bands(df) -> list[str]:
+    """One warning line naming the shapes decided with a tie band past WIDE_BAND: their pick is the default (or a
+    candidate) by a rule that could not tell a much faster config from a tie."""
+    from flytune_nb.strategies.selection import WIDE_BAND, too_wide
+
+    wide = [r for _, r in df.iterrows() if too_wide(r["band"])]
+    if not wide:
+        return []
+    named = "; ".join(f"{html.escape(r['label'])}: band {r['band']:.0%}" + (
+        f", the best candidate took {r['margin']:.1%} less time than the default" if r["margin"] > 0 else "")
+        for r in wide[:5]) + (f"; {len(wide) - 5} more" if len(wide) > 5 else "")
+    return [error_html(f"decided with a tie band over {WIDE_BAND:.0%}, too noisy to tell the configs apart: ")
+            + named + " (re-run those shapes on a quieter machine before trusting or exporting their pick)"]
+
+
+def _band_mark(r) -> str:
+    from flytune_nb.strategies.selection import too_wide
+
+    return f" <span style='color:#b00020'>&#9888; band {r['band']:.0%}</span>" if too_wide(r["band"]) else ""
 
 
 class ExplorerView(W.VBox):
