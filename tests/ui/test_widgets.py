@@ -1277,6 +1277,8 @@ def test_the_preview_estimates_from_what_the_sweep_just_measured(tmp_path):
     wb.run().join(120)
     wb.grid.fits_thread.join(60)
     assert "a guess" not in wb.grid.preview.value and "trials this store measured" in wb.grid.preview.value
+    # beside the trials, the worker's start: on the interpreter 2 s, more than a small grid's trials take
+    assert "s to start the worker" in wb.grid.preview.value
 
 
 def test_measure_missing_is_off_once_the_shown_results_are_gone(tmp_path, dev, monkeypatch):

@@ -252,7 +252,8 @@ class GridEditor(W.VBox):
     def _render(self) -> None:
         n_shapes, n_dtypes, n, budget, dev_name = self._shown
         warn = "".join(error_html(p) + "<br>" for p in self.problems())
-        when = self._estimate.describe(n) if self._estimate is not None else "estimating the time…"
+        when = (self._estimate.describe(n, n_shapes * n_dtypes) if self._estimate is not None
+                else "estimating the time…")
         self.preview.value = warn + (
             f"<b>{n_shapes}</b> shape{'s' if n_shapes != 1 else ''} x <b>{n_dtypes}</b> "
             f"dtype{'s' if n_dtypes != 1 else ''} = <b>{n}</b> trial{'s' if n != 1 else ''} after pruning"
