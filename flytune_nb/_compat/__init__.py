@@ -1,1 +1,2 @@
-"""Private Triton / torch / CPython internals, each behind a version check or a fallback (see each module)."""
+"""Private Triton / torch / CPython / FlyDSL / SGLang internals, each behind a version check or a fallback (see
+each module)."""

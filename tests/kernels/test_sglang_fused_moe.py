@@ -17,6 +17,7 @@ import torch
 
 pytest.importorskip("sglang")
 
+from flytune_nb._compat.sglang import reset_moe_config  # noqa: E402
 from flytune_nb.artifacts import sglang as files  # noqa: E402
 from flytune_nb.core.config import Config  # noqa: E402
 from flytune_nb.core.device import current_device, from_properties  # noqa: E402
@@ -201,7 +202,7 @@ def test_a_config_failing_inside_the_override_leaves_none_behind(spec, km, sg, d
         with tu.override_config({"BLOCK_SIZE_M": 1}):
             raise RuntimeError("inside")
     leaked = tu.get_config()
-    tu._config = None
+    reset_moe_config(tu, None)
     assert leaked == {"BLOCK_SIZE_M": 1}  # why forced_config exists
     ok = evaluate(spec, TINY, "fp16", spec.default(TINY, "fp16", dev), dev, cpu_timer)
     assert ok.ok and tu.get_config() is None

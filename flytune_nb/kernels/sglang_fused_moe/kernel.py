@@ -39,6 +39,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from flytune_nb._compat.sglang import reset_moe_config
 from flytune_nb.kit import Config, KernelUnavailable, itemsize
 from flytune_nb.kit.launcher import compiled, compiling_for
 
@@ -217,7 +218,7 @@ def forced_config(config: dict):
         with tu.override_config(config):
             yield
     finally:
-        tu._config = previous
+        reset_moe_config(tu, previous)
 
 
 def launch_dict(config) -> dict:
