@@ -4,6 +4,21 @@ from __future__ import annotations
 import os
 
 
+def caller_module(depth: int = 1) -> str | None:
+    """The ``__name__`` of the module whose code called the function that calls this (``depth`` 2: that caller's
+    caller, and so on), read from the calling frame's globals (``sys._getframe``). None where this Python has no
+    ``sys._getframe`` (CPython-specific) or the stack is not that deep."""
+    import sys
+
+    getframe = getattr(sys, "_getframe", None)
+    if getframe is None:
+        return None
+    try:
+        return getframe(depth + 1).f_globals.get("__name__")  # frame 0 is this function, 1 the one calling it
+    except ValueError:
+        return None
+
+
 def environ_bytes() -> dict | None:
     """The bytes-keyed dict behind ``os.environ`` on POSIX, or None. ``os.environ.get`` encodes the name on every call
     (~0.5 us a key); the serving path reads ~11 variables per call, so it reads this dict (~0.05 us a key)."""

@@ -37,13 +37,13 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from flytune_nb._compat import triton as tc
+from flytune_nb._compat.stdlib import caller_module
 from flytune_nb.core.config import HIP_OPTIONS, Config, ConfigError
 from flytune_nb.core.device import DeviceInfo, ensure_backend, interpreting
 from flytune_nb.core.input_names import read as read_input_names
@@ -432,7 +432,7 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
 
     # Worker processes load the spec from the module that assigns ``SPEC = adopt(...)``: the one calling us. The
     # user's functions may come from a shared helper module, which holds no SPEC of this kernel.
-    caller = sys._getframe(1).f_globals.get("__name__")
+    caller = caller_module()
     obj, where = resolve(kernel)
     # checked before anything is called with them: axes="MN" would read as ('M', 'N'), dtypes="fp32" as 'f', 'p', …
     if isinstance(axes, str) or not isinstance(axes, Sequence):

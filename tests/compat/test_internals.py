@@ -118,6 +118,17 @@ def test_torch_and_cpython_internals_are_where_compat_reads_them():
     assert stdlib.multiprocessing_temp_dir() == made
 
 
+def test_caller_module_names_the_module_a_call_came_from():
+    """adopt() names the module assigning ``SPEC = adopt(...)`` this way, for worker processes to import it from."""
+    helpers = {"__name__": "some.helpers", "caller_module": stdlib.caller_module}
+    exec("def called(depth=1):\n    return caller_module(depth)\n", helpers)
+    outer = {"__name__": "some.outer", "called": helpers["called"]}
+    exec("def via(depth):\n    return called(depth)\n", outer)
+    assert helpers["called"]() == __name__  # this test module called it
+    assert outer["via"](1) == "some.outer" and outer["via"](2) == __name__
+    assert stdlib.caller_module(10_000) is None  # deeper than the stack
+
+
 def test_an_unverified_triton_takes_the_public_launch_path(monkeypatch):
     monkeypatch.setattr(tc, "FAST_LAUNCH", set())
     assert not tc.fast_launch_supported()
