@@ -353,7 +353,8 @@ def cache_invalidating_env() -> dict:
 # Layout read in Triton's own runtime/autotuner.py of 3.2, 3.3, 3.4, 3.5, 3.6 and 3.9; tests/compat run the installed
 # one. What flytune_nb relies on, the same in all of them:
 # - ``Autotuner`` keeps the decorator's arguments as attributes (``AUTOTUNER_FIELDS``) and the wrapped object in ``fn``
-#   (a JITFunction, an InterpretedFunction, or an inner ``Heuristics`` whose ``fn`` leads on);
+#   (a JITFunction, an InterpretedFunction, or an inner ``Heuristics`` whose ``fn`` leads on), and the Python function
+#   at the bottom of that chain in ``base_fn`` (``autotuned_name``);
 # - ``run(*args, **kwargs)`` keys ``cache`` (a dict per object) on ``autotune_key``'s tuple, and only when the
 #   decorator has more than one config; on a miss it calls ``prune_configs(kwargs)`` (with ``nargs`` set), benchmarks
 #   each surviving config through ``do_bench``, keeps the fastest; on a hit it calls ``config.pre_hook`` if any, then
@@ -405,6 +406,12 @@ def unwrap_autotuned(obj):
 
 def _name(obj) -> str:
     return getattr(obj, "__name__", None) or type(obj).__name__
+
+
+def autotuned_name(at) -> str:
+    """The name of the Python function an ``Autotuner`` tunes (its ``base_fn``); the autotuner's repr on a Triton
+    whose Autotuner keeps no ``base_fn``."""
+    return getattr(getattr(at, "base_fn", None), "__name__", None) or str(at)
 
 
 def read_autotuner(at) -> dict:

@@ -112,12 +112,12 @@ def adopted_spec(kernel, exports: Path | None = None) -> KernelSpec:
             raise UsageError(f"prime: {e}") from None
         mine = [s for s in registry.loaded() if "adopted" in s.extra and s.extra["adopted"].autotuner is at]
         if not mine:
-            raise UsageError(f"prime: no spec in this process adopts {getattr(at.base_fn, '__name__', at)}; "
+            raise UsageError(f"prime: no spec in this process adopts {tc.autotuned_name(at)}; "
                              f"import the module that adopts it first, or pass its SPEC")
         if len({s.name for s in mine}) > 1 and exports is not None:
             mine = [s for s in mine if (exports / s.name).is_dir()] or mine
         if len({s.name for s in mine}) > 1:
-            raise UsageError(f"prime: several specs adopt {getattr(at.base_fn, '__name__', at)} "
+            raise UsageError(f"prime: several specs adopt {tc.autotuned_name(at)} "
                              f"({', '.join(sorted({s.name for s in mine}))}); pass the one to serve")
         spec = mine[-1]
     if "adopted" not in spec.extra:

@@ -129,6 +129,11 @@ def test_counting_benchmarks_leaves_the_autotuner_as_it_was():
     assert count.calls == 4 and "do_bench" not in vars(at)
 
 
+def test_autotuned_name_is_the_function_under_every_layer():
+    at = tc.unwrap_autotuned(make_kernel())[0]  # an outer @triton.heuristics, then @triton.autotune, then @triton.jit
+    assert tc.autotuned_name(at) == "add"
+
+
 def test_unreadable_objects_are_named():
     from flytune_nb.errors import UsageError
 

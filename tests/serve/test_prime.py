@@ -113,6 +113,16 @@ def axpy_export_with_provenance(root, dev, **fields):
     return spec, cfg, folder
 
 
+def test_a_kernel_no_spec_adopts_is_refused_by_its_functions_name(tmp_path):
+    @triton.autotune(configs=[triton.Config({"B": 16}), triton.Config({"B": 32})], key=["n"])
+    @triton.jit
+    def never_adopted(x, n, B: triton.language.constexpr):
+        pass
+
+    with pytest.raises(UsageError, match="prime: no spec in this process adopts never_adopted; import the module"):
+        flytune_nb.prime(never_adopted, tmp_path)
+
+
 @pytest.mark.parametrize("name", ["Intel(R)_Arc(TM)_A770_Graphics", "Lab_GPU_[rev_2]"])
 def test_a_device_name_with_parentheses_or_brackets_is_primed_from_its_files(name, tmp_path, dev):
     """Device names go into file names as SGLang writes them (torch's name, spaces as '_'), parentheses and brackets
