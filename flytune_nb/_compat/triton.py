@@ -183,6 +183,20 @@ def compiled_launcher(kernel):
 
 
 # -- host-side tensor descriptors ----------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def host_tma_supported() -> bool:
+    """Whether this Triton has what a TMA path needs: host-side tensor descriptors (``triton.tools.tensor_descriptor``)
+    and flattened loops (``tl.range(flatten=...)``), both 3.4 and newer (pyproject allows older ones)."""
+    try:
+        import inspect
+
+        import triton.language as tl
+        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
+    except ImportError:
+        return False
+    return "flatten" in inspect.signature(tl.range.__init__).parameters
+
+
 # The fields of Triton 3.6's TensorDescriptor dataclass, in order: what descriptor_maker's descriptors fill.
 _DESCRIPTOR_FIELDS = ("base", "shape", "strides", "block_shape", "padding")
 

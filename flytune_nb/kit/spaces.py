@@ -6,6 +6,7 @@ import math
 from itertools import product
 from typing import Iterable
 
+from flytune_nb._compat.triton import host_tma_supported
 from flytune_nb.errors import UsageError
 from flytune_nb.core.config import Config, ConfigError
 from flytune_nb.core.device import DeviceInfo
@@ -144,19 +145,7 @@ def has_tma(device: DeviceInfo) -> bool:
     """Hopper's tensor memory accelerator (CUDA sm_90 and newer), with a Triton that has host-side tensor
     descriptors and flattened loops (3.4 and newer; pyproject allows older ones)."""
     digits = "".join(ch for ch in device.arch if ch.isdigit())
-    return device.backend == "cuda" and int(digits or 0) >= 90 and _triton_has_tma()
-
-
-@functools.lru_cache(maxsize=1)
-def _triton_has_tma() -> bool:
-    try:
-        import inspect
-
-        import triton.language as tl
-        from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: F401
-    except ImportError:
-        return False
-    return "flatten" in inspect.signature(tl.range.__init__).parameters
+    return device.backend == "cuda" and int(digits or 0) >= 90 and host_tma_supported()
 
 
 def block_k_options(K: int, device: DeviceInfo, choices=(16, 32, 64, 128, 256)) -> list[int]:

@@ -184,3 +184,12 @@ def test_a_descriptor_made_without_the_recheck_equals_triton_s_own():
         assert list(ours.block_shape) == list(theirs.block_shape) and ours.padding == theirs.padding == "zero"
     with pytest.raises(Exception):
         make(whole, [16, 48])  # not a power of two: TMA boxes are
+
+
+def test_host_tma_is_found_in_a_triton_that_has_it():
+    """The matmul's TMA paths need host-side tensor descriptors and tl.range(flatten=), both in Triton 3.4 and newer:
+    a release that moves either turns them off (has_tma False), which this catches."""
+    tc.host_tma_supported.cache_clear()
+    if tc.version() < (3, 4):
+        pytest.skip(f"Triton {triton.__version__} predates host-side tensor descriptors")
+    assert tc.host_tma_supported() is True
