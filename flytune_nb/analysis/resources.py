@@ -14,7 +14,7 @@ import json
 import pandas as pd
 
 from flytune_nb.errors import UsageError
-from flytune_nb.measure.census import describe
+from flytune_nb.measure.census import describe, same_binary
 
 # The columns annotate() adds (the explorer offers the first four as colours): every one starts with "census " so that
 # none can shadow a knob of the kernel's.
@@ -53,16 +53,10 @@ def rows_for(rows, shape: dict, dtype: str, device: str) -> list:
 def duplicates(rows) -> dict:
     """Config -> the first config (in ``rows``' order, the heuristic default first) that built the same binary, for
     every config that is not that first one."""
-    first: dict = {}
-    out: dict = {}
-    for r in sorted(rows, key=lambda r: not r.is_default):
-        if not r.ok or not r.binary:
-            continue
-        if r.binary in first:
-            out[r.config] = first[r.binary]
-        else:
-            first[r.binary] = r.config
-    return out
+    ordered = sorted(rows, key=lambda r: not r.is_default)
+    first = {id(r): g[0].config for g in same_binary(ordered) for r in g[1:]}
+    # in the rows' order, not the groups': a config with rows under two tuning keys keeps its later duplicate's answer
+    return {r.config: first[id(r)] for r in ordered if id(r) in first}
 
 
 def annotate(frame: pd.DataFrame, rows, device: str) -> pd.DataFrame:

@@ -209,6 +209,17 @@ class CensusSummary:
         return sum(len(g) - 1 for g in self.duplicate_groups)
 
 
+def same_binary(rows: Iterable[CensusRow]) -> list[list[CensusRow]]:
+    """The rows that built byte-identical code, one list per binary: each list in ``rows``' order (its first row is
+    the one worth timing, the others duplicate it), the lists in the order of their first rows. A row that did not
+    compile, or has no binary of its own (a schedule-knob sibling), is in none."""
+    groups: dict = {}
+    for r in rows:
+        if r.ok and r.binary:
+            groups.setdefault(r.binary, []).append(r)
+    return list(groups.values())
+
+
 def summarise(rows: Iterable[CensusRow], *, wall_s: float = math.nan, stored: int = 0, key: str = "",
               inferred: int = 0) -> CensusSummary:
     rows = list(rows)
@@ -216,16 +227,13 @@ def summarise(rows: Iterable[CensusRow], *, wall_s: float = math.nan, stored: in
         raise ValueError("no census rows to summarise")
     first = rows[0]
     ok = [r for r in rows if r.ok]
-    groups: dict = collections.defaultdict(list)
-    for r in ok:
-        if r.binary:
-            groups[r.binary].append(r.config)
+    groups = same_binary(ok)
     regs = [r.registers for r in ok if r.registers is not None]
     default = next((r for r in rows if r.is_default), None)
     return CensusSummary(
         first.kernel, first.shape, first.dtype, first.device, first.arch, first.occupancy_unit, len(rows), len(ok),
         dict(collections.Counter(f"{r.status}: {r.error}" if r.error else r.status for r in rows if not r.ok)),
-        len(groups), [g for g in groups.values() if len(g) > 1], [r for r in ok if r.spills],
+        len(groups), [[r.config for r in g] for g in groups if len(g) > 1], [r for r in ok if r.spills],
         [r for r in ok if r.narrow], [r for r in ok if r.smem_over_limit],
         dict(sorted(collections.Counter(r.occupancy for r in ok if r.occupancy is not None).items())),
         (min(regs), max(regs)) if regs else None, default,
@@ -318,22 +326,17 @@ def prune(space: Iterable[Config], rows: dict, default: Config | None = None) ->
     config whose binary is byte-identical to an earlier one's (the heuristic default first, so a duplicate of it is
     the one left out). The default itself is never left out (every result is measured against it), nor a config
     the census has no compiled row for (it failed, timed out, or was not censused: the sweep records what happens).
-    ``rows``: Config -> CensusRow."""
+    ``rows``: Config -> its CensusRow."""
     order = list(dict.fromkeys(([default] if default is not None else []) + list(space)))
-    seen: dict[str, Config] = {}
+    compiled = [(c, r) for c, r in ((c, rows.get(c)) for c in order) if r is not None and r.ok]
+    timed = [r for c, r in compiled if c == default or not r.spills]
+    first = {r.config: g[0].config for g in same_binary(timed) for r in g[1:]}
     out: dict[Config, str] = {}
-    for c in order:
-        r = rows.get(c)
-        if r is None or not r.ok:
-            continue
+    for c, r in compiled:
         if c != default and r.spills:
             out[c] = f"spills to scratch ({r.scratch_bytes} B a thread)"
-            continue
-        if r.binary:
-            if r.binary in seen and c != default:
-                out[c] = f"same binary as {seen[r.binary]}"
-            else:
-                seen.setdefault(r.binary, c)
+        elif c in first:
+            out[c] = f"same binary as {first[c]}"
     return out
 
 

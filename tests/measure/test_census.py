@@ -5,7 +5,8 @@ import pytest
 
 from flytune_nb.core.config import Config
 from flytune_nb.engine.store import Store
-from flytune_nb.measure.census import SMALL_STACK_BYTES, CensusRow, census_frame, format_summary, prune, summarise
+from flytune_nb.measure.census import (SMALL_STACK_BYTES, CensusRow, census_frame, format_summary, prune, same_binary,
+                                       summarise)
 
 
 def amd_kernel(vgpr_alloc=84, scratch=0, spills=0, occupancy=4, shared=16384, loads=None, mfma=None):
@@ -67,6 +68,16 @@ def test_nvidia_spills_only_above_a_calls_register_saves():
 def test_a_failed_row_has_no_resources_and_never_spills():
     r = row(cfg(64), status="error", error="CompilationError: at 3:4: boom")
     assert not r.ok and not r.spills and r.registers is None and r.occupancy is None and r.binary is None
+
+
+def test_same_binary_groups_the_compiled_rows_by_binary_in_their_order():
+    """What the summary's duplicate groups, prune's "same binary as" and the census tab's column all read."""
+    a, b, c, d, e, f = cfg(16), cfg(32), cfg(64), cfg(128), cfg(256), cfg(16, 8)
+    rows = [row(a, binary="y"), row(b, binary="x"), row(c, binary="y"), row(d, status="error"),
+            row(e, binary=None),  # a schedule-knob sibling: another config's resources, no binary of its own
+            row(f, binary="x")]
+    assert [[r.config for r in g] for g in same_binary(rows)] == [[a, c], [b, f]]
+    assert [[r.config for r in g] for g in same_binary(rows[::-1])] == [[f, b], [c, a]]
 
 
 def test_summary_counts_what_an_engineer_asks_first():
