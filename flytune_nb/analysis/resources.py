@@ -1,6 +1,7 @@
 """What a compile census says about the configs a sweep timed: census rows (flytune_nb.measure.census) joined onto
 a trials frame (analysis.explore.trials_frame) by shape, dtype and config, so a view can colour, filter or annotate
-each point with the registers, occupancy, spills and load widths its binary has on a target. Headless (pandas).
+each point with the registers, occupancy, spills and load widths its binary has on a target; ``census_frame``, a
+store's census table as one DataFrame. Headless (pandas).
 
 A census row and a trial meet on the config itself, not on the device: the point of a census of a GPU that is not
 here (an MI300X seen from a CPU laptop) is to read it beside trials timed elsewhere. ``annotate`` takes one target's
@@ -36,6 +37,39 @@ FILTERS = {
     "same binary as another": lambda r, dup: r.config in dup,
     "heuristic default": lambda r, dup: r.is_default,
 }
+
+
+def census_frame(store, kernel: str | None = None, *, shape: dict | None = None, dtype: str | None = None,
+                 device: str | None = None):
+    """The census rows of a results store (a Store or its path) as a pandas DataFrame, one row per config: the
+    store's columns (status, error, registers, spills, scratch_bytes, shared_bytes, occupancy, widest_load, mma, ...),
+    the shape's axes and the config's knobs as columns of their own, so a plot can colour or filter configs by
+    them and join them to the trials on ``config`` (the same JSON) and ``key``. ``device``: a device name
+    (AMD_Instinct_MI300X) or a target name (mi300x)."""
+    from flytune_nb.engine.store import Store
+
+    own = not isinstance(store, Store)
+    s = Store(store, readonly=True) if own else store
+    try:
+        df = s.frame(kernel, table="census")
+    finally:
+        if own:
+            s.close()
+    if device is not None:
+        from flytune_nb.core.targets import TARGETS
+
+        name = TARGETS[device.lower()].device_name if device.lower() in TARGETS else device
+        df = df[df["device"] == name]
+    if dtype is not None:
+        df = df[df["dtype"] == dtype]
+    if shape is not None:
+        want = {k: int(v) for k, v in shape.items()}
+        df = df[[json.loads(t) == want for t in df["shape"]]]
+    if df.empty:
+        return df.reset_index(drop=True)
+    knobs = pd.DataFrame([json.loads(c) for c in df["config"]], index=df.index)
+    knobs = knobs[[c for c in knobs.columns if c not in df.columns]]
+    return pd.concat([df, knobs], axis=1).reset_index(drop=True)
 
 
 def devices(rows) -> list[str]:

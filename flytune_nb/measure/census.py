@@ -338,39 +338,3 @@ def prune(space: Iterable[Config], rows: dict, default: Config | None = None) ->
         elif c in first:
             out[c] = f"same binary as {first[c]}"
     return out
-
-
-# -- for the workbench ----------------------------------------------------------------------------------------------
-def census_frame(store, kernel: str | None = None, *, shape: dict | None = None, dtype: str | None = None,
-                 device: str | None = None):
-    """The census rows of a results store (a Store or its path) as a pandas DataFrame, one row per config: the
-    store's columns (status, error, registers, spills, scratch_bytes, shared_bytes, occupancy, widest_load, mma, ...),
-    the shape's axes and the config's knobs as columns of their own, so a plot can colour or filter configs by
-    them and join them to the trials on ``config`` (the same JSON) and ``key``. ``device``: a device name
-    (AMD_Instinct_MI300X) or a target name (mi300x)."""
-    import pandas as pd
-
-    from flytune_nb.engine.store import Store
-
-    own = not isinstance(store, Store)
-    s = Store(store, readonly=True) if own else store
-    try:
-        df = s.frame(kernel, table="census")
-    finally:
-        if own:
-            s.close()
-    if device is not None:
-        from flytune_nb.core.targets import TARGETS
-
-        name = TARGETS[device.lower()].device_name if device.lower() in TARGETS else device
-        df = df[df["device"] == name]
-    if dtype is not None:
-        df = df[df["dtype"] == dtype]
-    if shape is not None:
-        want = {k: int(v) for k, v in shape.items()}
-        df = df[[json.loads(t) == want for t in df["shape"]]]
-    if df.empty:
-        return df.reset_index(drop=True)
-    knobs = pd.DataFrame([json.loads(c) for c in df["config"]], index=df.index)
-    knobs = knobs[[c for c in knobs.columns if c not in df.columns]]
-    return pd.concat([df, knobs], axis=1).reset_index(drop=True)

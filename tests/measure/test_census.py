@@ -5,8 +5,8 @@ import pytest
 
 from flytune_nb.core.config import Config
 from flytune_nb.engine.store import Store
-from flytune_nb.measure.census import (SMALL_STACK_BYTES, CensusRow, census_frame, format_summary, prune, same_binary,
-                                       summarise)
+from flytune_nb.analysis.resources import census_frame
+from flytune_nb.measure.census import SMALL_STACK_BYTES, CensusRow, format_summary, prune, same_binary, summarise
 
 
 def amd_kernel(vgpr_alloc=84, scratch=0, spills=0, occupancy=4, shared=16384, loads=None, mfma=None):

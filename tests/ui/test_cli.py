@@ -459,7 +459,7 @@ def test_cli_census_prints_the_summary_and_stores_the_rows(capsys, tmp_path):
     assert "rmsnorm M=4 N=1024 bf16 on AMD_Instinct_MI300X (gfx942)" in out and "0 failed" in out
     for part in ("distinct binaries:", "spill to scratch: 0", "occupancy ", "waves/SIMD", "heuristic default"):
         assert part in out, part
-    from flytune_nb.measure.census import census_frame
+    from flytune_nb.analysis.resources import census_frame
 
     df = census_frame(tmp_path / "c.db", "rmsnorm", device="mi300x")
     assert len(df) == len(csv.read_text().splitlines()) - 1 > 0 and (df["status"] == "ok").all()
