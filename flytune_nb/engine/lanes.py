@@ -356,9 +356,10 @@ def check_gpus(gpus, isolate: bool = True) -> list[int] | None:
                              f"{within}")
     if not isolate and (len(gpus) > 1 or gpus[:1] not in ([], [0])):
         if len(gpus) > 1:
-            raise UsageError("several GPUs need isolated workers (one process per GPU); drop --no-isolate")
-        raise UsageError(f"--gpus {text} with --no-isolate: trials run in this process, on its GPU 0; drop "
-                         f"--no-isolate to run them on GPU {text}")
+            raise UsageError("several GPUs need isolated workers (one process per GPU); drop --no-isolate "
+                             "(isolate=False in Python and the workbench)")
+        raise UsageError(f"--gpus {text} with --no-isolate (isolate=False): trials run in this process, on its GPU 0; "
+                         f"drop it to run them on GPU {text}")
     return gpus
 
 

@@ -45,7 +45,8 @@ def test_gpus_on_the_interpreter_are_a_count_of_cpu_workers_not_devices(tmp_path
         check_gpus([g, g])
     with pytest.raises(UsageError, match="GPU indices are whole numbers >= 0"):
         check_gpus([-1 - g])
-    with pytest.raises(UsageError, match="several GPUs need isolated workers"):
+    with pytest.raises(UsageError, match=r"several GPUs need isolated workers .*\(isolate=False in Python and the "
+                                         r"workbench\)$"):
         check_gpus([0, 1], isolate=False)
 
 
@@ -64,8 +65,8 @@ def test_gpus_beyond_the_machines_are_refused_naming_those_it_has(monkeypatch):
         check_gpus([extra])
     # in-process trials run on this process's GPU 0, whatever index was asked for
     assert check_gpus([0], isolate=False) == [0]
-    with pytest.raises(UsageError, match=f"^--gpus {count - 1} with --no-isolate: trials run in this process, on its "
-                                         f"GPU 0; drop --no-isolate to run them on GPU {count - 1}$"):
+    with pytest.raises(UsageError, match=rf"^--gpus {count - 1} with --no-isolate \(isolate=False\): trials run in "
+                                         rf"this process, on its GPU 0; drop it to run them on GPU {count - 1}$"):
         check_gpus([count - 1], isolate=False)
 
 
