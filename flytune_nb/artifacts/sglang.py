@@ -79,10 +79,17 @@ def version_dir(version: str) -> str:
     return "triton_" + version.replace(".", "_")
 
 
+def _version_of(folder: str) -> str:
+    """The Triton version SGLang reads from a ``triton_*`` name under configs/: every '_' after the prefix made '.'
+    (``triton_3_5_0`` and ``triton_3.5.0`` are both 3.5.0; it then reads the folder ``version_dir`` spells)."""
+    return folder.removeprefix("triton_").replace("_", ".")
+
+
 def _version_key(folder: str) -> tuple | None:
-    """SGLang sorts the folders by int() of each dotted part; a folder it cannot parse would make it raise."""
+    """SGLang sorts the folders by int() of each dotted part of ``_version_of``; a name it cannot parse makes it
+    raise."""
     try:
-        return tuple(int(x) for x in folder.removeprefix("triton_").split("_"))
+        return tuple(int(x) for x in _version_of(folder).split("."))
     except ValueError:
         return None
 
@@ -250,11 +257,14 @@ def resolve(root: Path, name: str, triton_version: str) -> tuple[Path | None, st
     if unreadable:
         raise UnreadableVersionFolder(
             f"{configs / unreadable[0]}: SGLang reads a Triton version from every name in {configs} that starts with "
-            f"triton_ (int() of each _-separated part), and this one has none: a server that does not find {name} "
-            f"in {version_dir(triton_version)}/ raises ValueError at its first MoE layer; rename or remove it")
-    parsed = [(k, f) for f in folders if (k := _version_key(f)) is not None and (configs / f).is_dir()]
-    for _, folder in sorted(parsed, reverse=True):
-        if folder != version_dir(triton_version) and (configs / folder / name).is_file():
+            f"triton_ (int() of each part separated by '_' or '.'), and this one has none: a server that does not find "
+            f"{name} in {version_dir(triton_version)}/ raises ValueError at its first MoE layer; rename or remove it")
+    # the folder SGLang reads for a name is the one its version spells, not the name itself (a dotted name's files
+    # are never read), and it skips the running version's, looked in above
+    parsed = sorted({(_version_key(f), version_dir(v)) for f in folders if (v := _version_of(f)) != triton_version},
+                    reverse=True)
+    for _, folder in parsed:
+        if (configs / folder / name).is_file():
             return configs / folder / name, folder
     return None, None
 

@@ -1191,3 +1191,19 @@ def test_a_folder_sglang_reads_no_version_from_is_named_where_a_server_would_fai
     here = _fake_shipped(kdir, files.version_dir("3.6.0"), name, {1: _entry(1)})
     assert files.resolve(kdir, name, "3.6.0") == (here, "triton_3_6_0")  # found first: nothing else is listed
     LOOKUP.clear()
+
+
+def test_a_dotted_version_folder_is_read_as_sglang_reads_it(tmp_path):
+    """SGLang makes each ``triton_*`` name a version by turning its '_' into '.' before int() of each part, so
+    ``triton_3.5.0`` is version 3.5.0 to it (no ValueError), and it then reads ``triton_3_5_0/``, the folder that
+    version's name spells, never the dotted one itself."""
+    import triton
+
+    name = "E=4,N=64,device_name=CPU_interpreter.json"
+    (tmp_path / "configs" / running()).mkdir(parents=True)
+    dotted = _fake_shipped(tmp_path, "triton_3.5.0", name, {1: _entry(1)})
+    assert files.resolve(tmp_path, name, triton.__version__) == (None, None)  # SGLang reads no file here, and runs
+    older = _fake_shipped(tmp_path, "triton_1_0_0", name, {1: _entry(2)})
+    assert files.resolve(tmp_path, name, triton.__version__) == (older, "triton_1_0_0")
+    spelled = _fake_shipped(tmp_path, "triton_3_5_0", name, {1: _entry(3)})
+    assert dotted.is_file() and files.resolve(tmp_path, name, triton.__version__) == (spelled, "triton_3_5_0")
