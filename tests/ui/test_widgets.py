@@ -1298,3 +1298,22 @@ def test_measure_missing_is_off_once_the_shown_results_are_gone(tmp_path, dev, m
     assert ed.measure_button.disabled and ed.last is None
     ed._measure_missing()
     assert asked == []
+
+
+def test_an_edit_saved_to_a_file_of_ones_own_is_not_called_unsaved(tmp_path, dev, monkeypatch):
+    """An edit saved to another file than the kernel's default draft (the 'save to' box changed) was saved: a look at
+    another kernel and back must not bring it back as "not saved"."""
+    monkeypatch.chdir(tmp_path)
+    specs = {"toy": get_kernel("toy", [PLUGINS]), "rmsnorm": get_kernel("rmsnorm")}
+    shown = ["toy"]
+    ed = HeuristicEditor(lambda: specs[shown[0]], lambda: [], lambda: dev)
+    edit = ed.code.value.replace('"BLOCK": 128', '"BLOCK": 64')
+    ed.code.value = edit
+    ed.save_path.value = str(tmp_path / "mine.py")
+    ed.save()
+    assert (tmp_path / "mine.py").read_text() == edit
+    shown[0] = "rmsnorm"
+    ed.load()
+    shown[0] = "toy"
+    ed.load()
+    assert "not saved" not in html.unescape(ed.note.value)

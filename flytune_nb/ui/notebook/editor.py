@@ -51,6 +51,9 @@ class HeuristicEditor(W.VBox):
         # kernel name -> an edit that differed from its saved rule when another kernel was picked: brought back when
         # that kernel is picked again (the textarea is the only copy of it)
         self._unsaved: dict[str, str] = {}
+        # kernel name -> the text last saved for it, wherever it went: the 'save to' box may name a file load() does
+        # not read, and an edit written there is saved
+        self._saved: dict[str, str] = {}
         self._shown: tuple | None = None  # (kernel name, its user file, its kernel file) of the rule shown
         self.load()
 
@@ -74,7 +77,7 @@ class HeuristicEditor(W.VBox):
                 saved = self._saved_rule(user, kernel)
             except OSError:
                 saved = None
-            if self.code.value != saved:
+            if self.code.value not in (saved, self._saved.get(name)):
                 self._unsaved[name] = self.code.value
         self.into_kernel.value = False
         name, user, kernel = self.spec_getter().name, self._user_file(), self._kernel_file()
@@ -178,6 +181,8 @@ class HeuristicEditor(W.VBox):
             if path.exists():
                 path.with_suffix(path.suffix + ".bak").write_text(path.read_text())
             path.write_text(self.code.value)
+            if self._shown is not None:
+                self._saved[self._shown[0]] = self.code.value
             said = f"<p>saved to <code>{html.escape(str(path))}</code></p>"
         except OSError as e:  # the disk's word (read-only, full), with the path it refused
             said = error_html(f"not saved: cannot write {e.filename or self.save_path.value}: {e.strerror or e}")
