@@ -112,9 +112,11 @@ def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
 
 NAME_MAX = 255
 
-# AXIS=int parts, the device (SGLang's name for it, which may itself hold "," or "="), an optional dtype tag
-_NAME = re.compile(r"^(?P<axes>(?:[A-Za-z_][A-Za-z0-9_]*=-?\d+,)*)device_name=(?P<device>.+?)"
-                   r"(?:,dtype=(?P<tag>[^,=]+))?$")
+# AXIS=int parts, the device (SGLang's name for it, which may itself hold "," or "="), an optional dtype tag. The
+# device holds no ",KEY=": a part after it other than the dtype (``…,device_name=X,N=4096.json``, a hand-made name)
+# would otherwise be read as part of the device.
+_NAME = re.compile(r"^(?P<axes>(?:[A-Za-z_][A-Za-z0-9_]*=-?\d+,)*)"
+                   r"device_name=(?P<device>(?:(?!,[A-Za-z_][A-Za-z0-9_]*=).)+?)(?:,dtype=(?P<tag>[^,=]+))?$")
 
 
 def parse_file_name(name: str, suffix: str = "") -> tuple[dict, str, str | None]:

@@ -495,12 +495,25 @@ def test_a_down_gemm_file_is_read_without_its_suffix_by_check(tmp_path, dev, dty
      ({"E": 8, "N": 64}, "NVIDIA_H200", "fp8_w8a8")),
     ("E=8,N=64,device_name=NVIDIA_H200_down.json", "_down", ({"E": 8, "N": 64}, "NVIDIA_H200", None)),
     # SGLang writes the device as torch names it, spaces made "_": "," and "=" stay part of the device
-    ("N=8,device_name=Card,_rev=2,dtype=fp16.json", "", ({"N": 8}, "Card,_rev=2", "fp16")),
+    ("N=8,device_name=Card,_rev_2,dtype=fp16.json", "", ({"N": 8}, "Card,_rev_2", "fp16")),
+    ("N=8,device_name=A=B.json", "", ({"N": 8}, "A=B", None)),
 ])
 def test_an_artifact_name_reads_back_as_written(name, suffix, parsed):
     from flytune_nb.artifacts.files import parse_file_name
 
     assert parse_file_name(name, suffix) == parsed
+
+
+@pytest.mark.parametrize("name", [
+    "N=4096,device_name=X,dtype=bf16,K=5.json",  # a part after the dtype
+    "device_name=X,N=4096,dtype=bf16.json",  # an axis after the device
+    "N=4096,device_name=,dtype=bf16.json",  # no device
+])
+def test_a_name_with_parts_after_the_device_is_not_read_into_the_device(name):
+    from flytune_nb.artifacts.files import ArtifactError, parse_file_name
+
+    with pytest.raises(ArtifactError, match="not an artifact name"):
+        parse_file_name(name)
 
 
 def test_sglangs_moe_file_names_keep_a_device_name_that_holds_a_comma():
