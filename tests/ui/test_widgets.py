@@ -1199,8 +1199,9 @@ def test_the_copy_bandwidth_toggle_says_when_it_has_no_ceiling_and_plots_percent
 
 
 def test_a_stopped_sweep_leaves_the_bar_at_what_it_measured():
-    """Stop after 2 of 14 trials: the bar shows 2 of 14 and says stopped, not a full bar marked done (a finished
-    sweep fills it: a budget or the selection may plan more than it measures)."""
+    """Stop after 2 of the first shape's 4 trials (14 planned): the bar shows 2 of 12, the stopped shape's other 2
+    dropped, and says stopped, not a full bar marked done (a finished sweep fills it: a budget or the selection may
+    plan more than it measures). A sweep that ended on an error says failed."""
     rc = RunControl()
     rc.start([4, 10])
     cfg = _space()
@@ -1214,6 +1215,8 @@ def test_a_stopped_sweep_leaves_the_bar_at_what_it_measured():
     rc(SweepDone("rmsnorm", [partial]))
     rc.finish("stopped: ...")
     assert (rc.bar.value, rc.bar.max) == (2, 12) and rc.bar.description == "stopped"
+    rc.finish("failed: ...", failed=True)
+    assert (rc.bar.value, rc.bar.max) == (2, 12) and rc.bar.description == "failed"
 
     rc.start([2])
     for i, c in enumerate(cfg[:1]):

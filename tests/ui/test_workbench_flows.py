@@ -522,3 +522,20 @@ def test_a_reopened_notebook_says_that_run_shows_the_stored_results_without_meas
     other = Workbench("toy", {"N": "128"}, ["fp32"], db=db, isolate=False, paths=[PLUGINS])  # nothing stored of it
     assert other.wait_ready(60)
     assert "press Run" not in other.message.value and "sweep first" in other.editor.result.value
+
+
+def test_a_sweep_that_ends_on_a_shape_it_cannot_prepare_says_failed_not_stopped(tmp_path):
+    """The kernel's own code refuses N=32: the sweep measures N=16, then ends on that error. Nobody pressed Stop, so
+    the bar, left at what was measured, says failed."""
+    from flytune_nb.ui.notebook.workbench import Workbench
+
+    kernels = _write_kernel(tmp_path / "kernels")
+    init = kernels / "pickme" / "__init__.py"
+    init.write_text(init.read_text().replace('    n = shape["N"]\n', '    n = shape["N"]\n    if n == 32:\n'
+                                             '        raise RuntimeError("my wrapper does not take N=32")\n'))
+    wb = Workbench("pickme", {"N": "16,32"}, ["fp32"], db=str(tmp_path / "f.db"), isolate=False,
+                   paths=[str(kernels)])
+    assert wb.wait_ready(60)
+    wb.run().join(120)
+    assert "my wrapper does not take N=32" in wb.control.label.value
+    assert wb.control.bar.description == "failed"

@@ -412,12 +412,14 @@ class RunControl(W.VBox):
         self._marked = False
         self._tick()
 
-    def finish(self, message: str) -> None:
+    def finish(self, message: str, failed: bool = False) -> None:
+        """``failed``: the sweep ended on an error (a shape it could not prepare), not on Stop: the bar, left at what
+        it measured, says so rather than "stopped"."""
         with self._lock:
             self.running = False
             self.in_flight = None
         self.run_button.disabled, self.stop_button.disabled = False, True
-        self.bar.description = "stopped" if self.cut else "done"
+        self.bar.description = "failed" if failed else "stopped" if self.cut else "done"
         self.label.value = message
         self._marked = False
 

@@ -416,7 +416,8 @@ class Workbench(W.VBox):
                 self.control.finish(f"the {html.escape(sweep.spec.name)} sweep {what} the kernel was switched; "
                                     f"what it measured is in <code>{html.escape(str(self.db_path))}</code>")
                 return
-            self.control.finish(line)
+            # an Exception ended it (Stop and an interrupt of the kernel are not one): "failed", not "stopped"
+            self.control.finish(line, failed=isinstance(error, Exception) and not getattr(sweep, "cut_short", False))
         self.refresh_views()
 
     def _finish_line(self, sweep, results, error) -> str:
