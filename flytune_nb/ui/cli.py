@@ -1010,10 +1010,23 @@ def cmd_workbench(args) -> int:
     except ImportError:
         raise UsageError("JupyterLab is not installed: pip install 'flytune_nb[notebook]', then " + shown) from None
     print(f"flytune: starting JupyterLab in {folder} ({shown}); Ctrl-C stops it")
-    try:
-        return subprocess.call(command, cwd=folder)
-    except KeyboardInterrupt:
-        return 0
+    lab = subprocess.Popen(command, cwd=folder)
+    while True:
+        try:
+            return lab.wait()
+        except KeyboardInterrupt:
+            if not _TERMINATED:
+                # Ctrl-C reached JupyterLab too (one process group): it asks whether to shut down, and stops at a
+                # second Ctrl-C; it ends on its own, shutting its kernels down, and is waited for
+                continue
+            # SIGTERM reached this process only: JupyterLab shuts its kernels and server down on one too
+            lab.terminate()
+            try:
+                lab.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                lab.kill()
+            print("flytune: terminated (SIGTERM); JupyterLab was shut down", file=sys.stderr)
+            return 128 + 15
 
 
 COMMANDS = {"kernels": cmd_kernels, "sweep": cmd_sweep, "census": cmd_census, "export": cmd_export,

@@ -403,6 +403,51 @@ def test_a_worker_flooding_stdout_is_cut_to_its_allowance(tmp_path):
     assert 0 < out.stdout.count("flood") <= (64 << 10) // 6 + 1 and "the rest of it is dropped" in out.stdout
 
 
+_FAKE_LAB = """
+import os, signal, sys, time
+from pathlib import Path
+
+def ended(how):
+    def handler(signum, frame):
+        Path(os.environ["LAB_SAW"]).write_text(how)
+        sys.exit(0)
+    return handler
+
+signal.signal(signal.SIGTERM, ended("SIGTERM"))
+signal.signal(signal.SIGINT, ended("SIGINT"))
+Path(os.environ["LAB_SAW"] + ".up").touch()
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("signal_to", ["the command (kill)", "the terminal's group (Ctrl-C)"])
+def test_flytune_workbench_lets_jupyterlab_shut_down_on_sigterm_and_ctrl_c(tmp_path, signal_to):
+    """kill of `flytune workbench` hands the SIGTERM on to JupyterLab (which shuts its kernels down on it) and ends
+    with 143; a Ctrl-C reaches JupyterLab itself, which asks or stops, and is waited for: its own status. A stand-in
+    for JupyterLab records what it got."""
+    fake = tmp_path / "fake" / "jupyterlab"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(_FAKE_LAB)
+    saw = tmp_path / "saw"
+    env = clean_env(tmp_path, PYTHONPATH=f"{tmp_path / 'fake'}:{REPO}", LAB_SAW=str(saw))
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", "workbench", str(tmp_path / "wb")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    _wait_for(lambda: Path(str(saw) + ".up").exists(), 120, "the stand-in JupyterLab did not start")
+    if signal_to.startswith("the command"):
+        os.kill(proc.pid, signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if signal_to.startswith("the command"):
+        assert (proc.returncode, saw.read_text()) == (143, "SIGTERM"), err[-2000:]
+        assert err.strip().splitlines()[-1] == "flytune: terminated (SIGTERM); JupyterLab was shut down"
+    else:
+        assert (proc.returncode, saw.read_text()) == (0, "SIGINT"), err[-2000:]
+    assert "Traceback" not in err
+
+
 def test_flytune_workbench_prints_a_command_that_a_shell_runs_in_a_folder_with_spaces(tmp_path, capsys):
     from flytune_nb.ui.cli import main
 
