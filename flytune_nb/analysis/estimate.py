@@ -78,7 +78,8 @@ def estimate(store, kernel: str, device_name: str, is_gpu: bool, limit: int = 20
 
 
 def _per_shape(store, kernel: str, device_name: str, is_gpu: bool) -> float:
-    """Median over the stored shapes (tuning keys) of their selection re-timings' wall time; 0 without any."""
+    """Median over the stored selection stages (one per tuning key and run: retimes are appended, and a shape
+    decided again by a later run keeps its earlier stage's rows) of their re-timings' wall time; 0 without any."""
     try:
         df = store.frame(kernel, table="retimes")
         df = df[(df["device"] == device_name) & (df["round"] >= 0)]  # round -1: the editor's timings, not a stage
@@ -87,7 +88,7 @@ def _per_shape(store, kernel: str, device_name: str, is_gpu: bool) -> float:
     if df.empty:
         return 0.0
     per_key = [sum(trial_seconds(0.0, _f(p), int(r or 0), is_gpu) for p, r in zip(g["p50"], g["reps"]))
-               for _, g in df.groupby("key")]
+               for _, g in df.groupby(["key", "run_id"])]
     return statistics.median(per_key)
 
 
