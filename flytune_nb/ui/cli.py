@@ -221,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
 _TERMINATED: list[int] = []  # the SIGTERM that stopped the command, once one has
 
 
+class _Terminated(KeyboardInterrupt):
+    """What a SIGTERM raises: every ``except KeyboardInterrupt`` stops for it as for a Ctrl-C. Not KeyboardInterrupt
+    itself: CPython marks a KeyboardInterrupt leaving an exec() of a string (dataclasses and namedtuple build their
+    methods so, all through an import) as unhandled, by its exact type, and then ends the process by SIGINT at exit
+    whatever status the command returned."""
+
+
 def _stop_at_sigterm() -> None:
     """SIGTERM (`kill`, a batch scheduler's time limit, a container's stop) is met as a Ctrl-C is: the command stops
     where it is, keeps what it stored, stops its workers, removes its lock and says so in one line, then ends with
@@ -232,7 +239,7 @@ def _stop_at_sigterm() -> None:
     def stop(signum, frame) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _TERMINATED.append(signum)
-        raise KeyboardInterrupt
+        raise _Terminated
 
     signal.signal(signal.SIGTERM, stop)
 

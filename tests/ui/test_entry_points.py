@@ -484,3 +484,18 @@ def test_flytune_workbench_copies_the_notebook_into_a_folder_of_the_users(tmp_pa
     assert capsys.readouterr().err.strip() == (f"flytune: error: cannot put the workbench in {tmp_path}/file/sub: "
                                                f"{tmp_path}/file exists and is not a folder")
     assert not (tmp_path / "file").is_dir()
+
+
+def test_sigterm_while_an_import_runs_exec_ends_with_143_not_by_sigint(tmp_path):
+    """Imports run code through exec() of a string (dataclasses and namedtuple build their methods so), and CPython
+    marks a KeyboardInterrupt that leaves such a call as unhandled: at exit it kills the process by SIGINT, whatever
+    status the command returned. A SIGTERM landing there (seen in `flytune kernels`' SGLang import) must still end
+    the command with 143, not as if it were a Ctrl-C."""
+    plugins = _toy_plugins_with(tmp_path, """
+
+            exec("import os, signal, time\\nos.kill(os.getpid(), signal.SIGTERM)\\ntime.sleep(60)")
+        """)
+    out = subprocess.run([sys.executable, "-m", "flytune_nb", "kernels", "--path", str(plugins)],
+                         env=clean_env(tmp_path), capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 143, (out.returncode, out.stderr[-2000:])
+    assert "flytune: terminated (SIGTERM)" in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
