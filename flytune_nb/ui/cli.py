@@ -1018,22 +1018,39 @@ def cmd_workbench(args) -> int:
         raise UsageError("JupyterLab is not installed: pip install 'flytune_nb[notebook]', then " + shown) from None
     print(f"flytune: starting JupyterLab in {folder} ({shown}); Ctrl-C stops it")
     lab = subprocess.Popen(command, cwd=folder)
+    interrupts = 0
     while True:
         try:
             return lab.wait()
         except KeyboardInterrupt:
             if not _TERMINATED:
-                # Ctrl-C reached JupyterLab too (one process group): it asks whether to shut down, and stops at a
-                # second Ctrl-C; it ends on its own, shutting its kernels down, and is waited for
-                continue
+                interrupts += 1
+                if interrupts < 3:
+                    # Ctrl-C reached JupyterLab too (one process group): it asks whether to shut down, and stops at
+                    # a second Ctrl-C; it ends on its own, shutting its kernels down, and is waited for
+                    continue
+                # one still running at a third ignores Ctrl-C (hung, or deaf to SIGINT) or never got it (`kill -INT`
+                # of this process alone): waiting on would leave the command deaf to Ctrl-C too
+                print("flytune: JupyterLab did not stop at Ctrl-C; stopping it", file=sys.stderr)
+                _stop_lab(lab)
+                return 130
             # SIGTERM reached this process only: JupyterLab shuts its kernels and server down on one too
-            lab.terminate()
-            try:
-                lab.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                lab.kill()
+            _stop_lab(lab)
             print("flytune: terminated (SIGTERM); JupyterLab was shut down", file=sys.stderr)
             return 128 + 15
+
+
+def _stop_lab(lab) -> None:
+    """SIGTERM, on which JupyterLab shuts its kernels and server down; killed where it has not ended in 30 s, or at
+    once at a Ctrl-C meanwhile (the one way left to say "now")."""
+    import subprocess
+
+    lab.terminate()
+    try:
+        lab.wait(timeout=30)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        lab.kill()
+        lab.wait()
 
 
 COMMANDS = {"kernels": cmd_kernels, "sweep": cmd_sweep, "census": cmd_census, "export": cmd_export,

@@ -414,7 +414,7 @@ def ended(how):
     return handler
 
 signal.signal(signal.SIGTERM, ended("SIGTERM"))
-signal.signal(signal.SIGINT, ended("SIGINT"))
+signal.signal(signal.SIGINT, signal.SIG_IGN if os.environ.get("LAB_DEAF") else ended("SIGINT"))
 Path(os.environ["LAB_SAW"] + ".up").touch()
 time.sleep(120)
 """
@@ -446,6 +446,35 @@ def test_flytune_workbench_lets_jupyterlab_shut_down_on_sigterm_and_ctrl_c(tmp_p
     else:
         assert (proc.returncode, saw.read_text()) == (0, "SIGINT"), err[-2000:]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", ["a JupyterLab deaf to Ctrl-C", "a SIGINT to the command alone"])
+def test_flytune_workbench_stops_jupyterlab_at_the_third_ctrl_c_it_did_not_stop_at(tmp_path, case):
+    """JupyterLab stops at its second Ctrl-C. One still running at the third ignores them (hung, or deaf to SIGINT)
+    or never got them (`kill -INT` of the command alone): the command stops it and ends with 130 rather than waiting
+    for it forever."""
+    fake = tmp_path / "fake" / "jupyterlab"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(_FAKE_LAB)
+    saw = tmp_path / "saw"
+    env = clean_env(tmp_path, PYTHONPATH=f"{tmp_path / 'fake'}:{REPO}", LAB_SAW=str(saw),
+                    **({"LAB_DEAF": "1"} if case.startswith("a JupyterLab") else {}))
+    proc = subprocess.Popen([sys.executable, "-m", "flytune_nb", "workbench", str(tmp_path / "wb")], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _wait_for(lambda: Path(str(saw) + ".up").exists(), 120, "the stand-in JupyterLab did not start")
+        lab = _descendants(proc.pid)
+        for _ in range(3):
+            os.killpg(proc.pid, signal.SIGINT) if case.startswith("a JupyterLab") else proc.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+    assert (proc.returncode, saw.read_text()) == (130, "SIGTERM"), err[-2000:]
+    assert "Traceback" not in err
+    _wait_for(lambda: not any(_alive(p) for p in lab), 20, "JupyterLab did not end")
 
 
 def test_flytune_workbench_prints_a_command_that_a_shell_runs_in_a_folder_with_spaces(tmp_path, capsys):
