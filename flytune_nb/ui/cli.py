@@ -1021,7 +1021,9 @@ def cmd_workbench(args) -> int:
     interrupts = 0
     while True:
         try:
-            return lab.wait()
+            status = lab.wait()
+            # negative where a signal killed it: exit() would wrap -9 to 247; a shell says 128 + the signal
+            return 128 - status if status < 0 else status
         except KeyboardInterrupt:
             if not _TERMINATED:
                 interrupts += 1

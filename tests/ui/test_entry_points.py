@@ -416,6 +416,8 @@ def ended(how):
 signal.signal(signal.SIGTERM, ended("SIGTERM"))
 signal.signal(signal.SIGINT, signal.SIG_IGN if os.environ.get("LAB_DEAF") else ended("SIGINT"))
 Path(os.environ["LAB_SAW"] + ".up").touch()
+if os.environ.get("LAB_KILLED_BY"):
+    os.kill(os.getpid(), int(os.environ["LAB_KILLED_BY"]))
 time.sleep(120)
 """
 
@@ -475,6 +477,20 @@ def test_flytune_workbench_stops_jupyterlab_at_the_third_ctrl_c_it_did_not_stop_
     assert (proc.returncode, saw.read_text()) == (130, "SIGTERM"), err[-2000:]
     assert "Traceback" not in err
     _wait_for(lambda: not any(_alive(p) for p in lab), 20, "JupyterLab did not end")
+
+
+def test_flytune_workbench_ends_as_a_shell_says_jupyterlab_ended_when_a_signal_killed_it(tmp_path):
+    """A JupyterLab killed by a signal (the OOM killer's SIGKILL) ends the command with 128 + that signal, as a shell
+    reports it; the child's negative status passed to exit() would read as 247."""
+    fake = tmp_path / "fake" / "jupyterlab"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text(_FAKE_LAB)
+    env = clean_env(tmp_path, PYTHONPATH=f"{tmp_path / 'fake'}:{REPO}", LAB_SAW=str(tmp_path / "saw"),
+                    LAB_KILLED_BY=str(int(signal.SIGKILL)))
+    out = subprocess.run([sys.executable, "-m", "flytune_nb", "workbench", str(tmp_path / "wb")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 128 + signal.SIGKILL, (out.returncode, out.stderr[-2000:])
 
 
 def test_flytune_workbench_prints_a_command_that_a_shell_runs_in_a_folder_with_spaces(tmp_path, capsys):
