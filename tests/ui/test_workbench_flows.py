@@ -539,3 +539,34 @@ def test_a_sweep_that_ends_on_a_shape_it_cannot_prepare_says_failed_not_stopped(
     wb.run().join(120)
     assert "my wrapper does not take N=32" in wb.control.label.value
     assert wb.control.bar.description == "failed"
+
+
+def test_a_sweep_stopped_while_it_prepares_its_shape_says_stopped_not_failed(tmp_path):
+    """Stop pressed while the kernel's code prepares the only shape, which then fails as the stop cuts it: the sweep
+    ends on "stopped before the first trial", which the finish line reads as a stop. The bar says stopped too."""
+    from flytune_nb.ui.notebook.workbench import Workbench
+
+    kernels = _write_kernel(tmp_path / "kernels")
+    init = kernels / "pickme" / "__init__.py"
+    gate = tmp_path / "gate"
+    init.write_text(init.read_text().replace('    n = shape["N"]\n', textwrap.indent(textwrap.dedent(f"""\
+        n = shape["N"]
+        import pathlib, time
+        pathlib.Path({str(gate)!r} + ".reached").touch()
+        while not pathlib.Path({str(gate)!r} + ".open").exists():
+            time.sleep(0.05)
+        raise RuntimeError("cut by the stop")
+    """), "    ")))
+    wb = Workbench("pickme", {"N": "16"}, ["fp32"], db=str(tmp_path / "s.db"), isolate=False, paths=[str(kernels)])
+    assert wb.wait_ready(60)
+    th = wb.run()
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "gate.reached").exists():
+        assert time.monotonic() < deadline and th.is_alive(), wb.control.label.value
+        time.sleep(0.05)
+    wb.stop()
+    (tmp_path / "gate.open").touch()
+    th.join(120)
+    assert not th.is_alive()
+    assert html.unescape(wb.control.label.value).startswith("stopped:"), wb.control.label.value
+    assert wb.control.bar.description == "stopped"

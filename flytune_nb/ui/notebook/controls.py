@@ -412,14 +412,15 @@ class RunControl(W.VBox):
         self._marked = False
         self._tick()
 
-    def finish(self, message: str, failed: bool = False) -> None:
+    def finish(self, message: str, failed: bool = False, stopped: bool = False) -> None:
         """``failed``: the sweep ended on an error (a shape it could not prepare), not on Stop: the bar, left at what
-        it measured, says so rather than "stopped"."""
+        it measured, says so rather than "stopped". ``stopped``: Stop ended it where no SweepDone tells (during its
+        planning, before any trial)."""
         with self._lock:
             self.running = False
             self.in_flight = None
         self.run_button.disabled, self.stop_button.disabled = False, True
-        self.bar.description = "failed" if failed else "stopped" if self.cut else "done"
+        self.bar.description = "failed" if failed else "stopped" if self.cut or stopped else "done"
         self.label.value = message
         self._marked = False
 

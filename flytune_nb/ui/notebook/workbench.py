@@ -416,15 +416,17 @@ class Workbench(W.VBox):
                 self.control.finish(f"the {html.escape(sweep.spec.name)} sweep {what} the kernel was switched; "
                                     f"what it measured is in <code>{html.escape(str(self.db_path))}</code>")
                 return
-            # an Exception ended it (Stop and an interrupt of the kernel are not one): "failed", not "stopped"
-            self.control.finish(line, failed=isinstance(error, Exception) and not getattr(sweep, "cut_short", False))
+            # an Exception ended it (Stop and an interrupt of the kernel are not one, nor the error a Stop during the
+            # planning ends it on): "failed", not "stopped"
+            before = _stopped_before_the_first_trial(sweep, error)
+            self.control.finish(line, failed=isinstance(error, Exception) and not getattr(sweep, "cut_short", False)
+                                and not before, stopped=before)
         self.refresh_views()
 
     def _finish_line(self, sweep, results, error) -> str:
         if isinstance(error, StoreGone) and sweep is not None and sweep.store is not None:
             return error_html(f"sweep stopped: {self._let_go(sweep.store, error)}")
-        if error is not None and not (sweep is not None and sweep.stopped
-                                      and "stopped before the first trial" in str(error)):
+        if error is not None and not _stopped_before_the_first_trial(sweep, error):
             return error_html(f"sweep failed: {first_line(error)}")
         # Stopped: Stop ended the run before it measured all it planned; one that came after (a kernel switched as
         # the sweep ended) stopped nothing
@@ -642,6 +644,12 @@ class _AddedTimings:
             self.live.add(event.trial)
         elif not isinstance(event, ShapeDone):
             self.live(event)
+
+
+def _stopped_before_the_first_trial(sweep, error) -> bool:
+    """Whether ``error`` is the one a Stop during the sweep's planning ends it on: a stop, not a failure."""
+    return (error is not None and sweep is not None and sweep.stopped
+            and "stopped before the first trial" in str(error))
 
 
 def _no_gpu_note(gpus, isolate: bool) -> str:
