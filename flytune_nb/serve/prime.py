@@ -229,7 +229,13 @@ def _exported(spec, root: Path, device, report: PrimeReport) -> list:
     for path in sorted(p for p in tdir.glob("*.json") if of_device(p.name, device.name)):
         try:  # a stray file the glob matched, a hand-broken sidecar: named and left out, start-up goes on
             prov = read_provenance(path.parent / PROVENANCE).get(path.name, {})
-            rest, _, dtype = parse_file_name(path.name, spec.artifact_suffix)
+            # another kernel's file in a folder they share (SGLang's MoE up and down GEMMs: …_down.json), as its
+            # provenance says: not this kernel's to prime, nor to report
+            if {p.get("kernel") for p in prov.values() if isinstance(p, dict)} - {None, spec.name}:
+                continue
+            rest, named, dtype = parse_file_name(path.name, spec.artifact_suffix)
+            if named != device.name:  # …,device_name=<this device>_down.json without a sidecar record
+                continue
             # the name may show only some axes (the provenance holds the full shape); where the two disagree, the
             # name is what lookup serves the file for, and priming it for the provenance's shape would serve a
             # config to a key no engine looks it up for

@@ -177,6 +177,22 @@ def test_a_stray_file_or_a_broken_shape_in_provenance_is_left_out_and_the_rest_p
     assert report.keys == [] and len(report.skipped) == 1
 
 
+def test_another_kernels_suffixed_file_in_the_folder_is_not_primed_nor_reported(tmp_path, dev):
+    """A folder two kernels share holds the other's ``…,dtype=fp32_down.json``, which its provenance says is that
+    kernel's: neither this kernel's to prime nor a file to report as unusable."""
+    spec, cfg, folder = axpy_export_with_provenance(tmp_path, dev)
+    good = next(folder.glob("*device_name=*.json"))
+    other = folder / good.name.replace(".json", "_down.json")
+    other.write_text('{"1": {"BLOCK": 0}}')
+    sidecar = json.loads((folder / PROVENANCE).read_text())
+    (folder / PROVENANCE).write_text(json.dumps({**sidecar, other.name: {"1": {"kernel": "another_kernel_down"}}}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = flytune_nb.prime(spec, tmp_path)
+    assert [k.config for k in report.keys] == [cfg] and report.skipped == []
+    assert [p.name for p in report.files] == [good.name]
+
+
 def test_a_coarse_key_serves_the_winner_of_the_largest_share_of_time(tmp_path, dev):
     spec = load("SCALE")  # keyed on NB = cdiv(M*N, 1024): M=1, 2, 4 at N=64 share one key
     space = spec.configs({"M": 1, "N": 64}, "fp32", dev)
