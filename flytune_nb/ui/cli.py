@@ -1037,22 +1037,24 @@ def cmd_workbench(args) -> int:
                 _stop_lab(lab)
                 return 130
             # SIGTERM reached this process only: JupyterLab shuts its kernels and server down on one too
-            _stop_lab(lab)
-            print("flytune: terminated (SIGTERM); JupyterLab was shut down", file=sys.stderr)
+            how = "was shut down" if _stop_lab(lab) else "did not end within 30 s of SIGTERM and was killed"
+            print(f"flytune: terminated (SIGTERM); JupyterLab {how}", file=sys.stderr)
             return 128 + 15
 
 
-def _stop_lab(lab) -> None:
+def _stop_lab(lab) -> bool:
     """SIGTERM, on which JupyterLab shuts its kernels and server down; killed where it has not ended in 30 s, or at
-    once at a Ctrl-C meanwhile (the one way left to say "now")."""
+    once at a Ctrl-C meanwhile (the one way left to say "now"). Whether it ended on the SIGTERM."""
     import subprocess
 
     lab.terminate()
     try:
         lab.wait(timeout=30)
+        return True
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
         lab.kill()
         lab.wait()
+        return False
 
 
 COMMANDS = {"kernels": cmd_kernels, "sweep": cmd_sweep, "census": cmd_census, "export": cmd_export,
