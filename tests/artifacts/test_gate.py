@@ -443,22 +443,29 @@ def test_an_unreadable_file_no_provenance_names_is_given_a_sweep_command_that_pa
     assert not re.search(r"M=(\s|\")", printed)
 
 
+def _moe_file(tmp_path, kernel: str, name: str, dtype: str):
+    """One SGLang MoE config file ``name`` of ``kernel`` under tmp_path/ex, with its provenance record (the shape
+    E=4 N=64 K=32 topk=2, ``dtype``, the kernel's current source): (folder, name, record)."""
+    pytest.importorskip("sglang")
+    from flytune_nb.core.registry import get_kernel
+
+    folder = tmp_path / "ex" / "sglang_fused_moe" / "configs" / f"triton_{triton.__version__.replace('.', '_')}"
+    folder.mkdir(parents=True)
+    (folder / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64,
+                                                 "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 2}}))
+    record = {"kernel": kernel, "shape": {"E": 4, "N": 64, "K": 32, "topk": 2}, "dtype": dtype,
+              "source": get_kernel(kernel).fingerprint}
+    (folder / "provenance.json").write_text(json.dumps({name: {"1": record}}))
+    return folder, name, record
+
+
 def test_a_name_and_sidecar_that_agree_in_the_kernels_own_dtype_tag_are_read_as_the_sidecars_dtype(tmp_path, dev):
     """SGLang's fp8 MoE file names say ``dtype=fp8_w8a8`` where the sidecar says ``fp8``: the same dtype, so the file
     is checked as fp8; a sidecar naming another dtype than the name's is refused."""
-    pytest.importorskip("sglang")
     from flytune_nb.artifacts.gate import gather
-    from flytune_nb.core.registry import get_kernel
 
-    spec = get_kernel("sglang_fused_moe")
-    folder = tmp_path / "ex" / "sglang_fused_moe" / "configs" / f"triton_{triton.__version__.replace('.', '_')}"
-    folder.mkdir(parents=True)
     name = f"E=4,N=64,device_name={dev.name},dtype=fp8_w8a8.json"
-    (folder / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64,
-                                                 "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 2}}))
-    record = {"kernel": "sglang_fused_moe", "shape": {"E": 4, "N": 64, "K": 32, "topk": 2}, "dtype": "fp8",
-              "source": spec.fingerprint}
-    (folder / "provenance.json").write_text(json.dumps({name: {"1": record}}))
+    folder, _, record = _moe_file(tmp_path, "sglang_fused_moe", name, "fp8")
     [f] = gather(tmp_path / "ex", dev.name)
     assert not f.error and f.dtype == "fp8" and f.rest == {"E": 4, "N": 64, "K": 32, "topk": 2}
     (folder / "provenance.json").write_text(json.dumps({name: {"1": {**record, "dtype": "bf16"}}}))
@@ -471,19 +478,9 @@ def test_a_down_gemm_file_is_read_without_its_suffix_by_check(tmp_path, dev, dty
     """The down GEMM's files end in ``_down`` (``…,dtype=fp8_w8a8_down.json``, ``…,device_name=D_down.json``): the
     suffix is the kernel's, not part of the dtype tag or the device, so the fp8 file is checked as fp8 rather than
     refused as a sidecar that contradicts its name."""
-    pytest.importorskip("sglang")
     from flytune_nb.artifacts.gate import gather
-    from flytune_nb.core.registry import get_kernel
 
-    spec = get_kernel("sglang_fused_moe_down")
-    folder = tmp_path / "ex" / "sglang_fused_moe" / "configs" / f"triton_{triton.__version__.replace('.', '_')}"
-    folder.mkdir(parents=True)
-    name = f"E=4,N=64,device_name={dev.name}{tag}_down.json"
-    (folder / name).write_text(json.dumps({"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64,
-                                                 "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 2}}))
-    record = {"kernel": "sglang_fused_moe_down", "shape": {"E": 4, "N": 64, "K": 32, "topk": 2}, "dtype": dtype,
-              "source": spec.fingerprint}
-    (folder / "provenance.json").write_text(json.dumps({name: {"1": record}}))
+    _moe_file(tmp_path, "sglang_fused_moe_down", f"E=4,N=64,device_name={dev.name}{tag}_down.json", dtype)
     [f] = gather(tmp_path / "ex", dev.name)
     assert (f.kernel, f.error, f.dtype, f.rest) == ("sglang_fused_moe_down", "", dtype,
                                                     {"E": 4, "N": 64, "K": 32, "topk": 2})
