@@ -231,8 +231,8 @@ class _Terminated(KeyboardInterrupt):
 def _stop_at_sigterm() -> None:
     """SIGTERM (`kill`, a batch scheduler's time limit, a container's stop) is met as a Ctrl-C is: the command stops
     where it is, keeps what it stored, stops its workers, removes its lock and says so in one line, then ends with
-    128 + SIGTERM as a killed command does. Left to the default, it died at once with no word and left the store's
-    -wal/-shm and the sweep's lock file behind. A second SIGTERM ends the process at once. Workers ignore it
+    128 + SIGTERM as a killed command does. Left to the default, it would die at once with no word and leave the
+    store's -wal/-shm and the sweep's lock file behind. A second SIGTERM ends the process at once. Workers ignore it
     (engine/processes.child_init): the parent stops them, and one dying of it mid-trial would read as a crash."""
     import signal
 
