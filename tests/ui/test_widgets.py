@@ -222,6 +222,8 @@ def test_heuristic_editor_rescores_on_stored_data_and_rejects_bad_edits(tmp_path
     ed.code.value = ("from flytune_nb.core.config import Config\n"
                      "def default(shape, dtype, device):\n    return Config({'BLOCK_N': 256}, num_warps=8, num_stages=3)\n")
     assert ed.last.unmeasured and "never measured" in ed.result.value
+    # which "best" the regret divides by, since heuristic_fit's divides by another
+    assert "is each shape's winner, the config an export ships" in ed.result.value
 
 
 def test_editor_verdicts_show_the_tie_band_the_shape_was_decided_with(dev, noisy_shape):

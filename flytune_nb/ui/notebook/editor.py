@@ -146,7 +146,9 @@ class HeuristicEditor(W.VBox):
             f"measured. Regret (geomean vs best, over the {s['compared']} shapes both rules have timings for): "
             f"current {ratio(s['old_regret'])}, edited {ratio(s['new_regret'])}.<br><small>A pick wins or loses "
             f"only beyond its shape's tie band, the one the shape's winner was chosen with (the selection's floor, "
-            f"wider where its re-timed rounds were noisy).</small></p>"
+            f"wider where its re-timed rounds were noisy). <i>best</i> is each shape's winner, the config an export "
+            f"ships, so a pick that ties with it can score just under 1.00x; <code>heuristic_fit</code>'s regret "
+            f"divides by each shape's fastest search median instead.</small></p>"
             f"<div style='max-height:360px;overflow:auto'><table><tr><th>shape</th><th>current</th><th>edited</th>"
             f"<th>best</th><th></th></tr>{rows}</table></div>")
         self._scored = self.result.value
