@@ -34,6 +34,8 @@ import importlib
 import importlib.metadata
 from functools import lru_cache
 
+from flytune_nb._compat import distribution_version, version_listed
+
 VERIFIED = {(0, 5)}
 
 # flydsl 0.5.0's jit_function._CACHE_INVALIDATING_ENV_VARS (plus its gfx1250-only variable), for a FlyDSL without it.
@@ -44,19 +46,11 @@ KNOWN_ENV = ("FLYDSL_COMPILE_OPT_LEVEL", "FLYDSL_COMPILE_BACKEND", "FLYDSL_COMPI
 
 def installed_version() -> str | None:
     """The installed flydsl's version, from its metadata (no import); None when it is not installed."""
-    try:
-        return importlib.metadata.version("flydsl")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return distribution_version("flydsl")
 
 
 def verified() -> bool:
-    v = installed_version() or ""
-    parts = v.split(".")
-    try:
-        return (int(parts[0]), int(parts[1])) in VERIFIED
-    except (ValueError, IndexError):
-        return False
+    return version_listed(installed_version(), VERIFIED, 2)
 
 
 @lru_cache(maxsize=None)

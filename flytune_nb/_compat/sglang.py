@@ -11,24 +11,18 @@ with the stand-ins they need on a CPU machine, and hands the module in).
 """
 from __future__ import annotations
 
-import importlib.metadata
+from flytune_nb._compat import distribution_version, version_listed
 
 VERIFIED = {(0, 5, 23)}
 
 
 def installed_version() -> str | None:
     """The installed sglang's version, from its metadata (no import); None when it is not installed."""
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return distribution_version("sglang")
 
 
 def verified() -> bool:
-    try:
-        return tuple(int(p) for p in (installed_version() or "").split(".")[:3]) in VERIFIED
-    except ValueError:
-        return False
+    return version_listed(installed_version(), VERIFIED, 3)
 
 
 def reset_moe_config(triton_utils, config) -> bool:
