@@ -107,6 +107,7 @@ class Audit:
     missing_files: list = field(default_factory=list)  # (shape label, file name)
     missing_sizes: dict = field(default_factory=dict)  # file -> [batch sizes of SGLang's default list it lacks]
     interrupted: bool = False  # stopped by Ctrl-C: ``entries`` are the ones timed before it, the rest never were
+    stopped_by: str = ""  # what interrupted it, as the report names it: Ctrl-C unless the caller knows better (SIGTERM)
 
     @property
     def slower(self) -> list:
@@ -132,7 +133,7 @@ def _kept_on_interrupt(result: "Audit"):
     try:
         yield
     except KeyboardInterrupt:
-        result.interrupted = True
+        result.interrupted, result.stopped_by = True, result.stopped_by or "Ctrl-C"
         raise AuditInterrupted(result) from None
 
 
@@ -368,7 +369,7 @@ def to_markdown(a: Audit) -> str:
              f"{len(a.skipped)} files not timed"
              + (f"; **{len(a.unreadable)} files SGLang cannot read**." if a.unreadable else "."), ""]
     if a.interrupted:
-        lines[4:4] = [f"**Interrupted (Ctrl-C) after {len(a.entries)} entries: a partial audit.** Entries and files "
+        lines[4:4] = [f"**Interrupted ({a.stopped_by}) after {len(a.entries)} entries: a partial audit.** Entries and files "
                       f"after the last row below were not timed, and shapes asked for with --shape were not checked "
                       f"for a missing file; run the audit again for all of them.", ""]
     if a.unreadable:

@@ -914,10 +914,11 @@ def cmd_audit_sglang(args) -> int:
         # an audit keeps no results store (main's generic message would promise one): what was timed goes into the
         # report, marked partial, and nothing resumes it
         result = e.audit
+        result.stopped_by = "SIGTERM" if _TERMINATED else "Ctrl-C"
         Path(args.md).write_text(to_markdown(result))
         if args.json:
             Path(args.json).write_text(to_json(result))
-        print(f"flytune audit-sglang: interrupted; the {len(result.entries)} entries timed before it are in {args.md}"
+        print(f"flytune audit-sglang: {'terminated (SIGTERM)' if _TERMINATED else 'interrupted'}; the {len(result.entries)} entries timed before it are in {args.md}"
               f" (a partial report); running it again times every entry afresh", file=sys.stderr)
         return 130
     md = to_markdown(result)

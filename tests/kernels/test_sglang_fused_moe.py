@@ -826,6 +826,33 @@ def test_ctrl_c_mid_audit_writes_the_entries_timed_so_far_as_a_partial_report(tm
     assert data["interrupted"] is True and [e["M"] for e in data["entries"]] == [1]
 
 
+def test_sigterm_mid_audit_says_terminated_in_the_report_and_on_stderr(tmp_path, monkeypatch, capsys):
+    """A SIGTERM stops an audit as a Ctrl-C does (the CLI raises a KeyboardInterrupt for it), but the partial report
+    and the last line must name what stopped it: a batch scheduler's log reading "Ctrl-C" sends the reader the wrong
+    way."""
+    from flytune_nb.artifacts import sglang_audit
+    from flytune_nb.measure.trial import Trial
+    from flytune_nb.ui import cli
+
+    root = tmp_path / "sglang"
+    _fake_shipped(root, running(), "E=4,N=64,device_name=CPU_interpreter.json", {1: _entry(1), 4: _entry(4)})
+
+    def measure(spec, shape, dtype, config):
+        if shape["M"] == 4:
+            cli._TERMINATED.append(15)
+            raise cli._Terminated
+        return Trial(spec.name, shape, dtype, config, "ok", p50=0.1)
+
+    monkeypatch.setattr(sglang_audit, "default_measure", lambda device, timing="graph": measure)
+    monkeypatch.setattr(cli, "_TERMINATED", [])
+    md = tmp_path / "audit.md"
+    rc = cli.main(["audit-sglang", "--dir", str(root), "--shape", "E=4 N=64 K=32 topk=2", "--dtype", "fp16",
+                   "--md", str(md)])
+    err = capsys.readouterr().err
+    assert rc == 130 and err.startswith("flytune audit-sglang: terminated (SIGTERM); the 1 entries timed before it")
+    assert "**Interrupted (SIGTERM) after 1 entries: a partial audit.**" in md.read_text()
+
+
 @pytest.mark.parametrize("kernel", ["sglang_fused_moe", "sglang_fused_moe_down"])
 def test_a_sweep_of_more_experts_per_token_than_experts_is_refused_before_anything_runs(kernel, tmp_path, capsys):
     """top-k 8 of E=4 experts cannot be routed (torch.topk, making the inputs, raised "selected index k out of range"
