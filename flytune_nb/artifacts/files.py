@@ -21,6 +21,7 @@ from pathlib import Path
 from flytune_nb.core.device import NOT_IN_FILE_NAMES
 from flytune_nb.core.paths import file_in_the_way
 from flytune_nb.core.resources import EXPORTS
+from flytune_nb.core.spec import ARTIFACT_SUFFIXES
 from flytune_nb.errors import UsageError
 
 try:  # POSIX; Windows has none (export_lock says what stands in there)
@@ -134,8 +135,10 @@ def parse_file_name(name: str, suffix: str = "") -> tuple[dict, str, str | None]
 def of_device(name: str, device_name: str) -> bool:
     """Whether the file ``name`` holds configs for ``device_name``: ``…,device_name=D.json``, ``…,device_name=D,`` then
     more parts (``dtype=``, SGLang's ``block_shape=[128, 128]``), either with a kernel's lower-case suffix
-    (``_down``). A device whose name starts another's (``NVIDIA_H200`` and ``NVIDIA_H200,X``) claims only its own."""
-    return re.search(rf"device_name={re.escape(device_name)}(,[^=,]+=.*)?(_[a-z]+)?\.json$", name) is not None
+    (``_down``). A device whose name starts another's (``NVIDIA_H200`` and ``NVIDIA_H200,X``, ``CPU`` and
+    ``CPU_interpreter``) claims only its own."""
+    suffixes = "|".join(re.escape(s) for s in ARTIFACT_SUFFIXES)
+    return re.search(rf"device_name={re.escape(device_name)}(,[^=,]+=.*)?({suffixes})\.json$", name) is not None
 
 
 def kernel_dir(spec, root) -> Path:

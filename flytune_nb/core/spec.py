@@ -326,6 +326,14 @@ def _check_types(spec: KernelSpec) -> None:
     for f in ("dtype_from", "description", "artifact_path", "artifact_suffix", "backend"):
         if not isinstance(getattr(spec, f), str):
             raise refuse(f, "text", getattr(spec, f))
+    if spec.artifact_suffix not in ARTIFACT_SUFFIXES:
+        raise refuse("artifact_suffix", " or ".join(map(repr, ARTIFACT_SUFFIXES)), spec.artifact_suffix)
+
+
+# The suffixes a kernel's file names may carry before ".json": SGLang's, whose only one marks a separately tuned MoE
+# down GEMM. A closed list because a file name alone must say whose it is: a device named ``A`` must not claim the
+# files of a device ``A_foo`` (artifacts.files.of_device), which any lower-case suffix would allow.
+ARTIFACT_SUFFIXES = ("", "_down")
 
 
 @functools.lru_cache(maxsize=256)

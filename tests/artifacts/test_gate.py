@@ -529,6 +529,20 @@ def test_a_device_claims_only_its_own_files():
     assert not of_device("N=8,device_name=A,B,dtype=bf16.json", "A")  # device "A,B"
     assert of_device("N=8,device_name=A,B,dtype=bf16.json", "A,B")
     assert not of_device("N=8,device_name=AB.json", "A")
+    # a lower-case part of a device's name is not a kernel's suffix: "CPU" does not claim CPU_interpreter's files
+    assert not of_device("N=8,device_name=CPU_interpreter,dtype=fp16.json", "CPU")
+    assert not of_device("E=1,N=2,device_name=CPU_interpreter.json", "CPU")
+    assert of_device("E=1,N=2,device_name=CPU_interpreter_down.json", "CPU_interpreter")
+
+
+def test_a_kernel_suffix_outside_the_closed_list_is_refused_when_the_spec_is_made():
+    import dataclasses
+
+    from flytune_nb.core.registry import get_kernel
+    from flytune_nb.core.spec import SpecError
+
+    with pytest.raises(SpecError, match="artifact_suffix"):
+        dataclasses.replace(get_kernel("matmul"), artifact_suffix="_up")
 
 
 def test_a_dangling_symlink_is_named_as_one_by_check_and_lookup(tmp_path, capsys, dev):
