@@ -38,6 +38,7 @@ import fnmatch
 import time
 
 from flytune_nb.errors import KernelUnavailable, UsageError
+from flytune_nb.core.spec import ARTIFACT_SUFFIXES
 from flytune_nb.artifacts.files import (PROVENANCE, ArtifactError, ProvenanceError, atomic_write, of_device,
                                         parse_file_name, read_provenance, tuned_for_another_source, tuned_sources)
 from flytune_nb.serve.lookup import validated_table
@@ -235,11 +236,15 @@ def gather(directory, device_name: str, *, kernels=None, files=None, paths=()) -
         except ProvenanceError as e:
             f.sidecar = e
             f.error = f"not checked: the {PROVENANCE} beside it is unusable: {e.problem}"[:200]
-            try:  # the row shows the shape the file's name says, so that the folder's rows are told apart
-                f.rest, _, dtype = parse_file_name(path.name)
+            # the row shows the shape and dtype the file's name says, so that the folder's rows are told apart; the
+            # kernel, hence its suffix, is unknown, so the longest suffix the name ends in is taken for it
+            for suffix in sorted(ARTIFACT_SUFFIXES, key=len, reverse=True):
+                try:
+                    f.rest, _, dtype = parse_file_name(path.name, suffix)
+                except UsageError:
+                    continue
                 f.dtype = dtype or ""
-            except UsageError:
-                pass
+                break
             out.append(f)
             continue
         try:

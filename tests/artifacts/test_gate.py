@@ -786,3 +786,21 @@ def test_a_folder_inside_a_config_dirs_layout_is_refused_naming_the_config_dir(s
         err = capsys.readouterr().err
         assert f"give the config dir that holds it, {out}" in err and "\n" not in err.strip(), err
     assert main(["check", str(out), "--quiet"]) == 0
+
+
+def test_an_unusable_sidecar_row_reads_a_down_files_dtype_without_its_suffix(tmp_path, capsys, monkeypatch):
+    """Beside an unusable provenance.json the file's kernel is unknown, so its row takes dtype and shape from the name
+    alone: a separately tuned down GEMM's ``…,dtype=fp8_w8a8_down.json`` is fp8_w8a8 (with ``_down`` the dtype would
+    name no dtype any kernel has)."""
+    from flytune_nb.ui.cli import main
+    from tests.conftest import H200
+
+    folder = tmp_path / "exports" / "fused_moe" / "triton_3_6_0"
+    folder.mkdir(parents=True)
+    name = "E=8,N=64,device_name=NVIDIA_H200,dtype=fp8_w8a8_down.json"
+    (folder / name).write_text('{"1": {"BLOCK_SIZE_M": 16}}\n')
+    (folder / "provenance.json").write_text("{broken\n")
+    monkeypatch.setattr("flytune_nb.core.device.current_device", lambda: H200)
+    assert main(["check", str(tmp_path / "exports"), "--quiet", "--json", str(tmp_path / "c.json")]) == 1
+    [row] = json.loads((tmp_path / "c.json").read_text())
+    assert (row["status"], row["dtype"], row["path"]) == ("FAIL", "fp8_w8a8", str(folder / name)), row
