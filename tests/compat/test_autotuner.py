@@ -8,7 +8,11 @@ import triton
 import triton.language as tl
 
 from flytune_nb._compat import triton as tc
+from flytune_nb.core.device import current_device
 from tests.conftest import wall_clock
+
+# The GPU's memory where there is one: a compiled launch refuses a CPU tensor ("cannot be accessed from Triton")
+DEV = current_device().torch_device
 
 
 def _big_blocks_out(configs, named_args, **kwargs):
@@ -30,7 +34,7 @@ def make_kernel(**autotune):
 
 
 def call(kernel, n, dtype=torch.float32, **kw):
-    x, y = torch.randn(n, dtype=dtype), torch.empty(n, dtype=dtype)
+    x, y = torch.randn(n, dtype=dtype, device=DEV), torch.empty(n, dtype=dtype, device=DEV)
     kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, 1.0, **kw)
     return x, y
 
@@ -71,7 +75,7 @@ def test_the_dtype_part_follows_the_callers_keyword_order():
         pass
 
     at = tc.unwrap_autotuned(two)[0]
-    a, b = torch.zeros(4), torch.zeros(4, dtype=torch.float16)
+    a, b = torch.zeros(4, device=DEV), torch.zeros(4, dtype=torch.float16, device=DEV)
     with tc.count_benchmarks(at, wall_clock):
         two[(1,)](a=a, b=b, n=4)
         two[(1,)](b=b, a=a, n=4)
@@ -99,7 +103,7 @@ def test_a_primed_key_benchmarks_nothing_and_an_untuned_one_benchmarks_the_prune
 def test_hits_cache_asks_the_real_run_and_launches_nothing():
     add = make_kernel()
     at = tc.unwrap_autotuned(add)[0]
-    x, y = torch.randn(100), torch.full((100,), float("nan"))
+    x, y = torch.randn(100, device=DEV), torch.full((100,), float("nan"), device=DEV)
     launch = lambda: add[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100, 1.0)  # noqa: E731
     assert tc.hits_cache(at, launch) is False
     tc.prime_cache(at, {(100, "torch.float32", "torch.float32"): at.configs[0]})
