@@ -22,12 +22,20 @@ RESULTS = HERE / "results"
 REPO = HERE.parent
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose refusals are one line, as flytune's CLI prints them: what was wrong and where the usage is,
+    not the usage block first."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 def parser(doc: str, file: str) -> argparse.ArgumentParser:
     """The parser a benchmark script starts from: ``python -m benchmarks NAME`` as its program name, the module
     docstring (the question first) as its description, and ``--out``."""
     name = Path(file).stem
-    ap = argparse.ArgumentParser(prog=f"python -m benchmarks {name}", description=doc,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(prog=f"python -m benchmarks {name}", description=doc,
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None, metavar="DIR",
                     help="folder for the result files (default: benchmarks/results/<device>/, <device> being the "
                          "name of the GPU that ran it, or of the GPU whose stored timings it analyses)")
@@ -74,6 +82,10 @@ def device_name() -> str:
 def results_dir(out: Path | str | None = None, device: str | None = None) -> Path:
     """``out`` when given, else benchmarks/results/<device>/ (default: this machine's device); created."""
     path = Path(out) if out is not None else RESULTS / (device or device_name())
+    if path.exists() and not path.is_dir():
+        from flytune_nb.errors import UsageError
+
+        raise UsageError(f"--out {path} is a file; name a folder for the result files")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -8,7 +8,9 @@ the regret is what a shape that was never swept gets. The stores were swept with
 rows' looped form before its cache hints, matmul before SPLIT_K / STREAM_K): a pick of the current hand rule that
 they never timed is counted as unmeasured, never guessed.
 
-Usage: python -m benchmarks heuristic_fit [--max-depth 3] [--store PATH --kernel NAME [--dtype bf16]] [--out DIR]
+Usage: python -m benchmarks heuristic_fit [--max-depth 3] [--store PATH --kernel NAME [--dtype bf16] [--path P]]
+[--out DIR]; --path finds a kernel that is not built in, as flytune's commands do (an adopted kernel:
+--path my_kernels.py:SPEC).
 ~1 minute on a CPU. Results: benchmarks/results/<device>/heuristic_fit.{json,md}, filed under the device that measured
 the stores (NVIDIA_H200 for the committed ones; a --store's own), and the suggested rules as
 heuristic_fit_<kernel>_<dtype>.py.txt beside them.
@@ -34,6 +36,10 @@ def main(argv=None) -> int:
     p.add_argument("--kernel", default=None, help="the kernel to fit from --store")
     p.add_argument("--dtype", default="bf16", help="the dtype to fit from --store (default bf16)")
     p.add_argument("--name", default="heuristic_fit", help="result file name")
+    p.add_argument("--path", action="append", default=[],
+                   help="where --kernel is found when it is not built in, as flytune's --path: a folder that holds "
+                        "kernel folders, or a module attribute holding a spec ('my_kernels.py:SPEC', "
+                        "'package.module:SPEC', an adopted kernel's); repeatable")
     args = p.parse_args(argv)
 
     from flytune_nb.analysis import fit as F
@@ -45,14 +51,17 @@ def main(argv=None) -> int:
         raise UsageError("--store and --kernel go together")
     if args.max_depth < 1:
         raise UsageError(f"--max-depth must be >= 1, got {args.max_depth}")
-    plan = [(args.kernel, args.store, (get_kernel(args.kernel).check_dtype(args.dtype),))] if args.store else \
-        [(k, RESULTS / DEVICE / "stores" / db, dts) for k, db, dts in STORES]
+    if args.path and not args.store:
+        raise UsageError("--path finds the kernel of --store: give --store and --kernel with it")
+    _check_paths(args.path)
+    plan = [(args.kernel, args.store, (get_kernel(args.kernel, args.path).check_dtype(args.dtype),))] \
+        if args.store else [(k, RESULTS / DEVICE / "stores" / db, dts) for k, db, dts in STORES]
     dev = _store_device(args.store) if args.store else DESCRIBED[DEVICE]
     folder = results_dir(args.out, dev.name)
     t0 = time.perf_counter()
     rows, lines, notes = [], [], []
     for kernel, store, dtypes in plan:
-        spec = get_kernel(kernel)
+        spec = get_kernel(kernel, args.path)
         db = Path(store).name
         for dtype in dtypes:
             data = F.from_store(store, kernel, dtype=dtype, canonical=spec.canonical)
@@ -101,6 +110,17 @@ def _why_not_scored(data, spec, validation) -> str:
                 f"on the others, so sweep a second one to score the rule on a shape it never saw")
     return (f"of the {len(validation.rows)} held-out shapes, none has both the fitted and the hand rule's pick timed "
             f"in the store")
+
+
+def _check_paths(paths) -> None:
+    """Every --path entry loads, as flytune's commands check theirs: a folder that is not one, or a file or attribute
+    that is not there, is one usage error before anything is read."""
+    from flytune_nb.core.registry import is_reference, load_reference, search_path
+
+    search_path(paths)
+    for ref in paths:
+        if is_reference(ref):
+            load_reference(ref, paths)
 
 
 def _store_device(path: Path):

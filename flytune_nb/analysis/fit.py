@@ -222,6 +222,9 @@ class Rule:
     features: list = field(default_factory=list)
     source_note: str = ""
     hand: Callable | None = None  # the hand-written default, for HAND leaves
+    # the kernel is a folder whose heuristic.py sits beside its configs.py (has_configs_module); an adopted kernel
+    # has no such module, and its rule reaches the space through the spec, by name
+    folder: bool = True
 
     def predict(self, shape, dtype, device) -> Config:
         """The leaf's config at this shape (a template not yet landed on the space: ``source`` does that; a HAND
@@ -257,7 +260,7 @@ class Rule:
             "from flytune_nb.kit import Config, itemsize",
             "from flytune_nb.kit.spaces import nearest, next_pow2",
             "",
-            "from .configs import configs",
+            *(["from .configs import configs"] if self.folder else _spec_space(self.kernel)),
             "",
             "",
             "def _landed(shape, dtype, device, knobs):",
@@ -286,10 +289,47 @@ class Rule:
             emit(node.right, depth + 1)
 
         emit(self.root, 1)
-        if uses_hand:
+        if uses_hand and self.folder:
             lines += ["", "", f"# -- the hand-written rule, as kernels/{self.kernel}/heuristic.py has it (comments "
                       "dropped) --", _hand_source(self.hand)]
+        elif uses_hand:
+            lines += ["", "", *_spec_hand(self.kernel, self.hand)]
         return "\n".join(lines) + "\n"
+
+
+def has_configs_module(spec) -> bool:
+    """Whether ``from .configs import configs`` in the kernel's heuristic module reaches its space: a kernel folder
+    (configs.py beside heuristic.py). An adopted kernel has neither: its space and rule are closures of adopt."""
+    import inspect
+
+    space, rule = inspect.unwrap(spec.configs), inspect.unwrap(spec.default)
+    where = getattr(space, "__module__", None) or ""
+    return (getattr(space, "__name__", "") == "configs" and where.endswith(".configs")
+            and where.rpartition(".")[0] == (getattr(rule, "__module__", None) or "").rpartition(".")[0])
+
+
+def _spec_space(kernel: str) -> list[str]:
+    """The space of a kernel with no folder: its spec's, looked up by name when the rule runs (the editor's process
+    has the spec: adopt registers every spec it makes under its name)."""
+    return ["from flytune_nb import get_kernel", "", "",
+            "def configs(shape, dtype, device):",
+            f"    # {kernel} has no kernel folder (an adopted kernel): its pruned space is its spec's",
+            f"    return get_kernel({kernel!r}).configs(shape, dtype, device)"]
+
+
+def _spec_hand(kernel: str, hand) -> list[str]:
+    """HAND leaves of a kernel with no folder: adopt's own rule (the first config its decorator keeps) is written
+    out; a rule passed as adopt(default=...) is called through the spec, whose default it is."""
+    import inspect
+
+    if getattr(inspect.unwrap(hand), "first_of_space", False) if hand is not None else False:
+        return ["def hand_default(shape, dtype, device):",
+                "    # adopt's rule: the first config the decorator keeps for the shape",
+                "    return configs(shape, dtype, device)[0]"]
+    return ["def hand_default(shape, dtype, device):",
+            f"    # {kernel}'s own rule (adopt's default=): write it out here before this rule becomes that default,",
+            "    # or it calls itself",
+            f"    return get_kernel({kernel!r}).default(shape, dtype, device)"]
 
 
 def _hand_source(fn) -> str:
@@ -407,7 +447,7 @@ def fit(data: Sequence[ShapeTimes], spec, device, *, features: Sequence[Feature]
         return Node(feature=features[0], threshold=thr, left=split_all(cols[:mid]), right=split_all(cols[mid:]),
                     n=len(cols))
 
-    return Rule(grow(train, 0), spec.name, features, hand=spec.default)
+    return Rule(grow(train, 0), spec.name, features, hand=spec.default, folder=has_configs_module(spec))
 
 
 def _build_costs(data, spec, device, relative, keep_hand) -> _Costs:

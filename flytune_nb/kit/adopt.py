@@ -478,6 +478,8 @@ def adopt(kernel, *, make_inputs: Callable, launch: Callable, reference: Callabl
     if default is None:
         def heuristic(shape, dtype, device):
             return space(tuple(shape.items()), dtype, device)[0]
+
+        heuristic.first_of_space = True  # a fitted rule writes it out as configs(...)[0] (analysis.fit)
     elif isinstance(default, Config):
         heuristic = lambda shape, dtype, device: default  # noqa: E731
     else:
