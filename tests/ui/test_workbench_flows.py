@@ -570,3 +570,39 @@ def test_a_sweep_stopped_while_it_prepares_its_shape_says_stopped_not_failed(tmp
     assert not th.is_alive()
     assert html.unescape(wb.control.label.value).startswith("stopped:"), wb.control.label.value
     assert wb.control.bar.description == "stopped"
+
+
+def test_the_stored_results_line_follows_the_grid_as_its_boxes_are_edited_before_run(tmp_path):
+    """The line saying the store holds this grid's results is the grid's: edited in the boxes before Run (an axis,
+    the dtypes), it is recomputed at once, appearing for a grid the store holds and going for one it does not, in
+    the message, the overview and the heuristic editor alike."""
+    import random
+
+    db = str(tmp_path / "w.db")
+    swept = sorted(random.sample((48, 64, 80, 96), 2))
+    first = Workbench("toy", {"N": ",".join(map(str, swept))}, ["fp32"], db=db, isolate=False, paths=[PLUGINS])
+    assert first.wait_ready(60)
+    first.run().join(120)
+    per_shape = first.store.count() // 2
+
+    wb = Workbench("toy", {"N": "128"}, ["fp32"], db=db, isolate=False, paths=[PLUGINS])
+    assert wb.wait_ready(60)
+
+    def said():
+        shown = [html.unescape(w.value) for w in (wb.message, wb.overview.summary, wb.editor.result)]
+        return shown, [("press Run to show them" in s) for s in shown]
+
+    assert said()[1] == [False] * 3  # nothing stored of N=128
+    wb.grid.axis_boxes["N"].value = f"{swept[0]},128"  # one of the two stored, one not
+    shown, hints = said()
+    assert hints == [True] * 3, shown
+    assert f"the store holds {per_shape} trials of 1 of this grid's 2 shapes" in shown[0]
+    assert "the grid's other shapes are measured" in shown[0]
+    wb.grid.axis_boxes["N"].value = ",".join(map(str, swept))
+    assert f"the store holds {2 * per_shape} trials of 2 of this grid's 2 shapes" in said()[0][0]
+    wb.grid.dtypes.value = ("bf16",)  # stored in fp32 only
+    assert said()[1] == [False] * 3, said()[0]
+    wb.grid.dtypes.value = ("fp32", "bf16")
+    assert f"of 2 of this grid's 4 shapes" in said()[0][0]
+    wb.grid.axis_boxes["N"].value = "N=x"  # a typo: the preview says it, and no stale line stays
+    assert said()[1] == [False] * 3

@@ -126,6 +126,7 @@ class GridEditor(W.VBox):
         self.rows = W.VBox()
         self._rebuilding = False
         self.on_change = None  # called after every preview: the workbench shows or hides its accept button
+        self.on_edit = None  # called after the user edits the grid (an axis box, a preset, the dtypes)
         self.fits_problem = ""  # a shape too large for the device: Run refuses, as it refuses typos
         self.planned: list[int] = []  # trials per (dtype, shape) of the current grid, in the sweep's order
         self._fits_gen = 0
@@ -181,6 +182,11 @@ class GridEditor(W.VBox):
     def _axis_edited(self, _) -> None:
         self.grid_problem = ""  # the user edited the boxes: an earlier parameters-cell problem is answered
         self.update_preview()
+        self._edited()
+
+    def _edited(self) -> None:
+        if self.on_edit is not None:
+            self.on_edit()
 
     def problems(self) -> list[str]:
         """Parameters-cell mistakes the widgets replaced with a fallback and the user has not answered yet."""
@@ -191,6 +197,7 @@ class GridEditor(W.VBox):
             return  # rebuild() previews once when it is done
         self.dtype_problem = ""  # the user picked from the list: an earlier parameters-cell problem is answered
         self.update_preview()
+        self._edited()
 
     def _apply_preset(self, change) -> None:
         values = PRESETS.get(change["new"])

@@ -101,6 +101,7 @@ class Workbench(W.VBox):
                           W.HBox([self.message, self.accept_button]), self.tabs_box])
         self.accept_button.on_click(lambda _: self.accept_choices())
         self.grid.on_change = self._sync_accept  # every preview: hidden once the user's edits answer the problems
+        self.grid.on_edit = self._grid_edited
         self.settings.budget.observe(lambda c: self.grid.update_preview(budget=c["new"] or 0), "value")
         # after SweepSettings.answered, each knob's own observer
         for knob in (self.settings.strategy, self.settings.budget, self.settings.timeout):
@@ -237,6 +238,13 @@ class Workbench(W.VBox):
 
     def finished_results(self) -> list:
         return self.live.finished_results()
+
+    def _grid_edited(self) -> None:
+        """The grid's boxes edited before Run: the line saying the store holds its results is this grid's, so the
+        views that show it (no results on screen yet) are redrawn with the new grid's line, or without one."""
+        if self.live.entries or not self.views_ready.is_set():
+            return  # results on screen: no line to show; views not built yet: they draw the grid as it is then
+        self.refresh_views()
 
     def _kernel_changed(self) -> None:
         """Another kernel: nothing of the previous one's plot, finish line or export message stays."""
