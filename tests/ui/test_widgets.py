@@ -187,7 +187,9 @@ def test_grid_editor_previews_work_estimates_from_the_store_and_explains_bad_inp
     timed = GridEditor(picker, {"M": "1,64", "N": "4096"}, ["fp32"], store_getter=lambda: store)
     timed.fits_thread.join(60)
     assert f"from {len(rows)} trials this store measured" in timed.preview.value
-    assert f"{per:.2g} s a trial" in timed.preview.value
+    # one size stored (M=2 N=256), the grid 8x and 512x its flops: no slope is known, so a range is said
+    assert f"{per:.2g} s a trial at the one size measured, M=2 N=256 fp32" in timed.preview.value
+    assert "span 8x to 512x its FLOPs" in timed.preview.value and "from not growing to growing" in timed.preview.value
     grid.axis_boxes["M"].value = "1,x"
     assert "not a positive integer" in grid.preview.value and "&#9888;" in grid.preview.value
     grid.axis_boxes["M"].value = "4"
@@ -1322,3 +1324,47 @@ def test_an_edit_saved_to_a_file_of_ones_own_is_not_called_unsaved(tmp_path, dev
     shown[0] = "toy"
     ed.load()
     assert "not saved" not in html.unescape(ed.note.value)
+
+
+def _said_seconds(line: str) -> tuple[float, float]:
+    """The preview's "~3 min 05 s" or "~2 s to ~40 s" as (low, high) seconds."""
+    import re
+
+    def secs(text):
+        m = re.fullmatch(r"(?:(\d+) h )?(?:(\d+) min )?(?:(\d+) s)?", text.strip())
+        h, mi, s = (int(g or 0) for g in m.groups())
+        return 3600 * h + 60 * mi + s
+
+    found = re.search(r"; ~([^(;]*?)(?: to ~([^(;]*?))? \(", line)
+    lo = secs(found.group(1))
+    return lo, secs(found.group(2)) if found.group(2) else lo
+
+
+def test_the_preview_scales_a_trials_time_with_the_shapes_work(tmp_path):
+    """Trials of small shapes stored, a grid of larger ones previewed: the time said grows with the shapes' work
+    (rmsnorm's flops), where one median over the stored shapes said a fraction of what the grid then took, and the
+    line says it extrapolated, and from which sizes."""
+    import random
+
+    from flytune_nb.analysis.estimate import START_S, trial_seconds
+    from flytune_nb.engine.store import Store
+
+    n = random.choice((128, 256))
+    big = sorted(random.sample((48, 64, 80, 96), 2))
+    small_db, big_db = tmp_path / "small.db", tmp_path / "big.db"
+    Sweep("rmsnorm", f"M=1,2,8 N={n}", ["fp32"], db=small_db, isolate=False, baselines=()).run()
+    Sweep("rmsnorm", f"M={big[0]},{big[1]} N={n}", ["fp32"], db=big_db, isolate=False, baselines=()).run()
+    done = Store(big_db)
+    rows, retimes = done.frame("rmsnorm"), done.frame("rmsnorm", table="retimes")
+    # what the grid took, as the estimate counts it: the worker's start, every trial, each shape's re-timing
+    took = START_S["interpreter"] + sum(trial_seconds(c, p, r, False) for c, p, r in
+                                        zip(rows["compile_s"], rows["p50"], rows["reps"])) + \
+        sum(trial_seconds(0.0, p, r, False) for p, r in zip(retimes["p50"], retimes["reps"]))
+    store = Store(small_db)
+    grid = GridEditor(KernelPicker("rmsnorm"), {"M": f"{big[0]},{big[1]}", "N": str(n)}, ["fp32"],
+                      store_getter=lambda: store)
+    grid.fits_thread.join(60)
+    line = html.unescape(grid.preview.value)
+    lo, hi = _said_seconds(line)
+    assert lo == hi and took / 2 <= lo <= took * 2, (line, took)
+    assert "FLOPs^" in line and "extrapolated" in line and f"M=8 N={n} fp32" in line, line

@@ -14,7 +14,7 @@ import weakref
 import ipywidgets as W
 
 from flytune_nb.backends import cannot_launch
-from flytune_nb.analysis.estimate import duration, estimate
+from flytune_nb.analysis.estimate import duration, estimate, work_of
 from flytune_nb.analysis.units import fmt_time
 from flytune_nb.core.device import current_device
 from flytune_nb.core.dtypes import DtypeError, canonical, parse_list
@@ -247,7 +247,9 @@ class GridEditor(W.VBox):
                     n = len(set(spec.configs(s, d, dev)) | {spec.default(s, d, dev)})
                     self.planned.append(n if not budget else min(n, budget))
             n = sum(self.planned)
-            self._shown = (len(shapes), len(self.dtypes.value), n, budget, dev.name)
+            # each shape's trials beside the shape: the estimate scales a trial's time with the shape's work
+            plan = [(s, d, k) for (d, s), k in zip(((d, s) for d in self.dtypes.value for s in shapes), self.planned)]
+            self._shown = (len(shapes), len(self.dtypes.value), n, budget, dev.name, plan)
             self._render()
             self._check_in_background(spec, shapes, list(self.dtypes.value), dev)
             return len(shapes), n
@@ -257,9 +259,9 @@ class GridEditor(W.VBox):
             return None
 
     def _render(self) -> None:
-        n_shapes, n_dtypes, n, budget, dev_name = self._shown
+        n_shapes, n_dtypes, n, budget, dev_name, plan = self._shown
         warn = "".join(error_html(p) + "<br>" for p in self.problems())
-        when = (self._estimate.describe(n, n_shapes * n_dtypes) if self._estimate is not None
+        when = (self._estimate.describe(plan) if self._estimate is not None
                 else "estimating the time…")
         self.preview.value = warn + (
             f"<b>{n_shapes}</b> shape{'s' if n_shapes != 1 else ''} x <b>{n_dtypes}</b> "
@@ -278,7 +280,8 @@ class GridEditor(W.VBox):
 
             if self._estimate is None:
                 try:
-                    self._estimate = estimate(self.store_getter(), spec.name, dev.name, dev.is_gpu)
+                    self._estimate = estimate(self.store_getter(), spec.name, dev.name, dev.is_gpu,
+                                              work=work_of(spec))
                 except Exception:  # noqa: BLE001 - an estimate never fails the preview
                     self._estimate = None
                 if gen == self._fits_gen and self._estimate is not None and not self.fits_problem:
