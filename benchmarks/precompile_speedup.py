@@ -28,7 +28,7 @@ TIMER = {"warmup_ms": 5.0, "rep_ms": 25.0}  # the same for both runs
 def one(precompile: bool, n: int) -> dict:
     """In this (fresh) process: the first sweep of n configs."""
     from flytune_nb.core.device import current_device
-    from flytune_nb.engine.events import TrialStarted
+    from flytune_nb.core.events import TrialStarted
     from flytune_nb.core.registry import get_kernel
     from flytune_nb.engine.sweep import Sweep
 

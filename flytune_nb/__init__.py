@@ -3,12 +3,12 @@
 The public API is what this module exports; the subpackages are by role:
 
 - ``core``: configs, the kernel-plugin contract (KernelSpec), dtypes, devices, the tuning key, shape grids, the
-  kernel registry;
+  kernel registry, the events a search or sweep emits;
 - ``kit``: what kernel folders import to write spaces and launch (spaces, launch), and ``adopt``: an existing
   ``@triton.autotune`` kernel as a KernelSpec in one call;
 - ``measure``: one trial (correctness, timing), memory checks, rooflines;
 - ``strategies``: search strategies (one function each) and the search loop;
-- ``engine``: sweeps over grids in isolated worker processes, the results store, events, the compile pool;
+- ``engine``: sweeps over grids in isolated worker processes, the results store, the compile pool;
 - ``backends``: what knows a DSL's compiler (Triton today);
 - ``serve``: the run path with zero search (tuned, disk cache, artifact lookup, and ``prime``: an adopted kernel's
   own autotuner filled with the exported winners);

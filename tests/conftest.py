@@ -182,7 +182,7 @@ class DeleteAfterFirstTrial:
         self.db, self.done = Path(db), []
 
     def __call__(self, event) -> None:
-        from flytune_nb.engine.events import TrialDone
+        from flytune_nb.core.events import TrialDone
 
         if isinstance(event, TrialDone):
             self.done.append(event)

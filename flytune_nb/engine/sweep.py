@@ -19,7 +19,7 @@ from flytune_nb.errors import RunError, UsageError
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import DeviceInfo
 from flytune_nb.measure.memory import ShapeTooLarge
-from flytune_nb.engine.events import Emitter, ShapeDone, ShapeSelected, SweepDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.core.events import Emitter, ShapeDone, ShapeSelected, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.core.shapes import grid_shapes
 from flytune_nb.core.registry import get_kernel, kernel_paths, load_name
 from flytune_nb.engine.store import LISTED_CONFIGS, Store, SweepClaim

@@ -8,7 +8,7 @@ from typing import Callable, Iterable, Sequence
 
 from flytune_nb.core.config import Config
 from flytune_nb.core.device import DeviceInfo
-from flytune_nb.engine.events import Emitter, ShapeDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.core.events import Emitter, ShapeDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.errors import RunError
 from flytune_nb.measure.trial import Trial, evaluate
 

@@ -7,7 +7,7 @@ import time
 
 from flytune_nb.analysis.units import fmt_time
 from flytune_nb.core.shapes import shape_text
-from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.core.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
 
 STATUS_EVERY_S = 30.0  # a log line per trial would be thousands for a GEMM space; one per half minute says it lives
 

@@ -529,7 +529,7 @@ def test_a_shape_cut_off_mid_search_is_left_out_until_the_sweep_resumes(tmp_path
     """A sweep stopped during M=16's search leaves that shape's first trials and no selection: exporting then writes
     M=1 and M=4, says M=16 was left out and how to finish it, and leaves M=16 to lookup's nearest entry rather than
     the fastest of part of a search. Running the same sweep again finishes M=16 and the export takes it."""
-    from flytune_nb.engine.events import TrialDone
+    from flytune_nb.core.events import TrialDone
 
     db = tmp_path / "cut.db"
     sweep = None
@@ -562,7 +562,7 @@ def test_the_first_shape_of_a_fresh_store_cut_off_mid_search_is_never_exported(t
     all, of any shape: the shape's fastest is still of part of a search that nothing re-timed against the default,
     so export leaves it out with the warning, exactly as it does when another shape's selection is in the store.
     Running the same sweep again finishes it and the export takes it."""
-    from flytune_nb.engine.events import TrialDone
+    from flytune_nb.core.events import TrialDone
 
     db = tmp_path / "fresh.db"
     holder = {}
@@ -595,7 +595,7 @@ def test_timing_listed_configs_on_a_cut_off_shape_does_not_finish_its_search(tmp
     finishes, but it searched no space, so the shape stays cut off and export still leaves it out, even where the
     listed run re-measured every trial the search had stored."""
     from flytune_nb.artifacts.unfinished import unfinished_keys
-    from flytune_nb.engine.events import TrialDone
+    from flytune_nb.core.events import TrialDone
 
     db = tmp_path / "cut.db"
     holder, timed = {}, []
@@ -632,7 +632,7 @@ def test_a_shape_finished_without_a_selection_is_exported_once_a_run_has_finishe
     selections the store holds: softmax, stopped the same way, is judged on its own and never had one. Running the
     rmsnorm sweep again measures nothing new and finishes, which is what clears M=4."""
     from flytune_nb.artifacts.unfinished import unfinished_keys
-    from flytune_nb.engine.events import ShapeDone
+    from flytune_nb.core.events import ShapeDone
 
     db = tmp_path / "off.db"
     Sweep("rmsnorm", "M=1 N=256", ["fp32"], db=db, isolate=False, baselines=()).run()  # selection on: the store has some

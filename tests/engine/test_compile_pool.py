@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from flytune_nb.engine.events import TrialStarted
+from flytune_nb.core.events import TrialStarted
 from flytune_nb.engine.sweep import Sweep, SweepError
 from tests.conftest import PLUGINS
 

@@ -11,7 +11,7 @@ from flytune_nb.artifacts.export import export
 from flytune_nb.artifacts.files import ArtifactError
 from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
-from flytune_nb.engine.events import ShapeSelected, TrialStarted
+from flytune_nb.core.events import ShapeSelected, TrialStarted
 from flytune_nb.engine.store import Store
 from flytune_nb.engine.sweep import Sweep
 from flytune_nb.errors import UsageError

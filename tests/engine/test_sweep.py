@@ -12,7 +12,7 @@ import pytest
 
 from flytune_nb.core.device import current_device
 from flytune_nb.core.registry import get_kernel
-from flytune_nb.engine.events import TrialStarted
+from flytune_nb.core.events import TrialStarted
 from flytune_nb.engine.store import Store, StoreError
 from flytune_nb.engine.sweep import Sweep, SweepError
 from tests.conftest import PLUGINS, as_unprivileged_user, count_rows
@@ -494,7 +494,7 @@ def test_two_in_process_sweeps_of_one_kernel_keep_their_own_spec_objects(tmp_pat
     from dataclasses import replace
 
     from flytune_nb.core.registry import get_kernel
-    from flytune_nb.engine.events import TrialDone
+    from flytune_nb.core.events import TrialDone
 
     base = get_kernel("toy", [PLUGINS])
     ran = {"A": set(), "B": set()}  # (N, config) each spec object was run with

@@ -6,7 +6,7 @@ import torch
 
 from flytune_nb.core.config import Config
 from flytune_nb.core.registry import get_kernel
-from flytune_nb.engine.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.core.events import ShapeDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.measure import correctness as check
 from flytune_nb.strategies.loop import NoValidConfig, search
 from tests.conftest import PLUGINS

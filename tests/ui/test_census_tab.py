@@ -8,7 +8,7 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 
 from flytune_nb.analysis import resources  # noqa: E402
-from flytune_nb.engine.events import TrialStarted  # noqa: E402
+from flytune_nb.core.events import TrialStarted  # noqa: E402
 from flytune_nb.engine.store import Store  # noqa: E402
 from flytune_nb.errors import UsageError  # noqa: E402
 from flytune_nb.ui.notebook import Workbench  # noqa: E402

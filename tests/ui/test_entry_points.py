@@ -362,7 +362,7 @@ def test_sigterm_during_a_hang_stops_the_sweep_as_ctrl_c_does_and_ends_with_143(
 def test_stop_ends_an_isolated_sweep_during_a_hang_within_a_second_or_so(tmp_path, monkeypatch):
     """Stop kills the worker after a 0.5 s grace instead of waiting for the per-trial timeout (120 s here); the trial
     in flight is not stored, and Run measures it next time."""
-    from flytune_nb.engine.events import TrialStarted
+    from flytune_nb.core.events import TrialStarted
     from flytune_nb.engine.sweep import Sweep
 
     monkeypatch.setenv("FLYTUNE_EVIL_MODES", "0,3")

@@ -91,7 +91,7 @@ def test_report_tables_mark_the_pick_and_the_unconfirmed_fastest():
 
 
 def test_line_listener_prints_each_finished_shape_and_a_status_line_per_interval():
-    from flytune_nb.engine.events import ShapeDone, TrialDone, TrialStarted
+    from flytune_nb.core.events import ShapeDone, TrialDone, TrialStarted
     from flytune_nb.ui.progress import LineListener
 
     now = [0.0]

@@ -5,7 +5,7 @@ def test_progress_keeps_one_bar_per_shape_in_flight():
     import io
 
     from flytune_nb.core.config import Config
-    from flytune_nb.engine.events import ShapeDone, TrialDone, TrialStarted
+    from flytune_nb.core.events import ShapeDone, TrialDone, TrialStarted
     from flytune_nb.measure.trial import Trial
     from flytune_nb.strategies.loop import SearchResult
     from flytune_nb.ui.progress import TqdmListener

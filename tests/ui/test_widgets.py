@@ -18,7 +18,7 @@ from flytune_nb.analysis.units import unit_for  # noqa: E402
 from flytune_nb.core.config import Config  # noqa: E402
 from flytune_nb.core.device import current_device  # noqa: E402
 from flytune_nb.core.registry import get_kernel  # noqa: E402
-from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted  # noqa: E402
+from flytune_nb.core.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted  # noqa: E402
 from flytune_nb.engine.store import Store  # noqa: E402
 from flytune_nb.engine.sweep import Sweep  # noqa: E402
 from flytune_nb.measure.trial import Trial  # noqa: E402

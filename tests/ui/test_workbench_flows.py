@@ -16,7 +16,7 @@ pytest.importorskip("plotly")
 
 from flytune_nb.artifacts.export import export  # noqa: E402
 from flytune_nb.core.config import Config  # noqa: E402
-from flytune_nb.engine.events import ShapeDone, TrialStarted  # noqa: E402
+from flytune_nb.core.events import ShapeDone, TrialStarted  # noqa: E402
 from flytune_nb.ui.notebook import Workbench  # noqa: E402
 from flytune_nb.ui.notebook.controls import GridEditor, KernelPicker  # noqa: E402
 from flytune_nb.ui.notebook.slots import load_plotly  # noqa: E402

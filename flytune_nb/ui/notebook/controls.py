@@ -20,7 +20,7 @@ from flytune_nb.core.device import current_device
 from flytune_nb.core.dtypes import DtypeError, canonical, parse_list
 from flytune_nb.core.registry import get_kernel, list_kernels
 from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid, shape_text, split_known
-from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.core.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.errors import UsageError
 
 # The grid preview's size checks run on daemon threads; one still inside torch's C++ when the interpreter finalises

@@ -14,7 +14,7 @@ import time
 
 from flytune_nb.analysis.explore import shape_label
 from flytune_nb.core.device import DeviceInfo, interpreter_device
-from flytune_nb.engine.events import ShapeDone, SweepDone, TrialDone, TrialFailed
+from flytune_nb.core.events import ShapeDone, SweepDone, TrialDone, TrialFailed
 from flytune_nb.strategies.loop import SearchResult, on_footing
 
 

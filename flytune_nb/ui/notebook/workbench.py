@@ -21,7 +21,7 @@ from flytune_nb.analysis.failures import summarize
 from flytune_nb.core.device import current_device
 from flytune_nb.core.paths import beside
 from flytune_nb.core.registry import drop_unusable_env_paths, kernel_paths, search_path
-from flytune_nb.engine.events import Emitter, ShapeDone, TrialDone, TrialFailed, TrialStarted
+from flytune_nb.core.events import Emitter, ShapeDone, TrialDone, TrialFailed, TrialStarted
 from flytune_nb.engine.store import StoreGone
 from flytune_nb.errors import RunError, UsageError, first_line
 from flytune_nb.ui.notebook.controls import (GridEditor, KernelPicker, RunControl, SweepSettings, error_html,
