@@ -98,9 +98,9 @@ def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
     problem = device_name_problem(device_name)
     if problem:
         raise ArtifactError(problem)
-    parts = [f"{a}={int(shape[a])}" for a in spec.file_axes] + [f"device_name={device_name}"]
     tag = spec.dtype_tag(dtype)
-    name = ",".join(parts + ([f"dtype={tag}"] if tag else [])) + spec.artifact_suffix + ".json"
+    name = compose_name({a: shape[a] for a in spec.file_axes}, device_name, {"dtype": tag} if tag else {},
+                        spec.artifact_suffix)
     # Linux and macOS file systems hold at most 255 bytes per name: past it open() fails with ENAMETOOLONG, which
     # lookup would report as an unreadable folder and export as a failed write
     if len(os.fsencode(name)) > NAME_MAX:
@@ -109,6 +109,16 @@ def file_name(spec, shape: dict, device_name: str, dtype: str) -> str:
                             f"than the {NAME_MAX} a file name can hold: no config file can be written or read for "
                             f"this device")
     return name
+
+
+def compose_name(axes: dict, device_name: str, parts: dict | None = None, suffix: str = "") -> str:
+    """``E=8,N=14336,device_name=NVIDIA_H200,dtype=fp8_w8a8_down.json``: the axes (``AXIS=int``, in the given order),
+    the device as given, then ``KEY=value`` for each of ``parts`` in its order, the suffix and ``.json``. The one
+    writer of an artifact name: ``file_name`` (any kernel's export and lookup) and artifacts.sglang.file_name (SGLang's
+    MoE names, whose ``block_shape`` and ``per_channel_quant`` parts follow the dtype) both write through it. Checks
+    nothing: ``file_name`` refuses what no file can be named."""
+    fields = [f"{a}={int(v)}" for a, v in axes.items()] + [f"device_name={device_name}"]
+    return ",".join(fields + [f"{k}={v}" for k, v in (parts or {}).items()]) + suffix + ".json"
 
 
 NAME_MAX = 255

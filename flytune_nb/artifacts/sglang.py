@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from flytune_nb.artifacts.files import ArtifactError
+from flytune_nb.artifacts.files import ArtifactError, compose_name
 from flytune_nb.errors import UsageError
 
 KNOB_ORDER = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages",
@@ -44,14 +44,17 @@ def config_dtype(dtype: str) -> str | None:
 
 def file_name(E: int, N: int, device_name: str, dtype: str | None = None, block_shape=None,
               per_channel_quant: bool = False, down: bool = False) -> str:
-    name = f"E={int(E)},N={int(N)},device_name={device_name.replace(' ', '_')}"
+    """SGLang's name for a fused-MoE config file (get_config_file_name), the rule in this module's docstring, written
+    by the artifacts' one name writer (artifacts.files.compose_name): an export through files.file_name names the
+    same file."""
+    parts = {}
     if dtype:
-        name += f",dtype={dtype}"
+        parts["dtype"] = dtype
     if block_shape and all(block_shape):
-        name += f",block_shape={list(block_shape)}"
+        parts["block_shape"] = str(list(block_shape))  # a list's repr, with its space: [128, 128]
     if per_channel_quant:
-        name += ",per_channel_quant=True"
-    return name + ("_down" if down else "") + ".json"
+        parts["per_channel_quant"] = "True"
+    return compose_name({"E": E, "N": N}, device_name.replace(" ", "_"), parts, "_down" if down else "")
 
 
 # the device as torch names it, spaces made "_", which may itself hold "," or "="

@@ -521,6 +521,30 @@ def test_sglangs_moe_file_names_keep_a_device_name_that_holds_a_comma():
                                 "block_shape": [128, 128], "per_channel_quant": False, "down": True}
 
 
+def test_sglangs_moe_names_and_an_exports_names_are_one_writers():
+    """artifacts.sglang.file_name (SGLang's rule, every part) and files.file_name (what export writes for a kernel
+    with SGLang's file axes, dtype tags and _down suffix) give the same bytes, both written by compose_name."""
+    import dataclasses
+
+    from flytune_nb.artifacts import sglang
+    from flytune_nb.artifacts.files import compose_name, file_name
+    from flytune_nb.core.registry import get_kernel
+
+    assert sglang.file_name(8, 14336, "NVIDIA H200") == "E=8,N=14336,device_name=NVIDIA_H200.json"
+    assert sglang.file_name(256, 512, "NVIDIA_H200", "fp8_w8a8", [128, 128], True, True) == \
+        "E=256,N=512,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128],per_channel_quant=True_down.json"
+    assert sglang.file_name(64, 1024, "AMD_Instinct_MI300X", "int8_w8a16", [0, 128]) == \
+        "E=64,N=1024,device_name=AMD_Instinct_MI300X,dtype=int8_w8a16.json"  # a zero block shape is no part
+    moe = get_kernel("fused_moe")
+    shape = {"M": 7, "E": 8, "N": 14336, "K": 4096, "topk": 2}
+    for dtype, suffix in (("bf16", ""), ("fp8", "_down"), ("fp16", "_down")):
+        spec = dataclasses.replace(moe, artifact_dtype=sglang.config_dtype, artifact_suffix=suffix)
+        for device in ("NVIDIA_H200", "Intel(R)_Arc(TM)_A770_Graphics", "Card,_rev_2"):
+            assert file_name(spec, shape, device, dtype) == sglang.file_name(
+                8, 14336, device, sglang.config_dtype(dtype), down=bool(suffix))
+    assert compose_name({"N": 4096}, "X", {"dtype": "bf16"}) == "N=4096,device_name=X,dtype=bf16.json"
+
+
 def test_a_device_claims_only_its_own_files():
     from flytune_nb.artifacts.files import of_device
 
