@@ -98,22 +98,28 @@ def _report_from_store(args) -> int:
     timer (``timing``), and the selection stage re-timed its contenders (the three fastest and the default) in
     interleaved rounds; where the shipped entry was among them those re-timings decide, else the sweep's."""
     import json
-    import sqlite3
     import statistics
 
     from flytune_nb.core.config import Config
     from flytune_nb.artifacts.sglang import config_dtype, shipped_entry
+    from flytune_nb.engine.store import Store
 
     from flytune_nb.errors import UsageError
 
     if not Path(args.from_store).is_file():
         raise UsageError(f"--from-store {args.from_store}: no such file")
-    con = sqlite3.connect(args.from_store)
-    device, started, info = con.execute("select device, min(started), device_info from runs").fetchone()
-    first = con.execute("select toolchain from trials where kernel='sglang_fused_moe' and status='ok' limit 1").fetchone()
-    if device is None or first is None:
+    store = Store(args.from_store, readonly=True)
+    runs = store.records("runs")
+    ran = [t for t in store.records("trials", "sglang_fused_moe") if t["status"] == "ok"]
+    retimes = store.records("retimes", "sglang_fused_moe")
+    selections = store.records("selections", "sglang_fused_moe")
+    store.close()
+    # the earliest run names the sweep's device and start (a sweep resumed into the store adds runs)
+    first_run = min((r for r in runs if r["started"] is not None), key=lambda r: r["started"], default=None)
+    if first_run is None or first_run["device"] is None or not ran:
         raise UsageError(f"--from-store {args.from_store}: no sglang_fused_moe trial that ran")
-    toolchain = json.loads(first[0])
+    device, started, info = first_run["device"], first_run["started"], first_run["device_info"]
+    toolchain = json.loads(ran[0]["toolchain"])
     sglang_version = importlib.metadata.version("sglang")
     dtype = args.dtype or ("fp16" if args.smoke else "bf16")
     models = SMOKE if args.smoke else {k: MODELS[k] for k in args.models.split(",")}
@@ -136,9 +142,8 @@ def _report_from_store(args) -> int:
         for M in args.m or ([1, 5] if args.smoke else BATCH_SIZES):
             shape = {"M": M, **dims}
             key = json.dumps(shape, separators=(",", ":"))
-            trials = con.execute("select config, p50, is_default from trials where kernel='sglang_fused_moe' and "
-                                 "shape=? and dtype=? and status='ok' and fidelity='full' and timing=?",
-                                 (key, dtype, args.timing)).fetchall()
+            trials = [(t["config"], t["p50"], t["is_default"]) for t in ran if t["shape"] == key and
+                      t["dtype"] == dtype and t["fidelity"] == "full" and t["timing"] == args.timing]
             found = shipped_entry(shape, device, triton_version=toolchain.get("triton"), dtype=config_dtype(dtype))
             shipped = found[0] if found else None
             timed = {Config.from_json(c): p for c, p, _ in trials}
@@ -148,13 +153,13 @@ def _report_from_store(args) -> int:
                 continue
             best = min(own, key=own.get)
             rounds: dict = {}
-            for c, p in con.execute("select config, p50 from retimes where kernel='sglang_fused_moe' and shape=? "
-                                    "and status='ok' and timing=? and round >= 0", (key, args.timing)):
-                rounds.setdefault(Config.from_json(c), []).append(p)
+            for r in retimes:
+                if r["shape"] == key and r["status"] == "ok" and r["timing"] == args.timing and r["round"] >= 0:
+                    rounds.setdefault(Config.from_json(r["config"]), []).append(r["p50"])
             med = {c: statistics.median(v) for c, v in rounds.items()}
-            winner = con.execute("select winner from selections where kernel='sglang_fused_moe' and shape=? and "
-                                 "timing=?", (key, args.timing)).fetchone()
-            export = Config.from_json(winner[0]) if winner else None
+            winner = next((s["winner"] for s in selections if s["shape"] == key and s["timing"] == args.timing),
+                          None)
+            export = Config.from_json(winner) if winner else None
             sweep_ratio = timed[shipped] / own[best] if shipped in timed else None
             inter = None
             if shipped in med and any(c != shipped for c in med):
@@ -199,7 +204,6 @@ def _report_from_store(args) -> int:
         summary.append(line)
         md += ["", line, ""]
         print(line, flush=True)
-    con.close()
     md += ["## Summary", ""] + [f"- {x}" for x in summary] + [""]
     write(args.name, payload, "\n".join(md), results_dir(args.out, device=device))
     return 0

@@ -27,12 +27,12 @@ import math
 import os
 import random
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import tempfile
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -92,15 +92,35 @@ def cli(args: list[str], timeout: float, log: list) -> subprocess.CompletedProce
     return p
 
 
-def rows(db: Path, sql: str, args=()) -> list[dict]:
+@contextmanager
+def reading(db: Path):
+    """The results store at ``db``, opened read-only (None where a phase wrote none), closed after."""
+    from flytune_nb.engine.store import Store
+
     if not Path(db).exists():
+        yield None
+        return
+    store = Store(db, readonly=True)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def records(db: Path, table: str) -> list[dict]:
+    """``table``'s rows as stored (Store.records: NULL as None); [] where there is no store."""
+    with reading(db) as store:
+        return store.records(table) if store is not None else []
+
+
+def passed(store, key: str, twins: bool = True) -> list[dict]:
+    """{"config": its JSON, "p50"} of each full-fidelity trial of ``key`` that passed, in the store's order of them
+    (by config); ``twins=False`` leaves out those that share an earlier config's binary and so its numbers."""
+    if store is None:
         return []
-    with sqlite3.connect(db) as c:
-        c.row_factory = sqlite3.Row
-        try:
-            return [dict(r) for r in c.execute(sql, args)]
-        except sqlite3.OperationalError:  # a store without that table
-            return []
+    twin_of = {} if twins else store.binaries_for(key)
+    return [{"config": c.to_json(), "p50": t.p50} for (c, fidelity), t in store.trials_for(key).items()
+            if fidelity == "full" and t.ok and (twins or twin_of.get(c, (None, None))[1] is None)]
 
 
 def fresh(*dbs: Path) -> None:
@@ -186,13 +206,16 @@ def phase_resweep(plan: Plan, budget: float, log: list, kernels=None) -> dict:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dest)
         copied.append(str(rel))
-    sels = rows(db, "SELECT kernel, chose_default, margin, band, repeats FROM selections")
-    twins = rows(db, "SELECT COUNT(*) AS n, SUM(twin_of IS NOT NULL) AS twins FROM trials")
+    sels = records(db, "selections")
+    trials = records(db, "trials")
+    # twins: None for a store with no trials (an SQL SUM over no rows), as the report prints it
+    counts = {"n": len(trials), "twins": sum(t.get("twin_of") is not None for t in trials) if trials else None} \
+        if db.exists() else {}
     return {"files_reswept": done, "still_stale": skipped, "seconds": time.perf_counter() - t0,
             "per_file_s": per_file, "selections": len(sels),
             "default_kept": sum(s["chose_default"] for s in sels),
             "median_band": statistics.median([s["band"] for s in sels if s["band"] is not None] or [math.nan]),
-            "extended": sum((s["repeats"] or 0) > 5 for s in sels), "trials": twins[0] if twins else {},
+            "extended": sum((s["repeats"] or 0) > 5 for s in sels), "trials": counts,
             "copied_exports": len(copied)}
 
 
@@ -234,17 +257,16 @@ def phase_planted(plan: Plan, log: list) -> dict:
     planted = plan.out / "planted"
     shutil.rmtree(planted, ignore_errors=True)
     best = None
-    for prov_path in sorted(plan.exports.rglob("provenance.json")):
-        for fname, entries in json.loads(prov_path.read_text()).items():
-            for m, e in entries.items():
-                if e.get("selection") is None or not e.get("best_p50_ms"):
-                    continue  # only a re-swept entry has its alternatives in the store
-                slower = [r for r in rows(db, "SELECT config, p50 FROM trials WHERE key=? AND status='ok' AND "
-                                               "fidelity='full' AND twin_of IS NULL", (e["key"],))
-                          if r["p50"] >= 1.3 * e["best_p50_ms"]]
-                if slower and (best is None or e["best_p50_ms"] > best[3]["best_p50_ms"]):  # the longest kernel:
-                    pick = min(slower, key=lambda r: r["p50"])  # clearest of the 1 us noise floor
-                    best = (prov_path.parent, fname, m, e, pick)
+    with reading(db) as store:
+        for prov_path in sorted(plan.exports.rglob("provenance.json")):
+            for fname, entries in json.loads(prov_path.read_text()).items():
+                for m, e in entries.items():
+                    if e.get("selection") is None or not e.get("best_p50_ms"):
+                        continue  # only a re-swept entry has its alternatives in the store
+                    slower = [r for r in passed(store, e["key"], twins=False) if r["p50"] >= 1.3 * e["best_p50_ms"]]
+                    if slower and (best is None or e["best_p50_ms"] > best[3]["best_p50_ms"]):  # the longest kernel:
+                        pick = min(slower, key=lambda r: r["p50"])  # clearest of the 1 us noise floor
+                        best = (prov_path.parent, fname, m, e, pick)
     if best is None:
         return {"rc": None, "error": "no re-swept entry with a config >= 1.3x slower in the store"}
     folder, fname, m, e, pick = best
@@ -283,10 +305,12 @@ def _picks(db: Path) -> dict:
     """(kernel, shape json, dtype) -> {"key", "winner", "band", "best"} from a store: the selection's pick and the
     search's fastest median (what the winner was before the selection stage)."""
     out = {}
-    for s in rows(db, "SELECT key, kernel, shape, dtype, winner, band FROM selections"):
-        best = rows(db, "SELECT config FROM trials WHERE key=? AND status='ok' AND fidelity='full' "
-                        "ORDER BY p50 LIMIT 1", (s["key"],))
-        out[(s["kernel"], s["shape"], s["dtype"])] = {**s, "best": best[0]["config"] if best else None}
+    with reading(db) as store:
+        for s in store.records("selections") if store is not None else []:
+            best = min(passed(store, s["key"]), key=lambda r: r["p50"], default=None)
+            out[(s["kernel"], s["shape"], s["dtype"])] = {
+                **{c: s[c] for c in ("key", "kernel", "shape", "dtype", "winner", "band")},
+                "best": best["config"] if best else None}
     return out
 
 
@@ -369,8 +393,8 @@ def phase_modes(plan: Plan, budget: float, log: list) -> dict:
             if e is None:
                 continue
             # what picking under events costs when serving under graphs: both configs' graph-mode search medians
-            times = {r["config"]: r["p50"] for r in rows(g_db, "SELECT config, p50 FROM trials WHERE key=? AND "
-                                                                 "status='ok' AND fidelity='full'", (g["key"],))}
+            with reading(g_db) as store:
+                times = {r["config"]: r["p50"] for r in passed(store, g["key"])}
             loss = times.get(e["winner"], math.nan) / times.get(g["winner"], math.nan)
             out["row"].append({"kernel": kernel, "shape": json.loads(k[1]), "differ": e["winner"] != g["winner"],
                                "events_pick_graph_time_over_graph_pick": loss})

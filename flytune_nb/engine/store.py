@@ -644,8 +644,7 @@ class Store:
         """The table as a pandas DataFrame, shape axes expanded into columns (M, N, ...)."""
         import pandas as pd
 
-        if table not in ("trials", "baselines", "runs", "retimes", "selections", "census"):
-            raise UsageError(f"unknown table {table!r}; one of trials, baselines, runs, retimes, selections, census")
+        _check_table(table)
         if not self.has_table(table):  # a store written before the table existed, opened read-only
             return pd.DataFrame()
         query = f"SELECT * FROM {table}" + (" WHERE kernel=?" if kernel else "")
@@ -655,6 +654,21 @@ class Store:
             axes = pd.DataFrame([json.loads(s) for s in df["shape"]], index=df.index)
             df = pd.concat([df, axes], axis=1)
         return df
+
+    def records(self, table: str = "trials", kernel: str | None = None) -> list[dict]:
+        """The table's rows (of ``kernel``, where given) in the order they were stored, each a dict of its columns
+        as stored: JSON columns (shape, config, toolchain) as text, NULL as None (a failed trial's latency, a
+        selection without a band). ``frame`` holds the same rows, but pandas makes a NULL NaN, which is truthy and
+        breaks ``x or default``, and an integer column with a NULL float; a script that reports stored numbers
+        reads them here. [] for a table the store predates (an old store opened read-only)."""
+        _check_table(table)
+        if not self.has_table(table):
+            return []
+        where, args = (" WHERE kernel=?", (kernel,)) if kernel else ("", ())
+        with self._lock:
+            cur = self._db.execute(f"SELECT * FROM {table}{where} ORDER BY rowid", args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r)) for r in cur.fetchall()]
 
     def kernels(self) -> list[str]:
         """The kernels this store has trials of, by name."""
@@ -681,6 +695,14 @@ class Store:
             return 0
         with self._lock:
             return self._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+TABLES = ("trials", "baselines", "runs", "retimes", "selections", "census")
+
+
+def _check_table(table: str) -> None:
+    if table not in TABLES:  # a table name goes into the SQL text: only the store's own
+        raise UsageError(f"unknown table {table!r}; one of {', '.join(TABLES)}")
 
 
 def _uri(path: Path, query: str) -> str:
