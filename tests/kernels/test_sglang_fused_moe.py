@@ -940,9 +940,11 @@ def test_audit_cli_on_a_machine_without_a_gpu_chooses_the_interpreter_itself(spe
     assert "on the CPU by Triton's interpreter, wall clock of 10 back-to-back calls per sample" in report
 
 
-def test_a_gfx942_census_of_sglangs_kernel_reads_both_gemms_binaries(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernel, gemms", [("sglang_fused_moe", 2), ("sglang_fused_moe_down", 1)])
+def test_a_gfx942_census_of_sglangs_kernel_reads_each_gemms_binary(kernel, gemms, tmp_path, monkeypatch):
     """SGLang launches its kernel through its own launcher, not flytune's: the census must still get what Triton
-    built for gfx942, both GEMMs of each config (gate+up, then down), with their registers and MFMA."""
+    built for gfx942, every GEMM of each config (gate+up, then down; the down kernel's one, through its sibling's
+    compile_only), with their registers and MFMA."""
     import csv
 
     from flytune_nb.ui.cli import main
@@ -950,13 +952,13 @@ def test_a_gfx942_census_of_sglangs_kernel_reads_both_gemms_binaries(tmp_path, m
 
     monkeypatch.setenv("FLYTUNE_CENSUS_CACHE", os.environ.get("FLYTUNE_CENSUS_CACHE", str(CENSUS_CACHE)))
     out = tmp_path / "census.csv"
-    assert main(["census", "sglang_fused_moe", "--target", "mi300x", "--grid", "M=16 E=8 N=256 K=128 topk=2",
+    assert main(["census", kernel, "--target", "mi300x", "--grid", "M=16 E=8 N=256 K=128 topk=2",
                  "--limit", "1", "--db", str(tmp_path / "c.db"), "--csv", str(out), "--quiet", "-j", "1"]) == 0
     rows = list(csv.DictReader(out.open()))
     assert rows and any(r["is_default"] == "1" for r in rows)
     for r in rows:
         kernels = json.loads(r["kernels"])
-        assert r["status"] == "ok" and r["binary"] and len(kernels) == 2, r
+        assert r["status"] == "ok" and r["binary"] and len(kernels) == gemms, r
         assert all(k["vgprs"] > 0 and k["name"] == "fused_moe_kernel" for k in kernels) and int(r["mma_total"]) > 0, r
 
 

@@ -431,7 +431,12 @@ class _Warmup:
 
 
 @contextlib.contextmanager
-def _compile_only():
+def compile_only():
+    """Within: SGLang's launcher compiles ``fused_moe_kernel`` (Triton's ``warmup``: ``_Warmup``) instead of
+    launching it, and hands each compiled kernel to kit.launcher.compiled. SGLang's launcher never goes through
+    kit.launcher.launch, so kit.launcher.compile_only alone would let it launch: ``run`` here and the sibling
+    sglang_fused_moe_down's ``run`` enter this inside it, while ``compiling_for()`` names a target (the precompile
+    pool, a census)."""
     mod = sglang().kernels
     jit = mod.fused_moe_kernel
     mod.fused_moe_kernel = _Warmup(jit)
@@ -444,7 +449,7 @@ def _compile_only():
 def run(inputs: dict, config: Config) -> torch.Tensor | None:
     cfg = launch_dict(config)
     if compiling_for() not in (None, "interpreter"):
-        with _compile_only():  # the precompile pool: compile both GEMMs' kernels, launch nothing
+        with compile_only():  # the precompile pool: compile both GEMMs' kernels, launch nothing
             two_launches(inputs, cfg)
         return None
     if sglang().path == "fused_experts":

@@ -41,7 +41,7 @@ def run(inputs: dict, config):
     cfg = k.launch_dict(config)
     ids = inputs["topk_ids"]
     compiling = compiling_for() not in (None, "interpreter")  # the precompile pool: compile, launch nothing
-    with k._compile_only() if compiling else contextlib.nullcontext():
+    with k.compile_only() if compiling else contextlib.nullcontext():
         aligned = k.align(ids, cfg["BLOCK_SIZE_M"], inputs["w2"].shape[0])
         out = k.down_gemm(inputs["act"], inputs["w2"], inputs["topk_weights"], ids, aligned, cfg,
                           inputs.get("w2_scale"))
