@@ -49,7 +49,13 @@ def connect(address: str | None) -> None:
     if address in (None, "", "local"):
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     else:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except ConnectionError as e:  # Ray's words name an `--address` flag, which is not ours
+            why = first_line(e).split(". ")[0].rstrip(".")
+            raise UsageError(f"--ray {address}: no Ray cluster to connect to ({why}); "
+                             f"start one with `ray start --head` (then --ray auto), or use --ray local to start "
+                             f"one in this process") from None
 
 
 class RayLane:
