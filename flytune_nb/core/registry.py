@@ -171,13 +171,19 @@ def load_reference(ref: str, paths=None) -> KernelSpec:
         path = Path(target).resolve()
         if not path.is_file():
             raise RegistryError(f"{ref}: no file {path}")
-        module, ref = _import_file(path), f"{path}:{attr}"
+        module, ref, where = _import_file(path), f"{path}:{attr}", str(path)  # its module name is ours, not theirs
     else:
         module = _import_module(target, ref)
+        where = module.__name__
     kspec = getattr(module, attr, None)
+    if not hasattr(module, attr):  # a typo of a name that is there, more often than a spec still to write
+        specs = sorted(k for k, v in vars(module).items() if isinstance(v, KernelSpec))
+        close = difflib.get_close_matches(attr, specs, n=1)
+        raise RegistryError(f"{ref}: {where} has no {attr}" + (f" (did you mean {close[0]}?)" if close else "")
+                            + (f"; its KernelSpecs: {', '.join(specs)}" if specs else
+                               f"; assign {attr} = flytune_nb.adopt(...) or KernelSpec(...) at module level"))
     if not isinstance(kspec, KernelSpec):
-        what = "nothing" if kspec is None else f"a {type(kspec).__name__}"
-        raise RegistryError(f"{ref}: {module.__name__}.{attr} is {what}, not a KernelSpec (assign "
+        raise RegistryError(f"{ref}: {where}'s {attr} is a {type(kspec).__name__}, not a KernelSpec (assign "
                             f"{attr} = flytune_nb.adopt(...) or KernelSpec(...) at module level)")
     folder = discover(paths).get(kspec.name)
     if folder is not None:

@@ -133,6 +133,15 @@ def test_the_registry_knows_adopted_kernels_by_reference_and_by_name(tmp_path, c
         get_kernel("no_such_kernel_anywhere")
 
 
+def test_a_misspelt_attribute_names_the_file_and_the_specs_it_holds():
+    """`file.py:AXPX` for AXPY: the file has no such name, which is a typo to correct, not a spec to assign; the
+    message names the file the user gave (not the module name it is imported under) and the specs there."""
+    with pytest.raises(RegistryError) as e:
+        get_kernel(f"{REF}:AXPX")
+    assert str(e.value) == (f"{REF}:AXPX: {REF} has no AXPX (did you mean AXPY?); its KernelSpecs: AXPY, SCALE, "
+                            f"TOTAL"), str(e.value)
+
+
 def test_a_spec_made_in_main_runs_in_process_only(dev, tmp_path):
     base = load("AXPY")
     ad = base.extra["adopted"]
