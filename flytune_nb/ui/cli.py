@@ -362,9 +362,12 @@ def _ints(text: str | None, what: str) -> list[int] | None:
     if text is None:
         return None
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not values:  # `--gpus "$GPUS"` with the variable unset would otherwise run as if --gpus were left out
+        raise UsageError(f"{what} {text!r} names no GPU; give indices, e.g. {what} 0,1, or leave {what} out")
+    return values
 
 
 _INTERRUPTED: list = []  # the trials a Ctrl-C cut, for main's message

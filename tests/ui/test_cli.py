@@ -28,6 +28,9 @@ pytestmark = pytest.mark.usefixtures("fresh_lookup_cache")
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--select-top", "-1"], "--select-top must be >= 0"),
     # past what the store's INTEGER column holds: refused before the store is opened, not an OverflowError
     (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--budget", str(2**63)], "budget 9223372036854775808 is more than"),
+    # `--gpus "$GPUS"` with the variable unset: not one worker on whatever GPU comes first
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--gpus", ""], r"--gpus '' names no GPU"),
+    (["sweep", "rmsnorm", "--grid", "M=1 N=8", "--gpus", " , "], r"--gpus ' , ' names no GPU"),
     # lookup takes one shape, and its messages say shape, not grid
     (["lookup", "rmsnorm", "M=37"], r"^flytune: error: shape must set each of the kernel's axes \['M', 'N'\]; missing \['N'\]$"),
     (["lookup", "rmsnorm", "M37", "N=256"], "shape term 'M37' is not AXIS=value"),
