@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     ce.add_argument("--every", type=_positive, default=1, help="only every k-th config of the space")
     ce.add_argument("--sample", type=_positive, default=None,
                     help="about this many configs spread over the space (a stride coprime to the knob periods)")
-    ce.add_argument("--limit", type=_positive, default=None, help="at most this many configs per shape")
+    ce.add_argument("--limit", type=_positive, default=None,
+                    help="at most this many configs per shape, and the heuristic default (every census has it)")
     ce.add_argument("--config", action="append", default=[], metavar="CONFIG",
                     help="census only this config (BLOCK_N=1024,num_warps=4 or JSON; repeatable)")
     ce.add_argument("--every-config", action="store_true",
