@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import shlex
 import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -293,11 +294,13 @@ def resweep_command(f: ArtifactFile, directory, paths=()) -> str:
     axes = " ".join(f"{a}={v}" for a, v in (f.rest or {}).items())
     # a file neither readable nor in provenance.json names no batch sizes: SGLang's tuning set (the grid preset)
     grid = f"{f.spec.batch_axis}={','.join(map(str, batch)) or 'sglang'}" + (f" {axes}" if axes else "")
-    extra = "".join(f" --path {p}" for p in paths) + (" --timing graph" if f.timing == "graph" else "")
-    db = f"resweep_{f.kernel}.db"
-    return (f'flytune sweep {f.kernel} --grid "{grid}" --dtype {f.dtype} --db {db}{extra} && '
-            f"flytune export --db {db} --out {directory} --kernel {f.kernel}"
-            + "".join(f" --path {p}" for p in paths))
+    # quoted: the line is pasted into a shell, where a folder with a space in its name would split into two words
+    q = shlex.quote
+    path_opts = "".join(f" --path {q(str(p))}" for p in paths)
+    extra = path_opts + (" --timing graph" if f.timing == "graph" else "")
+    db = q(f"resweep_{f.kernel}.db")
+    return (f'flytune sweep {q(f.kernel)} --grid "{grid}" --dtype {f.dtype} --db {db}{extra} && '
+            f"flytune export --db {db} --out {q(str(directory))} --kernel {q(f.kernel)}{path_opts}")
 
 
 def check(directory, *, device=None, measure: Callable | None = None, paths=(),

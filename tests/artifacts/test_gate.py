@@ -335,6 +335,29 @@ def test_stale_entries_are_named_and_the_printed_command_makes_them_current(tmp_
     assert stale_files(out) == [] and not any(r.stale for r in check(out, measure=_stub()))
 
 
+def test_the_printed_resweep_command_quotes_folders_with_spaces(tmp_path):
+    """The command is meant to be pasted into a shell: a kernel folder or an exports folder with a space in its name
+    must stay one word, or the pasted sweep names a folder that is not there."""
+    import shlex
+
+    from flytune_nb.artifacts.gate import stale_files
+
+    out, [path] = _exported(tmp_path)
+    spaced = tmp_path / "my exports"
+    out.rename(spaced)
+    kernels = tmp_path / "my kernels"
+    kernels.mkdir()
+    prov_path = spaced / path.relative_to(out).parent / "provenance.json"
+    sidecar = json.loads(prov_path.read_text())
+    for entry in sidecar[path.name].values():
+        entry["source"] = "0123456789abcdef"
+    prov_path.write_text(json.dumps(sidecar))
+    [st] = stale_files(spaced, paths=[str(kernels)])
+    sweep, export_ = (shlex.split(part) for part in st["command"].split(" && "))
+    assert sweep[:4] == ["flytune", "sweep", "rmsnorm", "--grid"] and sweep[sweep.index("--path") + 1] == str(kernels)
+    assert export_[export_.index("--out") + 1] == str(spaced) and export_[export_.index("--path") + 1] == str(kernels)
+
+
 def test_filters_budget_progress_worst_rows_and_what_to_do(tmp_path):
     from flytune_nb.artifacts.gate import advice, worst
 
