@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import sys
 
@@ -421,7 +422,7 @@ def cmd_sweep(args) -> int:
     if sw.prune is not None:
         for (_, shape, dtype), dropped in sw.prune.dropped.items():
             why = collections.Counter("spill" if d.startswith("spills") else "same binary" for d in dropped.values())
-            print(f"census pruning, {shape} {dtype}: {len(dropped)} configs not timed "
+            print(f"census pruning, {shape_text(json.loads(shape))} {dtype}: {len(dropped)} configs not timed "
                   f"({why['spill']} spill to scratch, {why['same binary']} duplicate another's binary)")
     print(f"\n{sum(len(r.trials) for r in results)} trials in {args.db} ({measured_line(sw.measured)}): "
           f"{failure_line(results)}" + (

@@ -410,6 +410,13 @@ def test_census_user_errors_are_one_line_and_exit_2(argv, msg, capsys):
     assert re.search(msg, err), err
 
 
+def test_the_census_pruning_line_writes_the_shape_as_the_grid_does(capsys, tmp_path):
+    assert main(["sweep", "rmsnorm", "--grid", "M=4 N=256", "--dtype", "fp32", "--db", str(tmp_path / "p.db"),
+                 "--no-isolate", "--baselines", "none", "--prune-census", "h200", "--quiet"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("census pruning"))
+    assert line.startswith("census pruning, M=4 N=256 fp32: "), line
+
+
 def test_a_census_config_with_another_kernels_knobs_is_one_usage_error(capsys, tmp_path):
     assert main(["census", "rmsnorm", "--target", "mi300x", "--config", "BLOCK_Q=1024", "--db",
                  str(tmp_path / "c.db"), "--quiet"]) == 2
