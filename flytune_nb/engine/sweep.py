@@ -584,11 +584,13 @@ class Sweep:
     def _select(self, lane, plan: dict, result: SearchResult, twin_of: Callable):
         """The selection stage (strategies/selection.py): the shortlist and the default re-timed, interleaved, each
         timing stored; the decision stored with its evidence. A stored decision over the same contenders and rule
-        (a resumed sweep) is reused, not re-timed."""
+        (a resumed sweep) is reused, not re-timed, unless a contender failed a round and the sweep retries failures:
+        a default cut off by a timeout there would otherwise lose the shape without a comparison for good."""
         key, shape, dtype, device = plan["key"], plan["shape"], plan["dtype"], result.device
         candidates = shortlist(result.trials, result.default, self.rule, twin_of)
         old = self.store.selection_for(key)
-        if old is not None and old.contenders == [result.default] + candidates and old.rule == self.rule:
+        if old is not None and old.contenders == [result.default] + candidates and old.rule == self.rule and not (
+                self.retry_failed and old.failed):
             self.emit(ShapeSelected(self.spec.name, shape, dtype, old))
             return old
 

@@ -592,3 +592,96 @@ def test_a_shape_the_kernel_refuses_fails_the_sweep_after_the_others_are_measure
         Sweep(dataclasses.replace(toy, make_inputs=picky), "N=128", ["fp32"], db=tmp_path / "none.db",
               isolate=False, baselines=()).run()
     assert not (tmp_path / "none.db").exists()
+
+
+def _flaky_kernel(root):
+    """Configs that sleep SLEEP_MS; the default (20 ms) hangs while the file $FLAKY_HANG exists, as a trial cut off by
+    a too short --timeout on a loaded machine does."""
+    import textwrap
+
+    folder = root / "flaky"
+    folder.mkdir(parents=True)
+    files = {
+        "__init__.py": """
+            import torch
+
+            from flytune_nb.core.spec import KernelSpec
+
+            from .configs import configs
+            from .heuristic import default
+            from .kernel import launch
+            from .reference import ref
+
+
+            def make_inputs(shape, dtype, device):
+                return {"x": torch.randn(shape["N"]), "out": torch.empty(shape["N"])}
+
+
+            SPEC = KernelSpec(name="flaky", axes=("N",), batch_axis="N", dtypes=("fp32",), make_inputs=make_inputs,
+                              run=lambda i, c: launch(i["x"], i["out"], c), reference=lambda i: ref(i["x"]),
+                              configs=configs, default=default, shape_of=lambda i: {"N": i["x"].numel()},
+                              outputs=("out",))
+        """,
+        "configs.py": """
+            from flytune_nb.core.config import Config
+
+
+            def configs(shape, dtype, device):
+                return [Config({"SLEEP_MS": s}, num_warps=1) for s in (5, 20)]
+        """,
+        "heuristic.py": """
+            from flytune_nb.core.config import Config
+
+
+            def default(shape, dtype, device):
+                return Config({"SLEEP_MS": 20}, num_warps=1)
+        """,
+        "kernel.py": """
+            import os
+            import time
+
+
+            def launch(x, out, config):
+                if config["SLEEP_MS"] == 20 and os.path.exists(os.environ.get("FLAKY_HANG", "/nonexistent")):
+                    time.sleep(3600)
+                time.sleep(config["SLEEP_MS"] / 1000)
+                out.copy_(x * 2)
+                return out
+        """,
+        "reference.py": """
+            def ref(x):
+                return x.double() * 2
+        """,
+    }
+    for name, text in files.items():
+        (folder / name).write_text(textwrap.dedent(text))
+    return root
+
+
+def test_retry_failed_decides_a_shape_again_whose_selection_a_timeout_cut(tmp_path, monkeypatch):
+    """The default timed out in the selection's rounds (a --timeout too short for a loaded machine), so the shape
+    was won by the fastest candidate without a comparison. --retry-failed measures stored failures again: the
+    selection's too, so the decision is made against the default, not reused from the cut-off rounds."""
+    from flytune_nb.engine.events import TrialDone, TrialFailed
+
+    plugins = _flaky_kernel(tmp_path / "plugins")
+    hang = tmp_path / "hang"
+    monkeypatch.setenv("FLAKY_HANG", str(hang))
+
+    def hang_after_the_search(event):  # the search's trials are done: the selection's rounds come next
+        if isinstance(event, (TrialDone, TrialFailed)) and event.index == event.total - 1:
+            hang.touch()
+
+    db = tmp_path / "r.db"
+    cut = Sweep("flaky", "N=8", ["fp32"], db=db, paths=[plugins], timeout=2, baselines=(),
+                listeners=[hang_after_the_search]).run()[0]
+    assert result_ok(cut) and cut.selection.failed and cut.default in cut.selection.failed
+    hang.unlink()
+    again = Sweep("flaky", "N=8", ["fp32"], db=db, paths=[plugins], timeout=2, baselines=(),
+                  retry_failed=True).run()[0]
+    assert not again.selection.failed, again.selection.reason
+    assert "failed" not in again.selection.reason, again.selection.reason
+
+
+def result_ok(result) -> bool:
+    return all(t.ok for t in result.trials)
