@@ -262,7 +262,12 @@ def _shape_of(spec, inputs: dict) -> dict:
     try:
         shape = spec.shape_of(inputs)
     except (KeyError, IndexError, AttributeError, ZeroDivisionError, TypeError) as e:
-        raise UsageError(f"{spec.name}: cannot read the shape from inputs ({', '.join(inputs) or 'none'}): "
+        names = ", ".join(inputs) or "none"
+        empty = next(((k, v) for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.numel() == 0), None)
+        if empty is not None:  # a row of zero columns: the names are right, the advice below would mislead
+            raise UsageError(f"{spec.name}: cannot read the shape from inputs ({names}): {empty[0]} is empty "
+                             f"(shape {tuple(empty[1].shape)}); every axis must be >= 1") from None
+        raise UsageError(f"{spec.name}: cannot read the shape from inputs ({names}): "
                          f"{type(e).__name__}: {e}. Pass tensors by the names its make_inputs uses.") from None
     return spec.check_shape(shape)
 
