@@ -43,6 +43,12 @@ def _positive(text: str) -> int:
     return v
 
 
+def _user_path(value: str) -> str:
+    """A path option as the user wrote it, with a leading ``~`` expanded: quoted (``--db '~/runs.db'``, a value from a
+    config file or a notebook's parameters) no shell expands it, and it would name a folder called ``~`` here."""
+    return os.path.expanduser(value)
+
+
 PATH_HELP = ("a folder that holds kernel folders (each subfolder with __init__.py, kernel.py, configs.py, "
              "heuristic.py, reference.py is one kernel); repeatable")
 TIMEOUT_S = 120.0
@@ -64,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"flytune_nb {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     k = sub.add_parser("kernels", help="list kernels: name, axes, dtypes, space size")
-    k.add_argument("--path", action="append", default=[], help=PATH_HELP)
+    k.add_argument("--path", type=_user_path, action="append", default=[], help=PATH_HELP)
     s = sub.add_parser("sweep", help="sweep a kernel over a shape grid (resumable; results in --db)")
     s.add_argument("kernel")
     s.add_argument("--grid", required=True, help='e.g. "M=1,64,4096 N=4096,8192" (M=sglang for SGLang sizes)')
@@ -72,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="bf16 | fp16 | fp32 (repeatable; default: bf16, or the kernel's first dtype without it)")
     s.add_argument("--strategy", default="exhaustive", help="exhaustive | random | halving | surrogate")
     s.add_argument("--budget", type=_positive, default=None, help="at most this many configs per shape (>= 1)")
-    s.add_argument("--db", default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
+    s.add_argument("--db", type=_user_path, default=DEFAULT_DB, help=f"results store; re-running resumes (default {DEFAULT_DB})")
     s.add_argument("--timeout", type=_seconds, default=TIMEOUT_S,
                    help="seconds one trial may take before its worker is killed and it is recorded as timeout "
                         "(default %(default)g)")
@@ -100,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--no-isolate", action="store_true", help="run trials in this process (no crash isolation)")
     s.add_argument("--no-precompile", action="store_true", help="do not compile candidates in a pool first")
     s.add_argument("--baselines", default=None, help="torch_eager,torch_compile (default: both on GPU) or none")
-    s.add_argument("--path", action="append", default=[], help=PATH_HELP)
+    s.add_argument("--path", type=_user_path, action="append", default=[], help=PATH_HELP)
     s.add_argument("--all-trials", action="store_true", help="print every config of every shape")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.add_argument("--prune-census", nargs="?", const="", default=None, metavar="TARGET",
@@ -114,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="mi300x | mi325x | mi350x | mi355x | h100 | h200 | b200 (default: this machine's GPU)")
     ce.add_argument("--dtype", action="append", default=None,
                     help="bf16 | fp16 | fp32 (repeatable; default: bf16, or the kernel's first dtype without it)")
-    ce.add_argument("--db", default=DEFAULT_DB, help=f"results store; the census table sits beside the trials "
+    ce.add_argument("--db", type=_user_path, default=DEFAULT_DB, help=f"results store; the census table sits beside the trials "
                                                      f"(default {DEFAULT_DB})")
     ce.add_argument("-j", "--jobs", type=_positive, default=None, help="processes compiling (default: the cores, at most 16)")
     ce.add_argument("--every", type=_positive, default=1, help="only every k-th config of the space")
@@ -127,14 +133,14 @@ def _parser() -> argparse.ArgumentParser:
     ce.add_argument("--every-config", action="store_true",
                     help="compile every config itself; by default, for AMD targets, configs that differ only in "
                          "the tile order (GROUP_SIZE_M) are compiled once and share that binary's resources")
-    ce.add_argument("--csv", default=None, help="also write every row here")
+    ce.add_argument("--csv", type=_user_path, default=None, help="also write every row here")
     ce.add_argument("--timeout", type=_seconds, default=300.0, help="seconds one config may take to compile")
     ce.add_argument("--list-targets", action="store_true", help="the named GPUs and their properties")
-    ce.add_argument("--path", action="append", default=[], help=PATH_HELP)
+    ce.add_argument("--path", type=_user_path, action="append", default=[], help=PATH_HELP)
     ce.add_argument("--quiet", action="store_true", help="no progress bar")
     e = sub.add_parser("export", help="write SGLang-format config files from a results store")
-    e.add_argument("--db", required=True, help="results store written by `flytune sweep`")
-    e.add_argument("--out", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the package's "
+    e.add_argument("--db", type=_user_path, required=True, help="results store written by `flytune sweep`")
+    e.add_argument("--out", type=_user_path, default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the package's "
                                                "committed flytune_nb/exports/, where lookup and check read)")
     e.add_argument("--kernel", default=None, help="only this kernel")
     e.add_argument("--dtype", default=None, help="only this dtype (bf16 and fp16 share SGLang's MoE file names: a "
@@ -142,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--replace-stale", action="store_true",
                    help="drop a file's entries of another kernel source, toolchain or timing mode that this export "
                         "does not cover (by default export refuses to mix them)")
-    e.add_argument("--path", action="append", default=[], help=PATH_HELP)
+    e.add_argument("--path", type=_user_path, action="append", default=[], help=PATH_HELP)
     lk = sub.add_parser("lookup", help="the config a serving run would use, and where it comes from")
     lk.add_argument("kernel")
     lk.add_argument("shape", nargs="+", help="axis values, e.g. M=37 N=4096")
@@ -150,14 +156,14 @@ def _parser() -> argparse.ArgumentParser:
     lk.add_argument("--device", default=None, help="a named target (mi300x, h200, ...; --list-targets of census) or "
                                                    "a device name, as torch reports it or as in file names (default: "
                                                    "this machine's)")
-    lk.add_argument("--dir", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the package's "
+    lk.add_argument("--dir", type=_user_path, default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the package's "
                                                 "committed flytune_nb/exports/)")
-    lk.add_argument("--path", action="append", default=[], help=PATH_HELP)
+    lk.add_argument("--path", type=_user_path, action="append", default=[], help=PATH_HELP)
     c = sub.add_parser("check", help="re-time committed configs on this device; non-zero exit on regression")
-    c.add_argument("dir", nargs="?", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the "
+    c.add_argument("dir", type=_user_path, nargs="?", default=None, help="config dir (default: $FLYTUNE_CONFIG_DIR, else the "
                                                         "package's committed flytune_nb/exports/)")
-    c.add_argument("--json", default=None, help="also write the rows as JSON here")
-    c.add_argument("--md", default=None, help="also write a markdown table here")
+    c.add_argument("--json", type=_user_path, default=None, help="also write the rows as JSON here")
+    c.add_argument("--md", type=_user_path, default=None, help="also write a markdown table here")
     c.add_argument("--min-delta-us", type=float, default=None,
                    help="slowdowns smaller than this many microseconds are noise (default 1.0; 0 disables)")
     c.add_argument("--kernel", action="append", default=[], help="only this kernel (repeatable)")
@@ -175,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--all", action="store_true",
                    help="print every row (default: every row up to 40 rows, else the rows that are not OK)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
-    c.add_argument("--path", action="append", default=[], help=PATH_HELP)
+    c.add_argument("--path", type=_user_path, action="append", default=[], help=PATH_HELP)
     ca = sub.add_parser("cache", help="where tuned winners are cached on disk; --clear forgets them")
     ca.add_argument("--clear", action="store_true", help="delete the cached winners (all, or --kernel's)")
     ca.add_argument("--kernel", default=None, help="only this kernel")
@@ -183,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the embedded default sweep (GPU if present, else the Triton interpreter)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     w = sub.add_parser("workbench", help="copy the workbench notebook into a folder of yours and open JupyterLab there")
-    w.add_argument("dir", nargs="?", default=WORKBENCH_DIR, help=f"the folder (default ./{WORKBENCH_DIR}); results "
+    w.add_argument("dir", type=_user_path, nargs="?", default=WORKBENCH_DIR, help=f"the folder (default ./{WORKBENCH_DIR}); results "
                                                                  f"and exports are written there")
     w.add_argument("--no-lab", action="store_true", help="only copy the notebook and print the command to open it")
     return p
@@ -873,7 +879,7 @@ def cmd_cache(args) -> int:
 def _audit_sglang_parser(sub) -> None:
     a = sub.add_parser("audit-sglang", help="re-time the MoE configs the installed SGLang ships for this GPU against "
                                             "its default; write a markdown report")
-    a.add_argument("--dir", default=None, help="a SGLang config root holding configs/triton_X_Y_Z/ (default: the "
+    a.add_argument("--dir", type=_user_path, default=None, help="a SGLang config root holding configs/triton_X_Y_Z/ (default: the "
                                                "installed SGLang's own folder)")
     a.add_argument("--shape", action="append", default=[], metavar='"E=.. N=.. K=.. topk=.."',
                    help="hidden size and top-k for files of these E, N (repeatable); also reported when missing")
@@ -883,8 +889,8 @@ def _audit_sglang_parser(sub) -> None:
                         "sample, L2 flushed")
     a.add_argument("--search", type=_positive, default=None, metavar="N",
                    help="also time N configs of SGLang's space per entry (a quick search)")
-    a.add_argument("--md", default="sglang_audit.md", help="markdown report (default sglang_audit.md)")
-    a.add_argument("--json", default=None, help="also write the entries as JSON here")
+    a.add_argument("--md", type=_user_path, default="sglang_audit.md", help="markdown report (default sglang_audit.md)")
+    a.add_argument("--json", type=_user_path, default=None, help="also write the entries as JSON here")
 
 
 def _audit_shapes(texts: list[str]) -> dict:

@@ -688,3 +688,18 @@ def test_cache_clear_deletes_only_the_caches_own_files_in_a_shared_folder(tmp_pa
     assert (shared / "pip" / "http" / "blob").read_text() == "another tool's"
     assert (shared / "pip" / "selfcheck.json").exists() and (kdir / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in kdir.iterdir()) == ["notes.txt"]
+
+
+def test_a_quoted_tilde_in_a_path_option_is_the_home_folder(tmp_path, monkeypatch, capsys):
+    """`--db '~/runs.db'` (quoted, or from a notebook's parameters) reaches flytune unexpanded: it must name the home
+    folder's file, as `flytune workbench '~/x'` does, not create a folder called ``~`` under the current one."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir(), here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    argv = ["sweep", "toy", "--path", PLUGINS, "--grid", "N=64", "--dtype", "fp32", "--db", "~/runs.db", "--quiet",
+            "--no-isolate", "--select-top", "0"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert main(["export", "--db", "~/runs.db", "--out", "~/exports", "--path", PLUGINS]) == 0, capsys.readouterr().err
+    assert (home / "runs.db").is_file() and list((home / "exports").rglob("*.json"))
+    assert list(here.iterdir()) == []
