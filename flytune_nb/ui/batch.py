@@ -11,7 +11,9 @@ from flytune_nb.analysis.scores import speedup_rows
 from flytune_nb.artifacts.export import export, refuse_interpreter_timings
 from flytune_nb.artifacts.files import ArtifactError, check_writable
 from flytune_nb.core.paths import beside
+from flytune_nb.core.shapes import shape_text
 from flytune_nb.ui.progress import LineListener, TqdmListener
+from flytune_nb.analysis.failures import summarize
 from flytune_nb.ui.report import failure_line, measured_line, summary_table, trials_table
 from flytune_nb.engine.sweep import Sweep
 
@@ -160,3 +162,15 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
           + (f"; results: {', '.join(p for p in (results_csv, results_json) if p)}" if rows else "")
           + (f"; exported {len(written)} file(s) under {export_dir}" if written else ""))
     return results
+
+
+def require_a_winner_per_shape(results) -> None:
+    """The batch notebook's last cell: a RunError (papermill's exit status 1, as `flytune sweep` returns) unless every
+    shape has a config that passed. Run after the report, so that the report still shows what failed and why;
+    without it a batch whose every trial timed out ended as a success with nothing exported."""
+    empty = [r for r in results if r.best is None]
+    if empty:
+        named = "; ".join(f"{shape_text(r.shape)} {r.dtype}: {summarize(r.trials).line()}" for r in empty[:5])
+        more = f"; and {len(empty) - 5} more" if len(empty) > 5 else ""
+        raise RunError(f"{len(empty)} of {len(results)} shapes have no config that passed, so nothing was exported "
+                       f"for them ({named}{more})")

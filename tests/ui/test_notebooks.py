@@ -63,6 +63,24 @@ def test_batch_sweep_notebook_writes_store_results_exports_and_static_plots(tmp_
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
 
 
+def test_a_batch_whose_shape_has_no_passing_config_fails_after_its_report(tmp_path):
+    """papermill's exit status is a batch job's only signal: every trial timed out, nothing exported, must not end as
+    a success (`flytune sweep` returns 1 for it). The report cells still run first, so the notebook shows why."""
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError) as e:
+        run_notebook("batch_sweep.ipynb", tmp_path / "out.ipynb",
+                     {"kernel": "rmsnorm", "grid": "M=2 N=300", "dtypes": "fp32", "db": "b.db", "export_dir": "ex",
+                      "timeout": 0.001}, cwd=tmp_path)
+    assert e.value.ename == "RunError" and len(e.value.traceback) == 1
+    assert "1 of 1 shapes have no config that passed, so nothing was exported for them (M=2 N=300 fp32: " in str(
+        e.value) and "timeout" in str(e.value)
+    nb = json.loads((tmp_path / "out.ipynb").read_text())
+    [report] = [c for c in nb["cells"] if "".join(c["source"]).startswith("static_report(")]
+    assert [o["output_type"] for o in report["outputs"]] == ["display_data", "display_data"]
+    assert not list((tmp_path / "ex").rglob("*.json"))
+
+
 def test_workbench_notebook_executes_headless(tmp_path):
     out = run_notebook("workbench.ipynb", tmp_path / "wb.ipynb",
                        {"kernel": "rmsnorm", "grid": {"M": "2", "N": "256"}, "dtypes": ["fp32"], "db": "w.db"},
