@@ -257,8 +257,9 @@ def _per_shape(store, kernel: str, device_name: str, is_gpu: bool, work: Work | 
         return Scaling()
     per: dict = {}
     for (_, _, shape, dtype), g in df.groupby(["key", "run_id", "shape", "dtype"]):
-        per.setdefault((shape, dtype), []).append(
-            sum(trial_seconds(0.0, _f(p), int(r or 0), is_gpu) for p, r in zip(g["p50"], g["reps"])))
+        t = sum(trial_seconds(0.0, _f(p), int(r or 0), is_gpu) for p, r in zip(g["p50"], g["reps"]))
+        if t > 0:  # a stage whose every re-timing failed timed nothing: no point of the fit (log 0)
+            per.setdefault((shape, dtype), []).append(t)
     return Scaling(_points(per, work))
 
 

@@ -110,3 +110,26 @@ def test_without_a_work_model_the_estimate_is_not_scaled_and_says_so():
     assert "not scaled with shape size: the kernel declares neither flops nor bytes" in est.describe(plan)
     guess = estimate(None, "k", "dev", False, work=None)
     assert "a guess: nothing measured yet for this kernel here" in guess.describe(plan)
+
+
+def test_a_stage_whose_every_re_timing_failed_adds_nothing_and_the_rest_still_scale():
+    """A selection stage whose contenders all failed their re-timings (p50 NULL) took no timed time: it is no point
+    of the stages' fit (its 0 s has no logarithm), and the stage that ran is scaled as any other."""
+    spec = get_kernel("rmsnorm")
+
+    class Store_(_Stored):
+        def frame(self, kernel, table="trials"):
+            if table == "trials":
+                return self.df
+            return pd.DataFrame([{"device": "dev", "round": 0, "key": k, "run_id": "r", "dtype": "fp32",
+                                  "shape": json.dumps({"M": m, "N": 256}), "p50": p, "reps": 3}
+                                 for k, m, p in (("a", 1, math.nan), ("b", 4, 0.5))])
+
+    est = estimate(Store_([_times(1, 256, 0.1), _times(4, 256, 0.4)]), "rmsnorm", "dev", False, work=work_of(spec))
+    stage = trial_seconds(0.0, 0.5, 3, False)
+    plan = [({"M": 16, "N": 256}, "fp32", 5)]
+    lo, hi = est.seconds(plan)
+    assert est.per_shape_s == pytest.approx(stage)
+    assert lo == pytest.approx(START_S["interpreter"] + 5 * 0.1 * 16 + stage)
+    assert hi == pytest.approx(START_S["interpreter"] + 5 * 0.1 * 16 + stage * 4)  # one stage size: a range
+    assert "s a shape re-timing its pick" in est.describe(plan)
