@@ -81,12 +81,16 @@ def device_name() -> str:
 
 def results_dir(out: Path | str | None = None, device: str | None = None) -> Path:
     """``out`` when given, else benchmarks/results/<device>/ (default: this machine's device); created."""
-    path = Path(out) if out is not None else RESULTS / (device or device_name())
-    if path.exists() and not path.is_dir():
-        from flytune_nb.errors import UsageError
+    from flytune_nb.errors import UsageError
 
-        raise UsageError(f"--out {path} is a file; name a folder for the result files")
-    path.mkdir(parents=True, exist_ok=True)
+    path = Path(out) if out is not None else RESULTS / (device or device_name())
+    what = f"--out {path}" if out is not None else f"the results folder {path}"
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} is a file; name a folder for the result files")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file on the way (--out afile/sub), no permission: the one line the runner prints
+        raise UsageError(f"{what}: cannot make the folder: {e.strerror or e}") from None
     return path
 
 
