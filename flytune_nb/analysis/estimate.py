@@ -175,10 +175,14 @@ class Estimate:
         small, large = sized[0], sized[-1]
         if b is None:
             p = self.trials.nearest(max(works))
-            return (f"{p.seconds:.2g} s a trial at the one size measured, {p.label}, {measured}; with one size the "
-                    f"growth with {unit} is unknown: the grid's shapes span {_times(min(works) / p.work)} to "
-                    f"{_times(max(works) / p.work)} its {unit}, so the range runs from not growing to growing in "
-                    f"proportion; a second size measured narrows it")
+            n = len({q.work for q in sized})  # two dtypes of one shape are one size
+            at, known, narrows = (
+                (f"at the one size measured, {p.label}", "with one size", "a second size measured") if n == 1 else
+                (f"at {p.label}, the nearest of {n} stored sizes within {MIN_SPREAD:g}x of each other in {unit}",
+                 "with sizes that close", "a size measured further from them"))
+            return (f"{p.seconds:.2g} s a trial {at}, {measured}; {known} the growth with {unit} is unknown: the "
+                    f"grid's shapes span {_times(min(works) / p.work)} to {_times(max(works) / p.work)} its {unit}, "
+                    f"so the range runs from not growing to growing in proportion; {narrows} narrows it")
         span = f"{small.label} to {large.label}"
         said = f"per trial time scaled as {unit}^{b:.2f}, fitted over {len(sized)} stored sizes ({span}), {measured}"
         beyond = []

@@ -133,3 +133,18 @@ def test_a_stage_whose_every_re_timing_failed_adds_nothing_and_the_rest_still_sc
     assert lo == pytest.approx(START_S["interpreter"] + 5 * 0.1 * 16 + stage)
     assert hi == pytest.approx(START_S["interpreter"] + 5 * 0.1 * 16 + stage * 4)  # one stage size: a range
     assert "s a shape re-timing its pick" in est.describe(plan)
+
+
+def test_sizes_too_close_for_a_slope_are_not_called_one_size():
+    """Two stored sizes 1.25x apart in work leave the slope to timing noise, so a range is given as for one size; the
+    line says how many sizes there are and why they give no slope, not that one size was measured."""
+    spec = get_kernel("rmsnorm")
+    est = estimate(_Stored([_times(4, 256, 0.1), _times(5, 256, 0.12)]), "rmsnorm", "dev", False,
+                   work=work_of(spec))
+    plan = [({"M": 64, "N": 256}, "fp32", 10)]
+    lo, hi = est.seconds(plan)
+    assert lo == pytest.approx(START_S["interpreter"] + 10 * 0.12)
+    assert hi == pytest.approx(START_S["interpreter"] + 10 * 0.12 * 64 / 5)
+    said = est.describe(plan)
+    assert "one size" not in said and "a second size" not in said, said
+    assert "at M=5 N=256 fp32, the nearest of 2 stored sizes within 1.5x of each other in FLOPs" in said, said
