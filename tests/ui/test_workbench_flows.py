@@ -606,3 +606,29 @@ def test_the_stored_results_line_follows_the_grid_as_its_boxes_are_edited_before
     assert f"of 2 of this grid's 4 shapes" in said()[0][0]
     wb.grid.axis_boxes["N"].value = "N=x"  # a typo: the preview says it, and no stale line stays
     assert said()[1] == [False] * 3
+
+
+def test_a_grid_edited_while_a_sweep_starts_gets_no_press_run_line(tmp_path):
+    """Between Run and the sweep's first trial nothing is on screen yet, but a sweep is running: a grid edited then
+    must not bring back the line telling the user to press Run to show the store's results of it."""
+    db = str(tmp_path / "w.db")
+    first = Workbench("toy", {"N": "64"}, ["fp32"], db=db, isolate=False, paths=[PLUGINS])
+    assert first.wait_ready(60)
+    first.run().join(120)
+
+    wb = Workbench("toy", {"N": "128"}, ["fp32"], db=db, isolate=False, paths=[PLUGINS])
+    assert wb.wait_ready(60)
+    wb.grid.axis_boxes["N"].value = "64"
+    assert "press Run to show them" in html.unescape(wb.message.value)  # idle: the line follows the grid
+    wb.grid.axis_boxes["N"].value = "128"
+    assert "press Run" not in html.unescape(wb.message.value)
+    starting = threading.Event()
+    wb._thread = threading.Thread(target=starting.wait)  # a sweep started, its worker not yet timing anything
+    wb._thread.start()
+    try:
+        wb.grid.axis_boxes["N"].value = "64"
+        shown = [html.unescape(w.value) for w in (wb.message, wb.overview.summary, wb.editor.result)]
+        assert not any("press Run to show them" in s for s in shown), shown
+    finally:
+        starting.set()
+        wb._thread.join()

@@ -242,8 +242,10 @@ class Workbench(W.VBox):
     def _grid_edited(self) -> None:
         """The grid's boxes edited before Run: the line saying the store holds its results is this grid's, so the
         views that show it (no results on screen yet) are redrawn with the new grid's line, or without one."""
-        if self.live.entries or not self.views_ready.is_set():
-            return  # results on screen: no line to show; views not built yet: they draw the grid as it is then
+        if self.running or self.live.entries or not self.views_ready.is_set():
+            # a sweep running (its first trial not in yet) or results on screen: no line to show, the sweep's
+            # trials redraw the views; views not built yet: they draw the grid as it is then
+            return
         self.refresh_views()
 
     def _kernel_changed(self) -> None:
