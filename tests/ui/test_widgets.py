@@ -1366,5 +1366,7 @@ def test_the_preview_scales_a_trials_time_with_the_shapes_work(tmp_path):
     grid.fits_thread.join(60)
     line = html.unescape(grid.preview.value)
     lo, hi = _said_seconds(line)
-    assert lo == hi and took / 2 <= lo <= took * 2, (line, took)
+    # within 3x: the slope is fitted on interpreter wall times, which another process on the 2 cores skews (2x was
+    # missed in 2 of 5 runs beside another pytest); the unscaled median this replaces said 1/27 of it
+    assert lo == hi and took / 3 <= lo <= took * 3, (line, took)
     assert "FLOPs^" in line and "extrapolated" in line and f"M=8 N={n} fp32" in line, line
