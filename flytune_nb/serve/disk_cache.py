@@ -16,7 +16,8 @@ from filelock import FileLock
 
 from flytune_nb.artifacts.files import atomic_write
 from flytune_nb.core.config import Config, ConfigError
-from flytune_nb.errors import RunError
+from flytune_nb.core.paths import file_in_the_way
+from flytune_nb.errors import RunError, UsageError
 
 # The files the cache writes in a kernel's folder: a winner, named by its tuning key's digest (TuningKey.digest), and
 # the lock and staging files its write makes beside it. FLYTUNE_CACHE_DIR is taken as it is, so it may name a folder
@@ -30,6 +31,18 @@ def default_dir() -> Path:
     if env:
         return Path(env)
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "flytune_nb"
+
+
+def checked_dir() -> Path:
+    """``default_dir()``, or UsageError where it, or a folder above it, is a file: such a cache holds no winners and
+    takes none, so listing it as empty would hide the mistyped variable."""
+    root = default_dir()
+    blocking = file_in_the_way(root)
+    if blocking is not None:
+        env = os.environ.get("FLYTUNE_CACHE_DIR")
+        raise UsageError(f"FLYTUNE_CACHE_DIR={env} is not a folder" if env else
+                         f"tuning cache {root}: {blocking} is not a folder")
+    return root
 
 
 class DiskCache:

@@ -849,9 +849,9 @@ def cmd_check(args) -> int:
 def cmd_cache(args) -> int:
     """The on-disk tuning cache ($FLYTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flytune_nb, else ~/.cache/flytune_nb):
     one JSON file per tuning-key digest, written by searches (FLYTUNE_AUTOTUNE=1, tuned(...).tune, the notebook)."""
-    from flytune_nb.serve.disk_cache import clear, default_dir, entries, kernel_folders, stale_entries
+    from flytune_nb.serve.disk_cache import checked_dir, clear, entries, kernel_folders, stale_entries
 
-    root = default_dir()
+    root = checked_dir()
     kdirs = kernel_folders(root)
     if args.kernel is not None:
         from flytune_nb.core.registry import discover

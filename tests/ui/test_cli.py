@@ -703,3 +703,19 @@ def test_a_quoted_tilde_in_a_path_option_is_the_home_folder(tmp_path, monkeypatc
     assert main(["export", "--db", "~/runs.db", "--out", "~/exports", "--path", PLUGINS]) == 0, capsys.readouterr().err
     assert (home / "runs.db").is_file() and list((home / "exports").rglob("*.json"))
     assert list(here.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["FLYTUNE_CACHE_DIR", "XDG_CACHE_HOME"])
+def test_a_cache_dir_that_is_a_file_is_one_error(where, tmp_path, capsys, monkeypatch):
+    """A cache folder that is a file (a results store named by mistake) holds no cached winners and takes none:
+    `flytune cache` and --clear name it, exit 2 and leave it as it is, instead of showing an empty cache."""
+    (tmp_path / "runs.db").write_text("data")
+    monkeypatch.delenv("FLYTUNE_CACHE_DIR", raising=False)
+    monkeypatch.setenv(where, str(tmp_path / "runs.db"))
+    says = (f"FLYTUNE_CACHE_DIR={tmp_path / 'runs.db'} is not a folder" if where == "FLYTUNE_CACHE_DIR" else
+            f"tuning cache {tmp_path / 'runs.db' / 'flytune_nb'}: {tmp_path / 'runs.db'} is not a folder")
+    for argv in (["cache"], ["cache", "--clear"], ["cache", "--kernel", "rmsnorm"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err == f"flytune: error: {says}", err
+    assert (tmp_path / "runs.db").read_text() == "data"
