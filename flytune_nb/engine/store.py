@@ -13,6 +13,7 @@ in ``twin_of`` and shares its numbers.
 """
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import math
@@ -21,6 +22,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 
 from flytune_nb.core.paths import file_in_the_way
@@ -270,6 +272,19 @@ def _num(v):
     return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
 
 
+# read-only stores still open when the interpreter exits: closed first, while the modules close needs are there
+_UNCLOSED_READERS: "weakref.WeakSet[Store]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_readers() -> None:
+    for store in list(_UNCLOSED_READERS):
+        try:
+            store.close()
+        except Exception:  # noqa: BLE001 - one store's trouble keeps no other from closing
+            pass
+
+
 class Store:
     def __init__(self, path: str | Path, readonly: bool = False) -> None:
         self.path = Path(path)
@@ -339,6 +354,9 @@ class Store:
         self._rescued: Path | str | None = None  # where a deleted file's rows were saved ("": nowhere)
         self._rescue_lock = threading.Lock()
         self._rescued_rows = 0
+        self._closed = False
+        if self._made:
+            _UNCLOSED_READERS.add(self)
 
     def _migrate(self) -> None:
         """Stores written before a column existed get it (NULL/0 for old rows), so old sweeps stay readable."""
@@ -351,7 +369,25 @@ class Store:
             if column not in have:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # a store dropped unclosed (`Store(path, readonly=True).frame()`): closing removes the -wal and -shm a
+        # read-only open made, which the connection left to itself would not
+        if getattr(self, "_made", None) and not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - interpreter teardown: nothing to report to
+                pass
+
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         gone = self._file is not None and not self._file.exists()
         with self._lock:  # a reader on another thread (a view, the grid's estimate) finishes first
             if gone:

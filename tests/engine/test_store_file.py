@@ -12,7 +12,7 @@ from flytune_nb.engine.store import Store, StoreGone
 from flytune_nb.engine.sweep import Sweep
 from flytune_nb.errors import FlytuneError, RunError, UsageError
 from flytune_nb.measure.trial import Trial
-from tests.conftest import PLUGINS, DeleteAfterFirstTrial
+from tests.conftest import PLUGINS, REPO, DeleteAfterFirstTrial
 
 
 def _trial(n):
@@ -299,3 +299,27 @@ def test_reading_a_store_through_a_symlink_leaves_no_wal_or_shm_beside_the_file(
     r.close()
     assert sorted(p.name for p in real.iterdir()) == ["runs.db"]
     assert sorted(p.name for p in link.iterdir()) == ["runs.db"]
+
+
+def test_a_read_only_store_left_unclosed_leaves_no_wal_or_shm(tmp_path):
+    """`Store("runs.db", readonly=True).frame()`, as the README reads a store, never calls close: the store it drops
+    removes the -wal and -shm its open made all the same, as does one used as a context manager, and one still bound
+    to a name when the interpreter exits."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "runs.db"
+    w = Store(db)
+    w.add(_trial(64), key="k", run_id="r")
+    w.close()
+    assert len(Store(db, readonly=True).frame()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+    with Store(db, readonly=True) as r:
+        assert len(r.frame()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
+    r.close()  # closing again does nothing
+    code = f"from flytune_nb import Store\ns = Store({str(db)!r}, readonly=True)\nprint(len(s.frame()))"
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.stdout.strip() == "1" and out.returncode == 0, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]
