@@ -750,7 +750,9 @@ def cmd_check(args) -> int:
 
     directory = Path(args.dir) if args.dir else config_dir()
     if not directory.is_dir():
-        raise UsageError(f"{directory} is not a folder")
+        env = os.environ.get("FLYTUNE_CONFIG_DIR")
+        raise UsageError(f"FLYTUNE_CONFIG_DIR={env} is not a folder" if not args.dir and env else
+                         f"{directory} is not a folder")
     args.json = args.json and _report_path("--json", args.json)
     args.md = args.md and _report_path("--md", args.md)
     if args.accept_drift:  # refused before the timing, not after it: --accept-drift rewrites provenance.json files

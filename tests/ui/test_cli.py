@@ -628,6 +628,16 @@ def test_lookup_refuses_a_config_folder_that_is_not_there(monkeypatch, tmp_path,
     assert main(["lookup", "rmsnorm", "M=1", "N=256", "--dtype", "fp32", "--dir", str(tmp_path)]) == 0
 
 
+def test_check_names_the_variable_when_flytune_config_dir_is_not_a_folder(tmp_path, capsys, monkeypatch):
+    """`flytune check` with no folder given reads $FLYTUNE_CONFIG_DIR: a wrong value is said as the variable, as
+    lookup says it, not as a path the user never typed."""
+    monkeypatch.setenv("FLYTUNE_CONFIG_DIR", str(tmp_path / "nowhere"))
+    assert main(["check"]) == 2
+    assert capsys.readouterr().err.strip() == f"flytune: error: FLYTUNE_CONFIG_DIR={tmp_path / 'nowhere'} is not a folder"
+    assert main(["check", str(tmp_path / "there")]) == 2
+    assert capsys.readouterr().err.strip() == f"flytune: error: {tmp_path / 'there'} is not a folder"
+
+
 def test_cache_says_which_cached_winners_are_stale(tmp_path, capsys, monkeypatch):
     """A winner cached for another source of the kernel (it was edited since) or another toolchain is never hit
     again; `flytune cache` says how many of a kernel's entries are such, so that the user knows the count is not
