@@ -14,7 +14,7 @@ from flytune_nb import backends
 from flytune_nb.artifacts import flydsl
 from flytune_nb.artifacts.files import (
     BUILTIN_DIR, PROVENANCE, ArtifactError, atomic_write_all, check_writable, export_lock, file_name, kernel_dir,
-    read_provenance, read_table, refuse_installed_copy, render_for)
+    read_provenance, read_table, refuse_inside_layout, refuse_installed_copy, render_for)
 from flytune_nb.artifacts.unfinished import unfinished_keys
 from flytune_nb.core.device import INTERPRETER_NAME
 from flytune_nb.core.shapes import SGLANG_BATCH_SIZES
@@ -279,6 +279,7 @@ def export(store, out_dir: str | Path, *, kernel: str | None = None, paths=(), r
     were timed on an AMD GPU. ``dtype``: only that dtype's winners (bf16 and fp16 share SGLang's MoE file name, so a
     store holding both exports one at a time). Everything is checked before anything is written."""
     refuse_installed_copy(out_dir)
+    refuse_inside_layout(out_dir)
     cut_off = unfinished_keys(store, kernel)  # read once for both plans
     plan = _without_unfinished(plan_export(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off, dtype=dtype))
     refuse_interpreter_timings(out_dir, {p.get("device") for entry in plan for p in entry["prov"].values()})

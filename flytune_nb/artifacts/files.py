@@ -69,6 +69,37 @@ def refuse_installed_copy(folder: str | Path) -> None:
                         f"FLYTUNE_CONFIG_DIR=DIR")
 
 
+def _is_version_folder(path: Path) -> bool:
+    """``triton_3_6_0``, ``flydsl_0_5_0``: a folder of one toolchain's files (not a kernel named ``triton_matmul``)."""
+    from flytune_nb import backends
+
+    prefixes = "|".join(re.escape(backends.get(n).CONFIG_DIR_PREFIX) for n in backends.NAMES)
+    return path.is_dir() and re.fullmatch(rf"(?:{prefixes})\d+(?:_\d+)*", path.name) is not None
+
+
+def _holds_version_folders(path: Path) -> bool:
+    try:
+        return any(_is_version_folder(p) for p in path.iterdir())
+    except OSError:
+        return False
+
+
+def refuse_inside_layout(directory: Path) -> None:
+    """ArtifactError when ``directory`` is not a config dir but a folder inside one: a kernel's own folder (it holds
+    ``triton_3_6_0/`` itself) or a version folder. Read as a config dir it holds no kernel folder, and a check of it
+    would pass with "nothing to check" while the configs sit right there, and an export into it would write
+    ``<kernel>/<kernel>/triton_X_Y_Z/...``, which no lookup of the config dir reads."""
+    directory = Path(directory)
+    if not (_is_version_folder(directory) or _holds_version_folders(directory)):
+        return
+    above = directory.resolve().parent
+    while (_is_version_folder(above) or _holds_version_folders(above)) and above != above.parent:
+        above = above.parent
+    what = "a toolchain's version folder" if _is_version_folder(directory) else "a kernel's own folder"
+    raise ArtifactError(f"{directory} is {what} inside a config dir, not a config dir (which holds "
+                        f"<kernel>/triton_X_Y_Z/): give the config dir that holds it, {above}")
+
+
 def triton_dir_name(version: str) -> str:
     """``3.6.0`` -> ``triton_3_6_0`` (SGLang's rule; local suffixes such as ``+git…`` dropped)."""
     core = re.match(r"^(\d+(?:\.\d+)*)", version)

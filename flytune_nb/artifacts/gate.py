@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shlex
 import statistics
 from dataclasses import asdict, dataclass, replace
@@ -41,7 +40,8 @@ import time
 from flytune_nb.errors import KernelUnavailable, UsageError
 from flytune_nb.core.spec import ARTIFACT_SUFFIXES
 from flytune_nb.artifacts.files import (PROVENANCE, ArtifactError, ProvenanceError, atomic_write, of_device,
-                                        parse_file_name, read_provenance, tuned_for_another_source, tuned_sources)
+                                        parse_file_name, read_provenance, refuse_inside_layout,
+                                        tuned_for_another_source, tuned_sources)
 from flytune_nb.serve.lookup import validated_table
 from flytune_nb.strategies.selection import FLOOR as SELECTION_FLOOR  # a row inside it needs no confirming
 
@@ -76,36 +76,6 @@ class CheckRow:
     batch: int | None = None  # the entry's batch size (its key in the file)
     band: float | None = None  # the tie band the entry's selection measured (None: chosen without one)
     confirmed: bool = False  # re-timed, interleaved with the default, before this verdict
-
-
-def _is_version_folder(path: Path) -> bool:
-    """``triton_3_6_0``, ``flydsl_0_5_0``: a folder of one toolchain's files (not a kernel named ``triton_matmul``)."""
-    from flytune_nb import backends
-
-    prefixes = "|".join(re.escape(backends.get(n).CONFIG_DIR_PREFIX) for n in backends.NAMES)
-    return path.is_dir() and re.fullmatch(rf"(?:{prefixes})\d+(?:_\d+)*", path.name) is not None
-
-
-def _holds_version_folders(path: Path) -> bool:
-    try:
-        return any(_is_version_folder(p) for p in path.iterdir())
-    except OSError:
-        return False
-
-
-def refuse_inside_layout(directory: Path) -> None:
-    """ArtifactError when ``directory`` is not a config dir but a folder inside one: a kernel's own folder (it holds
-    ``triton_3_6_0/`` itself) or a version folder. Read as a config dir it holds no kernel folder, and a check of it
-    would pass with "nothing to check" while the configs sit right there."""
-    directory = Path(directory)
-    if not (_is_version_folder(directory) or _holds_version_folders(directory)):
-        return
-    above = directory.resolve().parent
-    while (_is_version_folder(above) or _holds_version_folders(above)) and above != above.parent:
-        above = above.parent
-    what = "a toolchain's version folder" if _is_version_folder(directory) else "a kernel's own folder"
-    raise ArtifactError(f"{directory} is {what} inside a config dir, not a config dir (which holds "
-                        f"<kernel>/triton_X_Y_Z/): give the config dir that holds it, {above}")
 
 
 def files_for(directory: Path, device_name: str) -> list[tuple[str, Path]]:

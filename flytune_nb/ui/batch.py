@@ -9,7 +9,7 @@ from pathlib import Path
 from flytune_nb.errors import RunError, UsageError
 from flytune_nb.analysis.scores import speedup_rows
 from flytune_nb.artifacts.export import export, refuse_interpreter_timings
-from flytune_nb.artifacts.files import ArtifactError, check_writable
+from flytune_nb.artifacts.files import ArtifactError, check_writable, refuse_inside_layout
 from flytune_nb.core.paths import beside
 from flytune_nb.core.shapes import shape_text
 from flytune_nb.ui.progress import LineListener, TqdmListener
@@ -65,6 +65,7 @@ def _check_outputs(db, export_dir, **files) -> None:
 
         try:  # a folder the export could not write would otherwise be found after the whole sweep
             check_writable(Path(export_dir))
+            refuse_inside_layout(export_dir)
         except ArtifactError as e:
             raise UsageError(f"export_dir: {e}") from None
         refuse_interpreter_timings(export_dir, {current_device().name})

@@ -22,13 +22,16 @@ def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
              (dict(budget=True), "budget must be a whole number of configs, got True"),
              # an output named as the store would overwrite every stored trial
              (dict(results_json=str(db)), "results_json .*b.db is the results store"),
-             (dict(results_csv=str(tmp_path)), "results_csv .* is a folder; name a file in it")]
+             (dict(results_csv=str(tmp_path)), "results_csv .* is a folder; name a file in it"),
+             # one kernel's folder of a config dir: the export would land in <kernel>/<kernel>/, read by no lookup
+             (dict(export_dir=str(tmp_path / "ex" / "rmsnorm")), "export_dir: .* give the config dir .*ex$")]
     from flytune_nb.artifacts.files import BUILTIN_DIR
     from flytune_nb.core.device import current_device
 
     if not current_device().is_gpu:  # interpreter timings never go into the committed exports/
         cases.append((dict(export_dir=str(BUILTIN_DIR)), "CPU_interpreter timings"))
     (db.parent / "file").write_text("x")
+    (tmp_path / "ex" / "rmsnorm" / "triton_3_6_0").mkdir(parents=True)
     for kw, message in cases:
         with pytest.raises(ValueError, match=message):
             run_batch(**{"kernel": "rmsnorm", "grid": "M=1 N=256", "dtypes": "fp32", "isolate": False,

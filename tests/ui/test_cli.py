@@ -238,6 +238,22 @@ def test_lookup_in_the_kernels_own_folder_says_to_give_the_folder_above(swept, t
     assert "(source: artifact" in capsys.readouterr().out
 
 
+def test_export_refuses_an_out_inside_a_config_dir_naming_the_config_dir(swept, tmp_path, capsys):
+    """--out one kernel's folder of a config dir, or its triton_X_Y_Z folder, would write
+    <kernel>/<kernel>/triton_X_Y_Z/..., a file no lookup or check of the config dir reads: refused, naming the config
+    dir to give, before anything is written."""
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    before = sorted(out.rglob("*"))
+    [version] = [p for p in (out / "rmsnorm").iterdir() if p.is_dir()]
+    for inside in (out / "rmsnorm", version):
+        assert main(["export", "--db", str(swept.path), "--out", str(inside)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.endswith(f"give the config dir that holds it, {out}"), err
+    assert sorted(out.rglob("*")) == before
+
+
 def test_lookup_for_a_device_name_too_long_for_a_file_name_says_so(tmp_path, capsys):
     """A file name holds at most 255 bytes: a longer device name is named as the problem, not reported as a config
     folder this user cannot read."""
