@@ -230,6 +230,7 @@ def preview(store, out_dir: str | Path, *, kernel: str | None = None, paths=(),
     """(path, text an export would write, text there now or "") per file, writing nothing — the same merge as
     ``export``, FlyDSL offline configs included (a file the export would refuse to mix previews as the error's
     message), and the same warnings about entries left out or batch sizes whose nearest entry is far away."""
+    refuse_inside_layout(out_dir)  # as export does: its files would land where no lookup reads them
     out, cut_off = [], unfinished_keys(store, kernel)  # read once for both plans
     for entry in flydsl.plan(store, out_dir, kernel=kernel, paths=paths, cut_off=cut_off, dtype=dtype):
         path = entry["path"]

@@ -252,6 +252,12 @@ def test_export_refuses_an_out_inside_a_config_dir_naming_the_config_dir(swept, 
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.endswith(f"give the config dir that holds it, {out}"), err
     assert sorted(out.rglob("*")) == before
+    from flytune_nb.artifacts.export import preview
+    from flytune_nb.artifacts.files import ArtifactError
+
+    with Store(swept.path, readonly=True) as store, pytest.raises(
+            ArtifactError, match=f"give the config dir that holds it, {out}$"):  # the workbench's preview says so too
+        preview(store, out / "rmsnorm")
 
 
 def test_lookup_for_a_device_name_too_long_for_a_file_name_says_so(tmp_path, capsys):
