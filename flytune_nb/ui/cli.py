@@ -568,6 +568,14 @@ def _report_path(option: str, value: str) -> str:
     return str(path)
 
 
+def _two_reports(json_path: str | None, md_path: str | None) -> None:
+    """--json and --md naming one file: one would overwrite the other (a CI job uploading the JSON got markdown)."""
+    from pathlib import Path
+
+    if json_path and md_path and Path(json_path).resolve() == Path(md_path).resolve():
+        raise UsageError(f"--json and --md name one file, {md_path}: one would overwrite the other; name two")
+
+
 def _known_name(name: str, known: list[str], none_of: str, listed: str = "there") -> None:
     """UsageError ``"<none_of> 'rmsnrm' (there: a, b); did you mean 'rmsnorm'?"`` unless ``name`` is in ``known``."""
     import difflib
@@ -755,6 +763,7 @@ def cmd_check(args) -> int:
                          f"{directory} is not a folder")
     args.json = args.json and _report_path("--json", args.json)
     args.md = args.md and _report_path("--md", args.md)
+    _two_reports(args.json, args.md)
     if args.accept_drift:  # refused before the timing, not after it: --accept-drift rewrites provenance.json files
         from flytune_nb.artifacts.files import PROVENANCE, check_writable, refuse_installed_copy
 

@@ -364,6 +364,17 @@ def test_a_misspelt_kernel_is_one_error_not_an_empty_pass(swept, tmp_path, capsy
     assert not (tmp_path / "ex2").exists()
 
 
+def test_check_reports_named_as_one_file_are_refused(swept, tmp_path, capsys):
+    """--json and --md naming one file: the markdown would overwrite the JSON a CI job uploads."""
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    report = tmp_path / "report.txt"
+    assert main(["check", str(out), "--json", str(report), "--md", str(tmp_path / "." / "report.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("flytune: error: --json and --md name one file") and not report.exists(), err
+
+
 @pytest.mark.parametrize("option", ["--json", "--md"])
 def test_a_check_report_path_without_its_folder_is_refused_before_any_timing(option, swept, tmp_path, capsys):
     out = tmp_path / "ex"
