@@ -929,6 +929,7 @@ def cmd_audit_sglang(args) -> int:
 
     args.md = _report_path("--md", args.md)
     args.json = args.json and _report_path("--json", args.json)
+    _two_reports(args.json, args.md)
     try:
         result = audit(args.dir, shapes=_audit_shapes(args.shape), dtype=args.dtype, search=args.search or 0,
                        listener=progress, timing=args.timing)

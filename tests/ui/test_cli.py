@@ -365,12 +365,16 @@ def test_a_misspelt_kernel_is_one_error_not_an_empty_pass(swept, tmp_path, capsy
 
 
 def test_check_reports_named_as_one_file_are_refused(swept, tmp_path, capsys):
-    """--json and --md naming one file: the markdown would overwrite the JSON a CI job uploads."""
+    """--json and --md naming one file, for check or audit-sglang: one report would overwrite the other (the
+    markdown the JSON a CI job uploads), so it is refused before anything is timed."""
     out = tmp_path / "ex"
     assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
     capsys.readouterr()
     report = tmp_path / "report.txt"
     assert main(["check", str(out), "--json", str(report), "--md", str(tmp_path / "." / "report.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("flytune: error: --json and --md name one file") and not report.exists(), err
+    assert main(["audit-sglang", "--json", str(report), "--md", str(report)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("flytune: error: --json and --md name one file") and not report.exists(), err
 
