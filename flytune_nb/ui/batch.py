@@ -45,9 +45,14 @@ def _default_grid(kernel: str) -> str:
 
 def _check_outputs(db, export_dir, **files) -> None:
     """Every output of the batch writable where it is named, before the sweep: a results file in a missing folder,
-    a folder given for a file, or a results file that is the store itself (which it would overwrite, losing every
-    trial) is one UsageError naming the parameter."""
+    a folder given for a file, a results file that is the store itself (which it would overwrite, losing every
+    trial), or two results files that are one, is one UsageError naming the parameter."""
     store = Path(db).expanduser().resolve()
+    named = [(name, Path(f).expanduser().resolve()) for name, f in files.items() if f]
+    for i, (name, path) in enumerate(named):
+        other = next((n for n, p in named[:i] if p == path), None)
+        if other is not None:  # the later file would be written over the earlier
+            raise UsageError(f"{other} and {name} name one file, {files[name]}; name two (or None to skip one)")
     for name, f in files.items():
         if not f:
             continue

@@ -23,6 +23,9 @@ def test_batch_checks_its_parameters_and_outputs_before_sweeping(tmp_path):
              # an output named as the store would overwrite every stored trial
              (dict(results_json=str(db)), "results_json .*b.db is the results store"),
              (dict(results_csv=str(tmp_path)), "results_csv .* is a folder; name a file in it"),
+             # one file for both: the JSON would be written over the CSV
+             (dict(results_csv=str(tmp_path / "r.txt"), results_json=str(tmp_path / "." / "r.txt")),
+              "results_csv and results_json name one file"),
              # one kernel's folder of a config dir: the export would land in <kernel>/<kernel>/, read by no lookup
              (dict(export_dir=str(tmp_path / "ex" / "rmsnorm")), "export_dir: .* give the config dir .*ex$")]
     from flytune_nb.artifacts.files import BUILTIN_DIR
