@@ -317,9 +317,14 @@ def _run(args) -> int:
         print(f"flytune: failed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        how = "terminated (SIGTERM)" if _TERMINATED else "interrupted"
+        if args.cmd not in ("sweep", "census", "demo"):  # no results store: nothing was kept to resume from
+            said = "; no report was written and nothing resumes it: run it again" if args.cmd == "check" else ""
+            print(f"flytune {args.cmd}: {how}{said}", file=sys.stderr)
+            return 130
         cut = [f"; not recorded, in flight: {t}" for t in _INTERRUPTED]
-        print(f"flytune: {'terminated (SIGTERM)' if _TERMINATED else 'interrupted'}; everything measured so far is "
-              f"in the results store (re-run to resume)" + "".join(cut), file=sys.stderr)
+        print(f"flytune: {how}; everything measured so far is in the results store (re-run to resume)"
+              + "".join(cut), file=sys.stderr)
         return 130
 
 

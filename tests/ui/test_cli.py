@@ -627,6 +627,31 @@ def test_ctrl_c_before_the_command_starts_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "flytune: interrupted before anything ran\n"
 
 
+@pytest.mark.parametrize("how", ["interrupted", "terminated (SIGTERM)"])
+def test_ctrl_c_in_check_promises_no_results_store(how, swept, tmp_path, monkeypatch, capsys):
+    """check keeps no results store and resumes nothing: Ctrl-C (or SIGTERM) there says it wrote no report, not that
+    what was measured is in a store to resume from."""
+    from flytune_nb.artifacts import gate
+    from flytune_nb.ui import cli
+
+    out = tmp_path / "ex"
+    assert main(["export", "--db", str(swept.path), "--out", str(out)]) == 0
+    capsys.readouterr()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gate, "check", interrupted)
+    monkeypatch.setattr(cli, "_TERMINATED", [15] if how.startswith("terminated") else [])
+    assert main(["check", str(out), "--quiet", "--md", str(tmp_path / "c.md")]) == 130
+    err = capsys.readouterr().err
+    assert err == f"flytune check: {how}; no report was written and nothing resumes it: run it again\n", err
+    assert not (tmp_path / "c.md").exists()
+    monkeypatch.setattr("flytune_nb.core.registry.get_kernel", interrupted)
+    assert main(["lookup", "rmsnorm", "M=4", "N=256", "--dtype", "fp32", "--dir", str(out)]) == 130
+    assert capsys.readouterr().err == f"flytune lookup: {how}\n"
+
+
 def test_lookup_in_a_config_folder_this_user_cannot_read_prints_the_default_and_one_warning(swept, shared_folder):
     """A serving process would warn and use the heuristic default there; the command that shows what it serves
     says the same, and does not fail."""

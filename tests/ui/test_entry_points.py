@@ -543,4 +543,4 @@ def test_sigterm_while_an_import_runs_exec_ends_with_143_not_by_sigint(tmp_path)
     out = subprocess.run([sys.executable, "-m", "flytune_nb", "kernels", "--path", str(plugins)],
                          env=clean_env(tmp_path), capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert out.returncode == 143, (out.returncode, out.stderr[-2000:])
-    assert "flytune: terminated (SIGTERM)" in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "flytune kernels: terminated (SIGTERM)" in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
