@@ -94,6 +94,18 @@ class TunedKernel:
             raise UsageError(f"{self.spec.name}: missing input {e} (got {', '.join(inputs)})") from None
         except ValueError as e:  # a kernel wrapper's own argument check (a wrong weight shape, a strided out)
             raise UsageError(f"{self.spec.name}: {e}") from e
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:
+            # eps=None or eps="1e-5" reaches Triton unchecked and fails there as "'NoneType' object has no attribute
+            # 'type'", naming nothing of the call. Checked here, once the launch has failed, and not before it: a
+            # check on every call would cost the serving path, and some kernels take None (SGLang's optional scales)
+            odd = [f"{k}={v!r}" for k, v in inputs.items() if not isinstance(v, (torch.Tensor, bool, int, float))]
+            if not odd:
+                raise
+            raise UsageError(f"{self.spec.name}: the launch failed ({type(e).__name__}: {e}) with inputs that are "
+                             f"neither tensors nor numbers: {', '.join(odd)[:200]}; a scalar input takes a number, "
+                             f"or leave it out for the kernel's own default") from e
 
     def config_for(self, inputs: dict) -> Config:
         fast = _fast_key(inputs)

@@ -1,6 +1,7 @@
 """The run path: memory -> disk -> artifact -> default; search only when asked."""
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -173,6 +174,20 @@ def test_bad_call_inputs_are_one_clear_message(spec, dev, tmp_path):
     with pytest.raises(ValueError, match=r"cannot read the shape from inputs \(x, weight\): x is empty \(shape "
                                          r"\(4, 0\)\); every axis must be >= 1$"):
         op(x=torch.randn(4, 0), weight=torch.randn(0))
+
+
+@pytest.mark.parametrize("eps", [None, "1e-5"])
+def test_a_scalar_input_that_is_not_a_number_is_named_when_the_launch_fails(spec, dev, tmp_path, eps):
+    """eps=None or a string reaches the kernel's launch, which fails inside Triton ("'NoneType' object has no attribute
+    'type'"): the error names the input, and the caller's valid call still works after it."""
+    op = TunedKernel(spec, device=dev, cache_dir=tmp_path)
+    x, w = torch.randn(4, 64), torch.randn(64)
+    with pytest.raises(ValueError, match=rf"rmsnorm: the launch failed \(.*\) with inputs that are neither tensors "
+                                         rf"nor numbers: eps={re.escape(repr(eps))}; a scalar input takes a number"):
+        op(x=x, weight=w, eps=eps)
+    got = op(x=x, weight=w, eps=1e-5)
+    want = torch.nn.functional.rms_norm(x.double(), (64,), w.double(), eps=1e-5)
+    assert torch.allclose(got.double(), want, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("kernel,inputs", [
