@@ -10,7 +10,6 @@ name find it. Worker processes load it by that reference (``load_name``).
 """
 from __future__ import annotations
 
-import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -28,6 +27,7 @@ from flytune_nb.errors import KernelUnavailable, UsageError
 from flytune_nb.core.device import ensure_backend
 from flytune_nb.core.key import code_tokens, source_fingerprint
 from flytune_nb.core.spec import KernelSpec, check_shape_rules
+from flytune_nb.core.suggest import closest
 
 BUILTIN_DIR = KERNELS  # shipped as package data
 PARTS = ("__init__.py", "kernel.py", "configs.py", "heuristic.py", "reference.py")
@@ -140,8 +140,8 @@ def get_kernel(name: str, paths=None) -> KernelSpec:
     if name in _BY_NAME:
         return _BY_NAME[name]
     known = sorted(set(found) | set(_BY_NAME))
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    close = closest(name, known)
+    hint = f" Did you mean {close!r}?" if close else ""
     raise KernelNotFound(f"unknown kernel {name!r}.{hint} Known: {', '.join(known) or 'none'}. "
                          f"Add the folder holding a kernel folder with --path (CLI), paths= (Python) or "
                          f"FLYTUNE_KERNEL_PATH, or name a module attribute "
@@ -178,8 +178,8 @@ def load_reference(ref: str, paths=None) -> KernelSpec:
     kspec = getattr(module, attr, None)
     if not hasattr(module, attr):  # a typo of a name that is there, more often than a spec still to write
         specs = sorted(k for k, v in vars(module).items() if isinstance(v, KernelSpec))
-        close = difflib.get_close_matches(attr, specs, n=1)
-        raise RegistryError(f"{ref}: {where} has no {attr}" + (f" (did you mean {close[0]}?)" if close else "")
+        close = closest(attr, specs)
+        raise RegistryError(f"{ref}: {where} has no {attr}" + (f" (did you mean {close}?)" if close else "")
                             + (f"; its KernelSpecs: {', '.join(specs)}" if specs else
                                f"; assign {attr} = flytune_nb.adopt(...) or KernelSpec(...) at module level"))
     if not isinstance(kspec, KernelSpec):

@@ -25,10 +25,10 @@ vendor page seen here confirms are listed in ``Target.unverified`` (``flytune ce
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, replace
 
 from flytune_nb.core.device import DESCRIBED, DeviceInfo, normalise_name
+from flytune_nb.core.suggest import closest
 from flytune_nb.errors import UsageError
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -147,6 +147,6 @@ def get_target(name: str) -> Target:
     by_arch = [t.alias for t in TARGETS.values() if t.arch.lower() == key]
     if by_arch:
         raise UsageError(f"{name!r} is an architecture; a target is one GPU of it: {', '.join(by_arch)}")
-    close = difflib.get_close_matches(key, list(TARGETS), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    close = closest(key, TARGETS)
+    hint = f" Did you mean {close!r}?" if close else ""
     raise UsageError(f"unknown target {name!r}.{hint} Known: {', '.join(TARGETS)}")

@@ -45,6 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 from flytune_nb._compat import triton as tc
 from flytune_nb._compat.stdlib import caller_module
 from flytune_nb.core.config import HIP_OPTIONS, Config, ConfigError
+from flytune_nb.core.suggest import closest
 from flytune_nb.core.device import DeviceInfo, ensure_backend, interpreting
 from flytune_nb.core.input_names import read as read_input_names
 from flytune_nb.core.key import code_tokens
@@ -303,7 +304,6 @@ def _check_declared_names(fields: dict, fn_name: str, where: str) -> None:
     drops a key name that is none (the kernel is then keyed on its tensors' dtypes alone: one config for every size)
     and fails with a bare KeyError on a restore_value / reset_to_zero one only while benchmarking; the fix is in the
     decorator, not in the launch."""
-    import difflib
 
     args = fields["arg_names"]
     for field_name, label in (("keys", "key"), ("restore_value", "restore_value"), ("reset_to_zero", "reset_to_zero")):
@@ -312,8 +312,8 @@ def _check_declared_names(fields: dict, fn_name: str, where: str) -> None:
             continue
         hints = []
         for n in unknown:
-            close = difflib.get_close_matches(str(n), args, n=1)
-            hints.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            close = closest(str(n), args)
+            hints.append(f"{n!r}" + (f" (did you mean {close!r}?)" if close else ""))
         effect = ("Triton leaves such a name out of its key, so the autotuner keys every call on the tensors' "
                   "dtypes alone" if label == "key" else "Triton fails on it with a KeyError when it benchmarks")
         which = "is not an argument" if len(unknown) == 1 else "are not arguments"
@@ -325,7 +325,6 @@ def _check_config_knobs(configs: Sequence, args: Sequence[str], fn_name: str, wh
     """Every name a config of the decorator sets is an argument of the kernel or a launch option Triton accepts. On a
     GPU Triton refuses the launch of any other (a KeyError for every config of the sweep); its interpreter drops it
     without a word, so a CPU sweep would pass and export a knob the kernel never reads."""
-    import difflib
 
     allowed = set(args) | tc.launch_option_names()
     for c in configs:
@@ -334,8 +333,8 @@ def _check_config_knobs(configs: Sequence, args: Sequence[str], fn_name: str, wh
             continue
         hints = []
         for n in unknown:
-            close = difflib.get_close_matches(str(n), list(args), n=1)
-            hints.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            close = closest(str(n), args)
+            hints.append(f"{n!r}" + (f" (did you mean {close!r}?)" if close else ""))
         which = "is not an argument" if len(unknown) == 1 else "are not arguments"
         raise AdoptError(f"{where}: @triton.autotune config {c} sets {', '.join(hints)}, which {which} of {fn_name} "
                          f"({', '.join(args)}) nor a launch option; Triton refuses such a launch on a GPU, and its "
@@ -394,15 +393,14 @@ def resolve(kernel) -> tuple[Any, str | None]:
 def _near_module(name: str) -> str:
     """" (did you mean 'my_lib'?)" where a module of a close name is importable: a name misspelt beside the file
     that adopts it reads as a library missing from the machine otherwise."""
-    import difflib
     import pkgutil
 
     try:
         names = {m.name for m in pkgutil.iter_modules()}
     except Exception:  # noqa: BLE001 - an unreadable entry of sys.path: no hint, the message stands
         return ""
-    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.8)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(name, sorted(names), cutoff=0.8)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def _probe_device(torch_device: str) -> DeviceInfo:

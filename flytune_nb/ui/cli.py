@@ -9,6 +9,7 @@ import os
 import sys
 
 from flytune_nb.core.shapes import grid_size_text, shape_text
+from flytune_nb.core.suggest import closest
 from flytune_nb.errors import RunError, UsageError
 
 EXIT_USAGE = 2
@@ -583,13 +584,12 @@ def _two_reports(json_path: str | None, md_path: str | None) -> None:
 
 def _known_name(name: str, known: list[str], none_of: str, listed: str = "there") -> None:
     """UsageError ``"<none_of> 'rmsnrm' (there: a, b); did you mean 'rmsnorm'?"`` unless ``name`` is in ``known``."""
-    import difflib
 
     if name in known:
         return
-    close = difflib.get_close_matches(name, known, n=1)
+    close = closest(name, known)
     raise UsageError(f"{none_of} {name!r} ({listed}: {', '.join(known) or 'none'})"
-                     + (f"; did you mean {close[0]!r}?" if close else ""))
+                     + (f"; did you mean {close!r}?" if close else ""))
 
 
 def cmd_export(args) -> int:

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import ast
-import difflib
 from pathlib import Path
 
 from flytune_nb.core.resources import NOTEBOOKS
+from flytune_nb.core.suggest import closest
 from flytune_nb.errors import UsageError
 
 INJECTED = "# Parameters"  # how papermill's Python translator opens the cell it adds after the parameters cell
@@ -59,7 +59,7 @@ def refuse_unknown_parameters(history) -> None:
         return
     unknown = sorted(given - known)
     if unknown:
-        hints = [f"{u!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(u, known, n=1))
+        hints = [f"{u!r} (did you mean {close!r}?)" if (close := closest(u, known))
                  else repr(u) for u in unknown]
         raise UnknownParameter(f"unknown parameter {', '.join(hints)}; this notebook's parameters: "
                          f"{', '.join(sorted(known))}")

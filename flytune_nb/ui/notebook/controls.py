@@ -5,7 +5,6 @@ Each shows bad input inline (one red line) instead of raising into the notebook.
 from __future__ import annotations
 
 import atexit
-import difflib
 import html
 import threading
 import time
@@ -18,6 +17,7 @@ from flytune_nb.analysis.estimate import duration, estimate, work_of
 from flytune_nb.analysis.units import fmt_time
 from flytune_nb.core.device import current_device
 from flytune_nb.core.dtypes import DtypeError, canonical, parse_list
+from flytune_nb.core.suggest import closest
 from flytune_nb.core.registry import get_kernel, list_kernels
 from flytune_nb.core.shapes import SGLANG_BATCH_SIZES, GridError, parse_grid, shape_text, split_known
 from flytune_nb.core.events import ShapeDone, SweepDone, TrialDone, TrialFailed, TrialStarted
@@ -52,8 +52,8 @@ class KernelPicker(W.VBox):
     def __init__(self, kernel: str | None = None, paths=()) -> None:
         self.paths = list(paths)
         names = list_kernels(self.paths)
-        close = difflib.get_close_matches(str(kernel), names, n=1) if kernel is not None else []
-        shown = kernel if kernel in names else (close or names or [None])[0]
+        close = closest(str(kernel), names) if kernel is not None else None
+        shown = kernel if kernel in names else close or (names or [None])[0]
         self.dropdown = W.Dropdown(options=names, value=shown, description="kernel")
         self.info = W.HTML()
         self.warning = W.HTML()
@@ -62,7 +62,7 @@ class KernelPicker(W.VBox):
         self.dropdown.observe(self._picked, "value")
         self.refresh()
         if kernel is not None and kernel not in names:  # a typo in the parameters cell: say so, never guess silently
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = f" Did you mean {close!r}?" if close else ""
             self.problem = (f"unknown kernel {kernel!r}.{hint} Fix it in the parameters cell, or pick a kernel from "
                             f"the list. Known: {', '.join(names)}")
             self.warning.value = error_html(self.problem)
@@ -315,9 +315,9 @@ class SweepSettings(W.HBox):
         narrow = W.Layout(width="190px")
         if isinstance(budget, str) and budget.strip().isdigit():  # papermill -r passes text
             budget = int(budget)
-        close = difflib.get_close_matches(str(strategy), list(STRATEGIES), n=1)
+        close = closest(str(strategy), STRATEGIES)
         self.strategy = W.Dropdown(options=list(STRATEGIES), value=strategy if strategy in STRATEGIES else
-                                   (close or ["exhaustive"])[0], description="strategy", layout=W.Layout(width="230px"))
+                                   close or "exhaustive", description="strategy", layout=W.Layout(width="230px"))
         try:
             shown_budget = max(int(budget or 0), 0)
         except (TypeError, ValueError, OverflowError):  # 'ten', nan, inf: named below, the box shows the whole space
@@ -328,7 +328,7 @@ class SweepSettings(W.HBox):
         # answered, as for a kernel typo: running exhaustive where surrogate was asked for is hours on a big space
         problems = []
         if strategy not in STRATEGIES:
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = f" Did you mean {close!r}?" if close else ""
             problems.append(f"unknown strategy {strategy!r}.{hint} Fix it in the parameters cell, or pick one from "
                             f"the list ({', '.join(STRATEGIES)})")
         if budget is not None and not (isinstance(budget, int) and budget >= 1):
