@@ -61,8 +61,6 @@ def resolve(args):
     # lookup would warn and serve the heuristic default for every call: a stream that looks served, but from nothing
     if args.config_dir and not os.path.isdir(args.config_dir):
         raise UsageError(f"--config-dir {args.config_dir} is not a folder")
-    if args.json and os.path.isdir(args.json):  # found only after every call was served, as a traceback
-        raise UsageError(f"--json {args.json} is a folder; name a file in it")
     if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
         raise UsageError(f"--json {args.json}: no folder {os.path.dirname(os.path.abspath(args.json))}")
     if args.json and os.path.isdir(args.json):  # open() would refuse it only after the whole stream was served

@@ -156,7 +156,8 @@ def test_serve_example_refuses_bad_input_with_one_line(tmp_path, monkeypatch, ca
         (["--shape", f"N={n}", "--batch-sizes", "1,x"], "axis M: 'x' is not a positive integer"),
         (["--shape", f"N={n}", "--config-dir", str(tmp_path / "nope")], "is not a folder"),
         (["--shape", f"N={n}", "--json", str(tmp_path / "no" / "r.json")], "no folder"),
-        (["--shape", f"N={n}", "--json", str(tmp_path)], "is a folder; name a file in it"),
+        (["--shape", f"N={n}", "--json", str(tmp_path)],
+         f"is a folder; name a file in it, e.g. {tmp_path / 'serve.json'}"),
     ]
     for argv, says in cases:
         assert serve.main(argv) == 2, argv
