@@ -92,12 +92,35 @@ def refuse_inside_layout(directory: Path) -> None:
     directory = Path(directory)
     if not (_is_version_folder(directory) or _holds_version_folders(directory)):
         return
-    above = directory.resolve().parent
-    while (_is_version_folder(above) or _holds_version_folders(above)) and above != above.parent:
-        above = above.parent
+    kfolder = directory.resolve()  # the folder that holds the version folders
+    while _is_version_folder(kfolder) or (_holds_version_folders(kfolder.parent) and kfolder != kfolder.parent):
+        kfolder = kfolder.parent
+    above = _config_dir_holding(kfolder)
     what = "a toolchain's version folder" if _is_version_folder(directory) else "a kernel's own folder"
     raise ArtifactError(f"{directory} is {what} inside a config dir, not a config dir (which holds "
                         f"<kernel>/triton_X_Y_Z/): give the config dir that holds it, {above}")
+
+
+def _config_dir_holding(kfolder: Path) -> Path:
+    """The config dir above ``kfolder``, a folder of version folders: its parent, or higher where a kernel's
+    artifact_path nests its folders (sglang_fused_moe/configs/: the config dir is the one above sglang_fused_moe/)."""
+    from flytune_nb.core.registry import discover, get_kernel
+    from flytune_nb.errors import FlytuneError
+
+    try:
+        known = discover()
+    except FlytuneError:
+        return kfolder.parent
+    for folder in (kfolder, *kfolder.parents):
+        if folder.name not in known:
+            continue
+        try:
+            parts = Path(get_kernel(folder.name).artifact_folder).parts
+        except FlytuneError:  # a kernel this machine cannot load: the parent, as for any other folder
+            continue
+        if kfolder.parts[-len(parts):] == parts and len(parts) <= len(kfolder.parents):
+            return kfolder.parents[len(parts) - 1]
+    return kfolder.parent
 
 
 def triton_dir_name(version: str) -> str:

@@ -851,3 +851,21 @@ def test_an_unusable_sidecar_row_reads_a_down_files_dtype_without_its_suffix(tmp
     assert main(["check", str(tmp_path / "exports"), "--quiet", "--json", str(tmp_path / "c.json")]) == 1
     [row] = json.loads((tmp_path / "c.json").read_text())
     assert (row["status"], row["dtype"], row["path"]) == ("FAIL", "fp8_w8a8", str(folder / name)), row
+
+
+def test_a_folder_inside_sglangs_nested_layout_names_the_config_dir_above_the_kernel(tmp_path):
+    """sglang_fused_moe keeps its files at <config dir>/sglang_fused_moe/configs/triton_X_Y_Z/ (its artifact_path):
+    given its configs/ or version folder, the config dir to give is the one above sglang_fused_moe/, not
+    sglang_fused_moe/ itself, where an export would write sglang_fused_moe/sglang_fused_moe/configs/... again."""
+    from flytune_nb.artifacts.files import ArtifactError, refuse_inside_layout
+
+    root = tmp_path / "runs"
+    tdir = triton_dir_name(triton.__version__)
+    (root / "sglang_fused_moe" / "configs" / tdir).mkdir(parents=True)
+    (root / "rmsnorm" / tdir).mkdir(parents=True)
+    for inside in (root / "sglang_fused_moe" / "configs", root / "sglang_fused_moe" / "configs" / tdir,
+                   root / "rmsnorm", root / "rmsnorm" / tdir):
+        with pytest.raises(ArtifactError) as e:
+            refuse_inside_layout(inside)
+        assert str(e.value).endswith(f"give the config dir that holds it, {root}"), (inside, str(e.value))
+    refuse_inside_layout(root)
