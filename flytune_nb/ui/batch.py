@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 from flytune_nb.errors import RunError, UsageError
@@ -41,6 +42,11 @@ def _default_grid(kernel: str) -> str:
                          f"lists its axes); only the demo kernel, {demo_kernel}, has a default grid")
     print(f"grid: {grid} (the default on this machine)")
     return grid
+
+
+def _home(path):
+    """``path`` with a leading ``~`` expanded, of the type it was given as (str or Path)."""
+    return type(path)(os.path.expanduser(path)) if isinstance(path, (str, Path)) else path
 
 
 def _check_outputs(db, export_dir, **files) -> None:
@@ -135,6 +141,9 @@ def run_batch(kernel: str, grid, dtypes=None, *, strategy: str = "exhaustive", b
     isolate, retry_failed, progress = _flag("isolate", isolate), _flag("retry_failed", retry_failed), _progress(progress)
     if isinstance(paths, str):  # papermill -p paths ./my_kernels
         paths = [p for p in paths.split(",") if p.strip()]
+    # parameters are text no shell expanded: a ~ in them is the home folder, as in the CLI's path options
+    db, paths = _home(db), [_home(p) for p in paths]
+    export_dir, results_csv, results_json = (_home(f) if f else f for f in (export_dir, results_csv, results_json))
     results_csv = beside(db, ".results.csv") if results_csv == "" else results_csv
     results_json = beside(db, ".results.json") if results_json == "" else results_json
     _check_outputs(db, export_dir, results_csv=results_csv, results_json=results_json)  # before the sweep, not after

@@ -129,3 +129,20 @@ def test_an_interrupted_batch_says_what_was_kept_and_how_to_resume(tmp_path, mon
     with pytest.raises(RunError, match=f"interrupted: every trial measured so far is in {db}; run the same batch "
                                        f"again to resume"):
         run_batch("rmsnorm", "M=1 N=256", "fp32", db=str(db), export_dir=None, isolate=False, progress=False)
+
+
+def test_a_tilde_in_the_batchs_paths_is_the_home_folder(tmp_path, monkeypatch):
+    """papermill parameters reach run_batch as text no shell expanded: db="~/b.db" names the home folder's store, as
+    --db '~/b.db' does on the command line, and its results and exports land there too, not under a folder called ~
+    in the current one (nor is the batch refused for that folder not being there)."""
+    from flytune_nb.ui.batch import run_batch
+
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir(), here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    run_batch("rmsnorm", "M=2 N=256", "fp32", db="~/b.db", budget=1, export_dir="~/ex", isolate=False,
+              progress=False)
+    made = sorted(p.name for p in home.iterdir() if not p.name.endswith(("-wal", "-shm")))  # the store is open
+    assert made == ["b.db", "b.results.csv", "b.results.json", "ex"] and list((home / "ex").rglob("*.json"))
+    assert list(here.iterdir()) == []
