@@ -58,12 +58,13 @@ def is_reference(name) -> bool:
 
 def kernel_paths(paths) -> list[str]:
     """``paths=`` as a list of entries: one folder (or reference) given as text or a Path is that one entry, never
-    its characters, each of which would otherwise be searched as a folder of its own."""
+    its characters, each of which would otherwise be searched as a folder of its own. A leading ``~`` is the home
+    folder: a notebook's parameter or a quoted option reaches here unexpanded by any shell."""
     if paths is None:
         return []
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    return [os.fspath(p) if isinstance(p, os.PathLike) else str(p) for p in paths]
+    return [os.path.expanduser(os.fspath(p) if isinstance(p, os.PathLike) else str(p)) for p in paths]
 
 
 def _references(paths) -> list[str]:
@@ -80,7 +81,7 @@ def search_path(paths: Iterable[str | os.PathLike] | None = None) -> list[Path]:
 
 
 def _env_dirs() -> list[Path]:
-    return [Path(p) for p in os.environ.get("FLYTUNE_KERNEL_PATH", "").split(os.pathsep) if p.strip()]
+    return [Path(p).expanduser() for p in os.environ.get("FLYTUNE_KERNEL_PATH", "").split(os.pathsep) if p.strip()]
 
 
 def _folder_problem(d: Path) -> str:

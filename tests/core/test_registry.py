@@ -164,3 +164,20 @@ def test_a_module_that_exits_while_imported_is_one_error_naming_it(tmp_path, cap
     assert main(["kernels", "--path", str(tmp_path / "kernels")]) == 1  # a broken kernel is listed as one
     out = capsys.readouterr().out
     assert "\ntoy " in out and "ERROR: kernel folder" in out and "exited while being imported" in out, out
+
+
+def test_a_tilde_in_a_kernel_path_is_the_home_folder(tmp_path, monkeypatch):
+    """paths= from a notebook's parameters (the batch notebook's report cell passes its own) or a quoted --path reach
+    the registry with ``~`` unexpanded: it must find the kernels in the home folder, not refuse a folder called ~."""
+    import shutil
+
+    from flytune_nb.core.registry import get_kernel, kernel_paths
+
+    home = tmp_path / "home"
+    shutil.copytree(PLUGINS, home / "kernels")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    assert kernel_paths("~/kernels") == [str(home / "kernels")]
+    assert get_kernel("toy", "~/kernels").name == "toy"
+    monkeypatch.setenv("FLYTUNE_KERNEL_PATH", "~/kernels")
+    assert get_kernel("toy").name == "toy"
