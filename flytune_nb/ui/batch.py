@@ -187,5 +187,5 @@ def require_a_winner_per_shape(results) -> None:
     if empty:
         named = "; ".join(f"{shape_text(r.shape)} {r.dtype}: {summarize(r.trials).line()}" for r in empty[:5])
         more = f"; and {len(empty) - 5} more" if len(empty) > 5 else ""
-        raise RunError(f"{len(empty)} of {len(results)} shapes have no config that passed, so nothing was exported "
-                       f"for them ({named}{more})")
+        raise RunError(f"{len(empty)} of {len(results)} shapes have no config that passed, so none of them has a "
+                       f"winner to export ({named}{more})")

@@ -73,7 +73,7 @@ def test_a_batch_whose_shape_has_no_passing_config_fails_after_its_report(tmp_pa
                      {"kernel": "rmsnorm", "grid": "M=2 N=300", "dtypes": "fp32", "db": "b.db", "export_dir": "ex",
                       "timeout": 0.001}, cwd=tmp_path)
     assert e.value.ename == "RunError" and len(e.value.traceback) == 1
-    assert "1 of 1 shapes have no config that passed, so nothing was exported for them (M=2 N=300 fp32: " in str(
+    assert "1 of 1 shapes have no config that passed, so none of them has a winner to export (M=2 N=300 fp32: " in str(
         e.value) and "timeout" in str(e.value)
     nb = json.loads((tmp_path / "out.ipynb").read_text())
     [report] = [c for c in nb["cells"] if "".join(c["source"]).startswith("static_report(")]
