@@ -51,7 +51,19 @@ class Table:
 
 
 def config_dir(explicit: str | os.PathLike | None = None) -> Path:
-    return Path(explicit or os.environ.get("FLYTUNE_CONFIG_DIR") or BUILTIN_DIR)
+    """The config dir read: ``explicit``, else $FLYTUNE_CONFIG_DIR, else the package's. A leading ``~`` is the home
+    folder: no shell expands it in a container's or a service unit's environment, nor in a Python argument."""
+    return Path(explicit or os.environ.get("FLYTUNE_CONFIG_DIR") or BUILTIN_DIR).expanduser()
+
+
+def config_dir_problem(explicit: str | os.PathLike | None = None) -> str | None:
+    """Why ``config_dir(explicit)`` cannot be read as a config dir (it is no folder), naming what named it: the
+    variable, when that is where it came from. None when it is a folder."""
+    if config_dir(explicit).is_dir():
+        return None
+    env = os.environ.get("FLYTUNE_CONFIG_DIR")
+    return (f"FLYTUNE_CONFIG_DIR={env} is not a folder" if not explicit and env else
+            f"{config_dir(explicit)} is not a folder")
 
 
 def version_key(name: str) -> tuple:

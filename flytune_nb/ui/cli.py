@@ -646,14 +646,15 @@ def cmd_lookup(args) -> int:
     from flytune_nb.core.device import current_device
     from flytune_nb.core.shapes import parse_grid
     from flytune_nb.core.registry import get_kernel
+    from flytune_nb.serve.lookup import config_dir_problem
 
     # else every lookup "falls back to the default", silently wrong: a served process warns and goes on, but this
     # command is how a user checks what it would serve
     if args.dir and not os.path.isdir(args.dir):
         raise UsageError(f"--dir {args.dir} is not a folder")
-    env_dir = os.environ.get("FLYTUNE_CONFIG_DIR")
-    if not args.dir and env_dir and not os.path.isdir(env_dir):
-        raise UsageError(f"FLYTUNE_CONFIG_DIR={env_dir} is not a folder")
+    problem = config_dir_problem(args.dir)
+    if problem:
+        raise UsageError(problem)
     spec = get_kernel(args.kernel, args.path)
     text = " ".join(args.shape)
     shapes = parse_grid(text, spec.axes, noun="shape", batch_axis=spec.batch_axis)
@@ -758,14 +759,13 @@ def cmd_check(args) -> int:
         HEADER, MIN_DELTA_US, STATUS_ORDER, accept_drift, advice, check, matches_file, row_cells, summary_lines,
         to_json, to_markdown, worst)
     from flytune_nb.core.device import current_device
-    from flytune_nb.serve.lookup import config_dir
+    from flytune_nb.serve.lookup import config_dir, config_dir_problem
     from flytune_nb.ui.report import table
 
-    directory = Path(args.dir) if args.dir else config_dir()
-    if not directory.is_dir():
-        env = os.environ.get("FLYTUNE_CONFIG_DIR")
-        raise UsageError(f"FLYTUNE_CONFIG_DIR={env} is not a folder" if not args.dir and env else
-                         f"{directory} is not a folder")
+    directory = config_dir(args.dir)
+    problem = config_dir_problem(args.dir)
+    if problem:
+        raise UsageError(problem)
     args.json = args.json and _report_path("--json", args.json)
     args.md = args.md and _report_path("--md", args.md)
     _two_reports(args.json, args.md)

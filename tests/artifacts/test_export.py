@@ -122,6 +122,21 @@ def test_lookup_takes_a_kernel_name_and_refuses_a_bad_shape_or_dtype_in_one_mess
             lookup("rmsnorm", shape, dtype, directory=out)
 
 
+def test_a_tilde_in_flytune_config_dir_is_the_home_folder(swept, tmp_path, dev, monkeypatch):
+    """A container's or a service unit's environment holds FLYTUNE_CONFIG_DIR=~/exports as written (no shell expands
+    it): a serving process must read the exports there, not fall back to the heuristic default for a folder "~"."""
+    home = tmp_path / "home"
+    [path] = export(swept, home / "exports")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("FLYTUNE_CONFIG_DIR", "~/exports")
+    monkeypatch.chdir(tmp_path)
+    want = Config.from_dict(json.loads(path.read_text())["4"])
+    assert lookup("rmsnorm", {"M": 4, "N": 256}, "fp32") == (want, "artifact")
+    op = TunedKernel(get_kernel("rmsnorm"), device=dev, cache_dir=tmp_path / "cache")
+    op(**get_kernel("rmsnorm").make_inputs({"M": 4, "N": 256}, "fp32", dev))
+    assert op.last_source == "artifact"
+
+
 def test_export_lookup_tuned_launch_round_trip(swept, tmp_path, dev):
     out = tmp_path / "exports"
     [path] = export(swept, out)

@@ -791,3 +791,22 @@ def test_a_cache_dir_that_is_a_file_is_one_error(where, tmp_path, capsys, monkey
         err = capsys.readouterr().err.strip()
         assert err == f"flytune: error: {says}", err
     assert (tmp_path / "runs.db").read_text() == "data"
+
+
+def test_lookup_and_check_read_a_tilde_in_flytune_config_dir_as_the_home_folder(tmp_path, monkeypatch, capsys):
+    """The variable as a service unit holds it, ~ unexpanded: lookup and check read the folder in the home folder, as a
+    serving process does, instead of calling it no folder."""
+    import shutil
+
+    from flytune_nb.artifacts.files import BUILTIN_DIR
+
+    home = tmp_path / "home"
+    shutil.copytree(BUILTIN_DIR / "rmsnorm", home / "exports" / "rmsnorm")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("FLYTUNE_CONFIG_DIR", "~/exports")
+    monkeypatch.chdir(tmp_path)
+    assert main(["lookup", "rmsnorm", "M=4", "N=4096", "--dtype", "bf16", "--device", "h200"]) == 0, capsys.readouterr()
+    assert "source: artifact" in capsys.readouterr().out
+    monkeypatch.setenv("FLYTUNE_CONFIG_DIR", "~/nothing")
+    assert main(["lookup", "rmsnorm", "M=4", "N=4096"]) == 2
+    assert capsys.readouterr().err.strip() == "flytune: error: FLYTUNE_CONFIG_DIR=~/nothing is not a folder"
