@@ -46,7 +46,10 @@ def _positive(text: str) -> int:
 
 def _user_path(value: str) -> str:
     """A path option as the user wrote it, with a leading ``~`` expanded: quoted (``--db '~/runs.db'``, a value from a
-    config file or a notebook's parameters) no shell expands it, and it would name a folder called ``~`` here."""
+    config file or a notebook's parameters) no shell expands it, and it would name a folder called ``~`` here. Empty
+    text (``"$DIR"`` with DIR unset) is refused: read as a path it is the current folder, where nothing was asked."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path; give one, or leave it out for the default")
     return os.path.expanduser(value)
 
 

@@ -810,3 +810,16 @@ def test_lookup_and_check_read_a_tilde_in_flytune_config_dir_as_the_home_folder(
     monkeypatch.setenv("FLYTUNE_CONFIG_DIR", "~/nothing")
     assert main(["lookup", "rmsnorm", "M=4", "N=4096"]) == 2
     assert capsys.readouterr().err.strip() == "flytune: error: FLYTUNE_CONFIG_DIR=~/nothing is not a folder"
+
+
+@pytest.mark.parametrize("argv", [["workbench", "", "--no-lab"], ["sweep", "toy", "--grid", "N=64", "--db", ""],
+                                  ["check", ""], ["export", "--db", "r.db", "--out", " "]])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(argv, tmp_path, monkeypatch, capsys):
+    """`flytune workbench "$DIR"` with DIR unset copied the notebook into the current folder; an empty --db or --out
+    would likewise name it. One line, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and list(tmp_path.iterdir()) == []
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "an empty path; give one, or leave it out for the default" in err, err
